@@ -1,0 +1,144 @@
+# Declarations of the orderer's hot path: C-typed state of every source queue and of the
+# orderer, and every cdef signature. core.pyx holds the implementations; core.pyi types the
+# Python side for callers and mypy.
+
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+
+
+cdef enum RecordKind:
+    RECORD_FRAGMENT = 0
+    RECORD_WATERMARK = 1
+    RECORD_END = 2
+
+
+cdef enum PopMode:
+    POP_BY_RULES = 0   # mark rule, else window rule (a normal flush)
+    POP_DRAIN = 1      # end of run: everything up to a barrier, without waiting
+
+
+cdef struct Queue:
+    # Fragments waiting for the other sources, sorted by (timestamp, arrival order).
+    # Structure of arrays, live between physical indices [head, tail); 32 bytes per fragment.
+    uint64_t *ts
+    double *arrival
+    uint32_t *barrier
+    uint32_t *pay_len
+    uint64_t *pay_off          # offset of the payload in ``arena``
+    Py_ssize_t head
+    Py_ssize_t tail
+    Py_ssize_t cap
+    Py_ssize_t first_barrier   # physical index of the first barrier in the queue, -1 if none
+    Py_ssize_t n_barriers
+    uint8_t *arena             # payload bytes of queued fragments, appended in arrival order
+    size_t arena_len
+    size_t arena_cap
+    size_t arena_live          # bytes still referenced by queued fragments
+
+
+cdef struct Source:
+    uint32_t id
+    Queue q
+    bint has_watermark
+    uint64_t watermark
+    bint ended
+    bint has_arrival           # anything (fragment, watermark, end) arrived from it
+    double last_arrival
+    bint has_prev
+    uint64_t prev_ts           # timestamp of its previous fragment, in arrival order
+    # counters of ORDERING.md
+    uint64_t received
+    uint64_t emitted
+    uint64_t late
+    uint64_t dropped
+    uint64_t duplicates
+    uint64_t out_of_order
+    uint64_t max_lateness
+    uint64_t barriers
+    uint64_t missing
+    # flow control
+    bint queue_xoff            # own queue above queue_xoff, until below queue_xon
+    bint paused                # last pause state reported for this source
+    # scratch of the current round
+    bint frontier_none
+    uint64_t frontier
+    Py_ssize_t pop_end
+
+
+cdef class OrdererCore:
+    cdef Source *_src
+    cdef Py_ssize_t _n_src
+    cdef Py_ssize_t _cap_src
+    cdef Py_ssize_t *_by_id          # source indices sorted by source id
+    cdef dict _index                 # source id -> index into _src
+    cdef uint32_t _cached_id
+    cdef Py_ssize_t _cached_index
+
+    # parameters (seconds); source timeout off is +inf
+    cdef double _build_window
+    cdef double _startup_delay
+    cdef double _barrier_timeout
+    cdef double _source_timeout
+    cdef bint _drop_late
+    cdef uint64_t _global_xoff
+    cdef uint64_t _global_xon
+    cdef uint64_t _queue_xoff
+    cdef uint64_t _queue_xon
+
+    # orderer state
+    cdef bint _has_first
+    cdef double _first_arrival
+    cdef double _last_flush
+    cdef bint _has_hwm
+    cdef uint64_t _hwm
+    cdef uint64_t _queued
+    cdef bint _global_paused
+    cdef bint _mark_none
+    cdef uint64_t _mark
+    cdef uint64_t _complete
+    cdef uint64_t _incomplete
+    cdef uint64_t _homogeneous
+    cdef uint64_t _heterogeneous
+    cdef list _flow_changes
+    cdef list _barrier_log
+
+    # emitted fragments not yet taken
+    cdef uint64_t _out_seq           # seq of the first fragment in the output buffer
+    cdef Py_ssize_t _out_n
+    cdef Py_ssize_t _out_cap
+    cdef uint64_t *_out_ts
+    cdef uint32_t *_out_source
+    cdef uint32_t *_out_barrier
+    cdef uint8_t *_out_late
+    cdef double *_out_t
+    cdef uint64_t *_out_pay_end
+    cdef uint8_t *_out_pay
+    cdef size_t _out_pay_len
+    cdef size_t _out_pay_cap
+
+    # merge scratch (k-way loser tree)
+    cdef Py_ssize_t *_runs
+    cdef Py_ssize_t *_tree
+    cdef Py_ssize_t _scratch_cap
+
+    cdef Py_ssize_t _source_index(self, uint32_t source_id) except -1
+    cdef int _add_source(self, uint32_t source_id) except -1
+    cdef int _note_arrival(self, Source *s, double now) except -1
+    cdef int _insert_run(self, Source *s, const uint64_t *ts, const uint32_t *barrier,
+                         Py_ssize_t n, double now, const uint64_t *pay_off,
+                         const uint8_t *payload) except -1
+    cdef int _insert_one(self, Source *s, uint64_t ts, uint32_t barrier, double now,
+                         const uint8_t *pay, uint32_t pay_len) except -1
+    cdef int _submit_range(self, double now, const uint32_t *source, const uint64_t *ts,
+                           const uint32_t *barrier, const uint64_t *pay_off,
+                           const uint8_t *payload, Py_ssize_t start, Py_ssize_t stop) except -1
+    cdef int _flush(self, double now) except -1
+    cdef int _drain(self, double now) except -1
+    cdef bint _pop_round(self, double now, PopMode mode) except -1
+    cdef int _merge_emit(self, double now, Py_ssize_t k) except -1
+    cdef bint _resolve_barriers(self, double now, bint drain) except -1
+    cdef double _next_deadline(self)
+    cdef int _advance(self, double t, bint inclusive) except -1
+    cdef int _update_flow(self) except -1
+    cdef int _reserve_out(self, Py_ssize_t n, size_t pay) except -1
+    cdef _watermark(self, Py_ssize_t index, double now, uint64_t watermark)
+    cdef _check_time(self, double now)

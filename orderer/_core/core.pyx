@@ -1,0 +1,1052 @@
+# cython: language_level=3
+"""The orderer's hot path: per-source queues, frontier and mark rule, window rule, k-way merge,
+late policy, barriers, deadlines, counters and flow control, as ORDERING.md states them.
+
+Called only by :mod:`orderer.api` (and ``evb replay`` through it). Every public method takes the
+time explicitly; the core never reads a clock, so the same code runs live and in replay.
+Fragments come in and go out as columnar arrays; no Python object is made per fragment.
+"""
+
+from libc.math cimport INFINITY
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.string cimport memcpy, memmove
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+
+import numpy as np
+
+cimport numpy as cnp
+
+from orderer.errors import InterfaceError, InternalOrdererError
+
+cnp.import_array()
+
+DEF TS_INF = 0xFFFFFFFFFFFFFFFF      # +infinity frontier; never a valid timestamp
+DEF MIN_QUEUE_CAP = 64
+
+
+# ---------------------------------------------------------------- memory helpers
+
+cdef int _grow(void **ptr, size_t new_bytes) except -1:
+    cdef void *p = PyMem_Realloc(ptr[0], new_bytes if new_bytes else 1)
+    if p == NULL:
+        raise MemoryError()
+    ptr[0] = p
+    return 0
+
+
+cdef int _queue_resize(Queue *q, Py_ssize_t cap) except -1:
+    _grow(<void **>&q.ts, cap * sizeof(uint64_t))
+    _grow(<void **>&q.arrival, cap * sizeof(double))
+    _grow(<void **>&q.barrier, cap * sizeof(uint32_t))
+    _grow(<void **>&q.pay_len, cap * sizeof(uint32_t))
+    _grow(<void **>&q.pay_off, cap * sizeof(uint64_t))
+    q.cap = cap
+    return 0
+
+
+cdef int _queue_compact(Queue *q) except -1:
+    """Move the live fragments to the start of the arrays."""
+    cdef Py_ssize_t n = q.tail - q.head
+    if q.head == 0:
+        return 0
+    if n:
+        memmove(q.ts, q.ts + q.head, n * sizeof(uint64_t))
+        memmove(q.arrival, q.arrival + q.head, n * sizeof(double))
+        memmove(q.barrier, q.barrier + q.head, n * sizeof(uint32_t))
+        memmove(q.pay_len, q.pay_len + q.head, n * sizeof(uint32_t))
+        memmove(q.pay_off, q.pay_off + q.head, n * sizeof(uint64_t))
+    if q.first_barrier >= 0:
+        q.first_barrier -= q.head
+    q.head = 0
+    q.tail = n
+    return 0
+
+
+cdef int _queue_reserve(Queue *q, Py_ssize_t extra) except -1:
+    """Room for ``extra`` more fragments at the tail: compact first, grow by 1.5x if needed."""
+    cdef Py_ssize_t live = q.tail - q.head
+    cdef Py_ssize_t cap
+    if q.tail + extra <= q.cap:
+        return 0
+    if live + extra <= q.cap and q.head >= q.cap // 4:
+        return _queue_compact(q)
+    _queue_compact(q)
+    cap = q.cap + q.cap // 2
+    if cap < live + extra:
+        cap = live + extra
+    if cap < MIN_QUEUE_CAP:
+        cap = MIN_QUEUE_CAP
+    return _queue_resize(q, cap)
+
+
+cdef int _queue_emptied(Queue *q) except -1:
+    """Reset an empty queue; give memory back after a backlog (bounded memory after a stall)."""
+    q.head = 0
+    q.tail = 0
+    q.first_barrier = -1
+    q.arena_len = 0
+    q.arena_live = 0
+    if q.cap > 65536:
+        _queue_resize(q, MIN_QUEUE_CAP)
+    if q.arena_cap > 1 << 20:
+        _grow(<void **>&q.arena, 4096)
+        q.arena_cap = 4096
+    return 0
+
+
+cdef int _arena_reserve(Queue *q, size_t extra) except -1:
+    """Room for ``extra`` payload bytes; repack live payloads when most of the arena is dead."""
+    cdef size_t need = q.arena_len + extra
+    cdef size_t cap, pos
+    cdef uint8_t *fresh
+    cdef Py_ssize_t i
+    if need <= q.arena_cap:
+        return 0
+    if q.arena_live + extra <= q.arena_cap // 2 and q.arena_live < q.arena_len:
+        # Repack in place order: payloads are appended in arrival order and fragments are mostly
+        # popped in that order, so copying the live ones forward is one linear pass.
+        cap = q.arena_cap
+    else:
+        cap = q.arena_cap + q.arena_cap // 2
+        if cap < q.arena_live + extra:
+            cap = q.arena_live + extra
+        if cap < 4096:
+            cap = 4096
+    fresh = <uint8_t *>PyMem_Malloc(cap)
+    if fresh == NULL:
+        raise MemoryError()
+    pos = 0
+    for i in range(q.head, q.tail):
+        if q.pay_len[i]:
+            memcpy(fresh + pos, q.arena + q.pay_off[i], q.pay_len[i])
+        q.pay_off[i] = pos
+        pos += q.pay_len[i]
+    PyMem_Free(q.arena)
+    q.arena = fresh
+    q.arena_cap = cap
+    q.arena_len = pos
+    q.arena_live = pos
+    return 0
+
+
+cdef inline Py_ssize_t _upper_bound(const uint64_t *ts, Py_ssize_t lo, Py_ssize_t hi,
+                                    uint64_t value) noexcept nogil:
+    """First index in [lo, hi) whose timestamp is > value (ts sorted ascending)."""
+    cdef Py_ssize_t mid
+    while lo < hi:
+        mid = lo + ((hi - lo) >> 1)
+        if ts[mid] <= value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+cdef inline bint _front_is_barrier(Source *s) noexcept nogil:
+    return s.q.n_barriers > 0 and s.q.first_barrier == s.q.head
+
+
+cdef inline bint _before(const Source *a, Py_ssize_t ia, const Source *b, Py_ssize_t ib) noexcept nogil:
+    """Merge order: (timestamp, source id); arrival order is already the order inside a queue."""
+    cdef uint64_t ta = a.q.ts[ia] if ia < a.pop_end else TS_INF
+    cdef uint64_t tb = b.q.ts[ib] if ib < b.pop_end else TS_INF
+    if ta != tb:
+        return ta < tb
+    if ia >= a.pop_end:
+        return False
+    if ib >= b.pop_end:
+        return True
+    return a.id < b.id
+
+
+cdef class OrdererCore:
+    """Mutable state of one orderer. Not thread-safe: one caller at a time."""
+
+    def __cinit__(self):
+        self._src = NULL
+        self._by_id = NULL
+        self._runs = NULL
+        self._tree = NULL
+        self._out_ts = NULL
+        self._out_source = NULL
+        self._out_barrier = NULL
+        self._out_late = NULL
+        self._out_t = NULL
+        self._out_pay_end = NULL
+        self._out_pay = NULL
+
+    def __init__(self, double build_window, double startup_delay, double barrier_timeout,
+                 double source_timeout, bint drop_late, uint64_t global_xoff, uint64_t global_xon,
+                 uint64_t queue_xoff, uint64_t queue_xon):
+        self._index = {}
+        self._cached_index = -1
+        self._flow_changes = []
+        self._barrier_log = []
+        self._last_flush = -INFINITY
+        self._mark_none = True
+        self.configure(build_window, startup_delay, barrier_timeout, source_timeout, drop_late,
+                       global_xoff, global_xon, queue_xoff, queue_xon)
+        self._reserve_out(1024, 4096)
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        if self._src != NULL:
+            for i in range(self._n_src):
+                PyMem_Free(self._src[i].q.ts)
+                PyMem_Free(self._src[i].q.arrival)
+                PyMem_Free(self._src[i].q.barrier)
+                PyMem_Free(self._src[i].q.pay_len)
+                PyMem_Free(self._src[i].q.pay_off)
+                PyMem_Free(self._src[i].q.arena)
+            PyMem_Free(self._src)
+        PyMem_Free(self._by_id)
+        PyMem_Free(self._runs)
+        PyMem_Free(self._tree)
+        PyMem_Free(self._out_ts)
+        PyMem_Free(self._out_source)
+        PyMem_Free(self._out_barrier)
+        PyMem_Free(self._out_late)
+        PyMem_Free(self._out_t)
+        PyMem_Free(self._out_pay_end)
+        PyMem_Free(self._out_pay)
+
+    # ------------------------------------------------------------ configuration
+
+    def configure(self, double build_window, double startup_delay, double barrier_timeout,
+                  double source_timeout, bint drop_late, uint64_t global_xoff,
+                  uint64_t global_xon, uint64_t queue_xoff, uint64_t queue_xon):
+        """Set the parameters; takes effect at the next flush (live reconfiguration)."""
+        self._build_window = build_window
+        self._startup_delay = startup_delay
+        self._barrier_timeout = barrier_timeout
+        self._source_timeout = source_timeout
+        self._drop_late = drop_late
+        self._global_xoff = global_xoff
+        self._global_xon = global_xon
+        self._queue_xoff = queue_xoff
+        self._queue_xon = queue_xon
+
+    def declare_source(self, uint32_t source_id):
+        """Make a source known before it sends anything (``sources`` in the configuration)."""
+        self._source_index(source_id)
+
+    # ------------------------------------------------------------ sources
+
+    cdef Py_ssize_t _source_index(self, uint32_t source_id) except -1:
+        if self._cached_index >= 0 and self._cached_id == source_id:
+            return self._cached_index
+        index = self._index.get(source_id)
+        if index is None:
+            self._add_source(source_id)
+            index = self._n_src - 1
+        self._cached_id = source_id
+        self._cached_index = index
+        return index
+
+    cdef int _add_source(self, uint32_t source_id) except -1:
+        cdef Py_ssize_t n = self._n_src, i, j
+        cdef Source *s
+        if n == self._cap_src:
+            self._cap_src = 16 if self._cap_src == 0 else 2 * self._cap_src
+            _grow(<void **>&self._src, self._cap_src * sizeof(Source))
+            _grow(<void **>&self._by_id, self._cap_src * sizeof(Py_ssize_t))
+            _grow(<void **>&self._runs, self._cap_src * sizeof(Py_ssize_t))
+            _grow(<void **>&self._tree, 2 * self._cap_src * sizeof(Py_ssize_t))
+        s = &self._src[n]
+        # zero everything, then set what is not zero
+        memset_source(s)
+        s.id = source_id
+        s.q.first_barrier = -1
+        _queue_resize(&s.q, MIN_QUEUE_CAP)
+        s.q.arena = <uint8_t *>PyMem_Malloc(256)
+        if s.q.arena == NULL:
+            raise MemoryError()
+        s.q.arena_cap = 256
+        s.frontier_none = True
+        self._n_src = n + 1
+        self._index[source_id] = n
+        # keep _by_id sorted by source id (insertion step; sources are few and rarely added)
+        i = n
+        while i > 0 and self._src[self._by_id[i - 1]].id > source_id:
+            self._by_id[i] = self._by_id[i - 1]
+            i -= 1
+        self._by_id[i] = n
+        return 0
+
+    cdef int _note_arrival(self, Source *s, double now) except -1:
+        s.has_arrival = True
+        s.last_arrival = now
+        return 0
+
+    # ------------------------------------------------------------ insertion
+
+    cdef int _insert_one(self, Source *s, uint64_t ts, uint32_t barrier, double now,
+                         const uint8_t *pay, uint32_t pay_len) except -1:
+        """Insert one fragment in place: after every queued fragment with timestamp <= ts."""
+        cdef Queue *q = &s.q
+        cdef Py_ssize_t pos, m
+        _queue_reserve(q, 1)
+        _arena_reserve(q, pay_len)
+        if q.tail == q.head or q.ts[q.tail - 1] <= ts:
+            pos = q.tail
+        else:
+            pos = _upper_bound(q.ts, q.head, q.tail, ts)
+            m = q.tail - pos
+            memmove(q.ts + pos + 1, q.ts + pos, m * sizeof(uint64_t))
+            memmove(q.arrival + pos + 1, q.arrival + pos, m * sizeof(double))
+            memmove(q.barrier + pos + 1, q.barrier + pos, m * sizeof(uint32_t))
+            memmove(q.pay_len + pos + 1, q.pay_len + pos, m * sizeof(uint32_t))
+            memmove(q.pay_off + pos + 1, q.pay_off + pos, m * sizeof(uint64_t))
+            if q.first_barrier >= pos:
+                q.first_barrier += 1
+        q.ts[pos] = ts
+        q.arrival[pos] = now
+        q.barrier[pos] = barrier
+        q.pay_len[pos] = pay_len
+        q.pay_off[pos] = q.arena_len
+        if pay_len:
+            memcpy(q.arena + q.arena_len, pay, pay_len)
+            q.arena_len += pay_len
+            q.arena_live += pay_len
+        q.tail += 1
+        if barrier:
+            q.n_barriers += 1
+            if q.first_barrier < 0 or pos < q.first_barrier:
+                q.first_barrier = pos
+        self._queued += 1
+        return 0
+
+    cdef int _insert_run(self, Source *s, const uint64_t *ts, const uint32_t *barrier,
+                         Py_ssize_t n, double now, const uint64_t *pay_off,
+                         const uint8_t *payload) except -1:
+        """Insert a run of one source: ordinary fragments with non-decreasing timestamps, or
+        a single barrier. Once the run reaches the queue's tail the rest is appended in bulk."""
+        cdef Queue *q = &s.q
+        cdef Py_ssize_t i, j, rest, tail
+        cdef size_t pay_total, off
+        cdef uint64_t t
+        # counters: duplicates and out_of_order against the previous fragment in arrival order
+        for i in range(n):
+            t = ts[i]
+            if s.has_prev:
+                if t == s.prev_ts:
+                    s.duplicates += 1
+                elif t < s.prev_ts:
+                    s.out_of_order += 1
+            s.prev_ts = t
+            s.has_prev = True
+        s.received += n
+        s.ended = False
+        self._note_arrival(s, now)
+        if not self._has_first:
+            self._has_first = True
+            self._first_arrival = now
+        i = 0
+        while i < n and not (q.tail == q.head or q.ts[q.tail - 1] <= ts[i]):
+            self._insert_one(s, ts[i], barrier[i], now, payload + pay_off[i],
+                             <uint32_t>(pay_off[i + 1] - pay_off[i]))
+            i += 1
+        if i == n:
+            return 0
+        if n - i == 1 and barrier[i]:
+            return self._insert_one(s, ts[i], barrier[i], now, payload + pay_off[i],
+                                    <uint32_t>(pay_off[i + 1] - pay_off[i]))
+        # bulk append of ordinary fragments
+        rest = n - i
+        pay_total = pay_off[n] - pay_off[i]
+        _queue_reserve(q, rest)
+        _arena_reserve(q, pay_total)
+        tail = q.tail
+        memcpy(q.ts + tail, ts + i, rest * sizeof(uint64_t))
+        for j in range(rest):
+            q.arrival[tail + j] = now
+            q.barrier[tail + j] = 0
+        if pay_total:
+            memcpy(q.arena + q.arena_len, payload + pay_off[i], pay_total)
+            off = q.arena_len - pay_off[i]
+            for j in range(rest):
+                q.pay_off[tail + j] = pay_off[i + j] + off
+                q.pay_len[tail + j] = <uint32_t>(pay_off[i + j + 1] - pay_off[i + j])
+            q.arena_len += pay_total
+            q.arena_live += pay_total
+        else:
+            for j in range(rest):
+                q.pay_off[tail + j] = q.arena_len
+                q.pay_len[tail + j] = 0
+        q.tail += rest
+        self._queued += rest
+        return 0
+
+    cdef int _submit_range(self, double now, const uint32_t *source, const uint64_t *ts,
+                           const uint32_t *barrier, const uint64_t *pay_off,
+                           const uint8_t *payload, Py_ssize_t start, Py_ssize_t stop) except -1:
+        """Take in fragments [start, stop) arriving at ``now``.
+
+        The contract is one flush after every fragment. A run of one source with non-decreasing
+        timestamps and no barrier emits exactly what per-fragment flushes would (the frontier of
+        that source only rises through the run and nothing else changes), so the run goes in as
+        a whole and is followed by one flush. Barriers are runs of their own.
+        """
+        cdef Py_ssize_t i = start, j
+        cdef uint32_t sid
+        cdef Source *s
+        while i < stop:
+            sid = source[i]
+            j = i + 1
+            if not barrier[i]:
+                while j < stop and source[j] == sid and not barrier[j] and ts[j] >= ts[j - 1]:
+                    j += 1
+            s = &self._src[self._source_index(sid)]
+            self._insert_run(s, ts + i, barrier + i, j - i, now, pay_off + i, payload)
+            self._flush(now)
+            i = j
+        return 0
+
+    # ------------------------------------------------------------ flush
+
+    cdef int _flush(self, double now) except -1:
+        """One flush (ORDERING.md, "When fragments are emitted"): rounds until nothing moves."""
+        if now > self._last_flush:
+            self._last_flush = now
+        cdef bint popped, resolved
+        if self._has_first and self._first_arrival + self._startup_delay <= now:
+            while True:
+                popped = self._pop_round(now, POP_BY_RULES)
+                resolved = self._resolve_barriers(now, False)
+                if not popped and not resolved:
+                    break
+        self._update_flow()
+        return 0
+
+    cdef int _drain(self, double now) except -1:
+        """End of run: drain every queue without waiting, resolving barriers as they come."""
+        cdef bint popped, resolved
+        if now > self._last_flush:
+            self._last_flush = now
+        while self._queued:
+            popped = self._pop_round(now, POP_DRAIN)
+            resolved = self._resolve_barriers(now, True)
+            if not popped and not resolved:
+                raise InternalOrdererError("end of run made no progress with fragments queued")
+        self._update_flow()
+        return 0
+
+    cdef bint _pop_round(self, double now, PopMode mode) except -1:
+        """Steps 1-4: frontiers, mark or window rule, then merge and emit what was popped."""
+        cdef Py_ssize_t i, k = 0, limit, end
+        cdef Source *s
+        cdef Queue *q
+        cdef bint any_none = False
+        cdef uint64_t mark = TS_INF, f
+        cdef double window = self._build_window
+        for i in range(self._n_src):
+            s = &self._src[i]
+            q = &s.q
+            s.frontier_none = False
+            if q.n_barriers > 0:
+                f = TS_INF
+            elif q.tail > q.head:
+                f = q.ts[q.tail - 1]
+                if s.has_watermark and s.watermark > f:
+                    f = s.watermark
+            elif s.ended:
+                f = TS_INF
+            elif s.has_watermark:
+                f = s.watermark
+            else:
+                s.frontier_none = True
+                any_none = True
+                f = TS_INF
+            s.frontier = f
+            if not s.frontier_none and f < mark:
+                mark = f
+        self._mark_none = any_none
+        self._mark = mark
+        for i in range(self._n_src):
+            s = &self._src[i]
+            q = &s.q
+            s.pop_end = q.head
+            if q.tail == q.head:
+                continue
+            limit = q.first_barrier if q.n_barriers > 0 else q.tail
+            if mode == POP_DRAIN:
+                end = limit
+            elif not any_none:
+                if limit > q.head and q.ts[limit - 1] <= mark:
+                    end = limit
+                else:
+                    end = _upper_bound(q.ts, q.head, limit, mark)
+            else:
+                end = q.head
+                while end < limit and q.arrival[end] + window <= now:
+                    end += 1
+            if end > q.head:
+                s.pop_end = end
+                self._runs[k] = i
+                k += 1
+        if k == 0:
+            return False
+        self._merge_emit(now, k)
+        return True
+
+    cdef int _merge_emit(self, double now, Py_ssize_t k) except -1:
+        """Step 4: merge the popped prefixes by (timestamp, source id) and emit them in order,
+        flagging (or dropping) late fragments against the high-water mark."""
+        cdef Py_ssize_t total = 0, i, r, w, node, tmp, pos, n_out
+        cdef Py_ssize_t *runs = self._runs
+        cdef Py_ssize_t *tree = self._tree
+        cdef Py_ssize_t *cur
+        cdef Py_ssize_t *win
+        cdef size_t pay_total = 0
+        cdef Source *s
+        cdef Source *src = self._src
+        cdef Queue *q
+        cdef uint64_t ts, hwm = self._hwm
+        cdef bint has_hwm = self._has_hwm, drop = self._drop_late, is_late
+        cdef uint32_t plen
+        cdef Py_ssize_t j
+        for i in range(k):
+            s = &src[runs[i]]
+            total += s.pop_end - s.q.head
+            pay_total += s.q.arena_live  # upper bound of the payload bytes popped
+        self._reserve_out(total, pay_total)
+        # cur[r]: next position of run r; win[]: winners while building the loser tree
+        cur = <Py_ssize_t *>PyMem_Malloc(3 * k * sizeof(Py_ssize_t))
+        if cur == NULL:
+            raise MemoryError()
+        win = cur + k
+        try:
+            for i in range(k):
+                cur[i] = src[runs[i]].q.head
+            n_out = self._out_n
+            # loser tree: leaf of run r is node k + r; tree[node] holds the loser of that match
+            w = 0
+            if k > 1:
+                for i in range(k):
+                    win[k + i] = i
+                for node in range(k - 1, 0, -1):
+                    r = win[2 * node]
+                    tmp = win[2 * node + 1]
+                    if _before(&src[runs[r]], cur[r], &src[runs[tmp]], cur[tmp]):
+                        win[node] = r
+                        tree[node] = tmp
+                    else:
+                        win[node] = tmp
+                        tree[node] = r
+                w = win[1]
+            for j in range(total):
+                s = &src[runs[w]]
+                q = &s.q
+                pos = cur[w]
+                ts = q.ts[pos]
+                plen = q.pay_len[pos]
+                is_late = has_hwm and ts < hwm
+                if is_late:
+                    s.late += 1
+                    if hwm - ts > s.max_lateness:
+                        s.max_lateness = hwm - ts
+                else:
+                    hwm = ts
+                    has_hwm = True
+                if is_late and drop:
+                    s.dropped += 1
+                else:
+                    s.emitted += 1
+                    self._out_ts[n_out] = ts
+                    self._out_source[n_out] = s.id
+                    self._out_barrier[n_out] = 0
+                    self._out_late[n_out] = is_late
+                    self._out_t[n_out] = now
+                    if plen:
+                        memcpy(self._out_pay + self._out_pay_len, q.arena + q.pay_off[pos], plen)
+                        self._out_pay_len += plen
+                        q.arena_live -= plen
+                    self._out_pay_end[n_out] = self._out_pay_len
+                    n_out += 1
+                cur[w] = pos + 1
+                if k > 1:
+                    # replay the path from leaf w to the root against the stored losers
+                    node = (w + k) >> 1
+                    while node >= 1:
+                        tmp = tree[node]
+                        if _before(&src[runs[tmp]], cur[tmp], &src[runs[w]], cur[w]):
+                            tree[node] = w
+                            w = tmp
+                        node >>= 1
+            self._out_n = n_out
+            self._has_hwm = has_hwm
+            self._hwm = hwm
+            for i in range(k):
+                s = &src[runs[i]]
+                IF EVB_DEBUG:
+                    if cur[i] != s.pop_end:
+                        raise InternalOrdererError("merge did not consume a popped prefix")
+                self._queued -= s.pop_end - s.q.head
+                s.q.head = s.pop_end
+                if s.q.head == s.q.tail:
+                    _queue_emptied(&s.q)
+        finally:
+            PyMem_Free(cur)
+        return 0
+
+    cdef bint _resolve_barriers(self, double now, bint drain) except -1:
+        """Step 5: resolve a pending barrier if complete, incomplete or timed out."""
+        cdef Py_ssize_t i, j, n_out
+        cdef size_t pay = 0
+        cdef Source *s
+        cdef Queue *q
+        cdef bint pending = False, all_have = True, alive_all_have = True, complete
+        cdef bint dead, homogeneous = True, first = True
+        cdef double oldest = INFINITY
+        cdef uint32_t kind = 0
+        cdef uint64_t ts
+        for i in range(self._n_src):
+            s = &self._src[i]
+            if _front_is_barrier(s):
+                pending = True
+                pay += s.q.pay_len[s.q.head]
+                if s.q.arrival[s.q.head] < oldest:
+                    oldest = s.q.arrival[s.q.head]
+            else:
+                all_have = False
+                dead = s.has_arrival and s.last_arrival + self._source_timeout <= now
+                if not s.ended and not dead:
+                    alive_all_have = False
+        if not pending:
+            return False
+        complete = all_have
+        if not (complete or drain or alive_all_have or oldest + self._barrier_timeout <= now):
+            return False
+        self._reserve_out(self._n_src, pay)
+        n_out = self._out_n
+        missing = []
+        for i in range(self._n_src):
+            s = &self._src[self._by_id[i]]
+            q = &s.q
+            if not _front_is_barrier(s):
+                s.missing += 1
+                missing.append(s.id)
+                continue
+            ts = q.ts[q.head]
+            if first:
+                kind = q.barrier[q.head]
+                first = False
+            elif q.barrier[q.head] != kind:
+                homogeneous = False
+            self._out_ts[n_out] = ts
+            self._out_source[n_out] = s.id
+            self._out_barrier[n_out] = q.barrier[q.head]
+            self._out_late[n_out] = 0
+            self._out_t[n_out] = now
+            if q.pay_len[q.head]:
+                memcpy(self._out_pay + self._out_pay_len, q.arena + q.pay_off[q.head],
+                       q.pay_len[q.head])
+                self._out_pay_len += q.pay_len[q.head]
+                q.arena_live -= q.pay_len[q.head]
+            self._out_pay_end[n_out] = self._out_pay_len
+            n_out += 1
+            s.emitted += 1
+            s.barriers += 1
+            q.head += 1
+            q.n_barriers -= 1
+            self._queued -= 1
+            q.first_barrier = -1
+            if q.n_barriers > 0:
+                for j in range(q.head, q.tail):
+                    if q.barrier[j]:
+                        q.first_barrier = j
+                        break
+            if q.head == q.tail:
+                _queue_emptied(q)
+        self._out_n = n_out
+        if complete:
+            self._complete += 1
+        else:
+            self._incomplete += 1
+        if homogeneous:
+            self._homogeneous += 1
+        else:
+            self._heterogeneous += 1
+        self._barrier_log.append((now, complete, homogeneous, tuple(missing)))
+        return True
+
+    # ------------------------------------------------------------ time
+
+    cdef double _next_deadline(self):
+        """The earliest deadline after the last flush (ORDERING.md, "Time")."""
+        cdef double best = INFINITY, d, oldest = INFINITY
+        cdef double after = self._last_flush
+        cdef Py_ssize_t i
+        cdef Source *s
+        cdef bint pending = False
+        if not self._has_first:
+            return INFINITY
+        d = self._first_arrival + self._startup_delay
+        if d > after:
+            # flushes before the startup delay emit nothing: no other deadline matters yet
+            return d
+        for i in range(self._n_src):
+            s = &self._src[i]
+            if s.q.tail == s.q.head:
+                continue
+            if _front_is_barrier(s):
+                pending = True
+                if s.q.arrival[s.q.head] < oldest:
+                    oldest = s.q.arrival[s.q.head]
+            else:
+                d = s.q.arrival[s.q.head] + self._build_window
+                if d > after and d < best:
+                    best = d
+        if pending:
+            # a source's death only matters to a pending barrier
+            d = oldest + self._barrier_timeout
+            if d > after and d < best:
+                best = d
+            for i in range(self._n_src):
+                s = &self._src[i]
+                if s.has_arrival:
+                    d = s.last_arrival + self._source_timeout
+                    if d > after and d < best:
+                        best = d
+        return best
+
+    cdef int _advance(self, double t, bint inclusive) except -1:
+        """Run every deadline before ``t`` (or at ``t`` too) at its own time, in order."""
+        cdef double d
+        while True:
+            d = self._next_deadline()
+            if d < t or (inclusive and d == t):
+                self._flush(d)
+            else:
+                return 0
+
+    # ------------------------------------------------------------ flow control
+
+    cdef int _update_flow(self) except -1:
+        cdef Py_ssize_t i, depth
+        cdef Source *s
+        cdef bint paused
+        if self._global_paused:
+            if self._queued < self._global_xon:
+                self._global_paused = False
+        elif self._queued > self._global_xoff:
+            self._global_paused = True
+        for i in range(self._n_src):
+            s = &self._src[i]
+            depth = s.q.tail - s.q.head
+            if s.queue_xoff:
+                if <uint64_t>depth < self._queue_xon:
+                    s.queue_xoff = False
+            elif <uint64_t>depth > self._queue_xoff:
+                s.queue_xoff = True
+            # Under global XOFF the sources that hold the output back (empty, or at the mark)
+            # keep sending: pausing them would stop the very data that lets queues drain.
+            paused = s.queue_xoff or (
+                self._global_paused and depth > 0 and not s.frontier_none
+                and (self._mark_none or s.frontier > self._mark))
+            if paused != s.paused:
+                s.paused = paused
+                self._flow_changes.append((s.id, paused))
+        return 0
+
+    cdef int _reserve_out(self, Py_ssize_t n, size_t pay) except -1:
+        cdef Py_ssize_t cap
+        cdef size_t pcap
+        if self._out_n + n > self._out_cap:
+            cap = self._out_cap * 2
+            if cap < self._out_n + n:
+                cap = self._out_n + n
+            _grow(<void **>&self._out_ts, cap * sizeof(uint64_t))
+            _grow(<void **>&self._out_source, cap * sizeof(uint32_t))
+            _grow(<void **>&self._out_barrier, cap * sizeof(uint32_t))
+            _grow(<void **>&self._out_late, cap * sizeof(uint8_t))
+            _grow(<void **>&self._out_t, cap * sizeof(double))
+            _grow(<void **>&self._out_pay_end, cap * sizeof(uint64_t))
+            self._out_cap = cap
+        if self._out_pay_len + pay > self._out_pay_cap:
+            pcap = self._out_pay_cap * 2
+            if pcap < self._out_pay_len + pay:
+                pcap = self._out_pay_len + pay
+            _grow(<void **>&self._out_pay, pcap)
+            self._out_pay_cap = pcap
+        return 0
+
+    # ------------------------------------------------------------ public, coarse calls
+
+    def submit(self, double now, const uint32_t[::1] source, const uint64_t[::1] timestamp,
+               const uint32_t[::1] barrier, const uint64_t[::1] payload_offsets,
+               const uint8_t[::1] payload):
+        """Fragments arriving at ``now``: deadlines before ``now`` run first, then the fragments
+        go in, each (run) followed by a flush. The whole batch is checked before anything is
+        taken in, so a bad batch changes nothing."""
+        cdef Py_ssize_t n = timestamp.shape[0]
+        _check_batch(source, timestamp, barrier, payload_offsets, payload)
+        self._check_time(now)
+        if n == 0:
+            return
+        self._advance(now, False)
+        self._submit_range(now, &source[0], &timestamp[0], &barrier[0], &payload_offsets[0],
+                           &payload[0] if payload.shape[0] else <const uint8_t *>NULL, 0, n)
+
+    def watermark(self, double now, uint32_t source_id, uint64_t watermark):
+        """Source promises nothing older than ``watermark`` will come; it only moves up."""
+        self._check_time(now)
+        self._advance(now, False)
+        s = self._source_index(source_id)
+        self._watermark(s, now, watermark)
+        self._flush(now)
+
+    def end_source(self, double now, uint32_t source_id):
+        """Source said end of stream; a later fragment from it re-opens it."""
+        self._check_time(now)
+        self._advance(now, False)
+        s = self._source_index(source_id)
+        self._src[s].ended = True
+        self._note_arrival(&self._src[s], now)
+        self._flush(now)
+
+    def run_deadlines(self, double now):
+        """Live timer: run every deadline up to and including ``now`` at its own time."""
+        self._check_time(now)
+        self._advance(now, True)
+
+    def flush(self, double now):
+        """One flush at ``now`` after the deadlines before it."""
+        self._check_time(now)
+        self._advance(now, False)
+        self._flush(now)
+
+    def end_of_run(self, double now):
+        """Drain everything now (end of a replay file, or an explicit end of run)."""
+        self._check_time(now)
+        self._advance(now, False)
+        self._drain(now)
+
+    def next_deadline(self):
+        """Time of the next deadline after the last flush, or +inf."""
+        return self._next_deadline()
+
+    def replay(self, const uint8_t[::1] kind, const double[::1] t, const uint32_t[::1] source,
+               const uint64_t[::1] value, const uint32_t[::1] barrier,
+               const uint64_t[::1] payload_offsets, const uint8_t[::1] payload):
+        """Take in a whole replay: records sorted by ``t`` (value is the timestamp of a fragment,
+        the watermark of a watermark record). Same code as the live calls, without a Python
+        round-trip per record."""
+        cdef Py_ssize_t n = t.shape[0], i = 0, j
+        cdef double now
+        cdef Source *s
+        cdef const uint8_t *pay = &payload[0] if payload.shape[0] else <const uint8_t *>NULL
+        _check_batch(source, value, barrier, payload_offsets, payload, kind=kind)
+        if kind.shape[0] != n:
+            raise InterfaceError(f"kind has {kind.shape[0]} entries, t has {n}")
+        for i in range(1, n):
+            if t[i] < t[i - 1]:
+                raise InterfaceError(f"record {i}: t={t[i]} is before the previous t={t[i - 1]}")
+        if n:
+            self._check_time(t[0])
+        i = 0
+        while i < n:
+            now = t[i]
+            self._advance(now, False)
+            if kind[i] == RECORD_FRAGMENT:
+                j = i + 1
+                while j < n and kind[j] == RECORD_FRAGMENT and t[j] == now:
+                    j += 1
+                self._submit_range(now, &source[0], &value[0], &barrier[0], &payload_offsets[0],
+                                   pay, i, j)
+                i = j
+                continue
+            s = &self._src[self._source_index(source[i])]
+            if kind[i] == RECORD_WATERMARK:
+                self._watermark(s - self._src, now, value[i])
+            else:
+                s.ended = True
+                self._note_arrival(s, now)
+            self._flush(now)
+            i += 1
+
+    cdef _watermark(self, Py_ssize_t index, double now, uint64_t watermark):
+        cdef Source *s = &self._src[index]
+        if not s.has_watermark or watermark > s.watermark:
+            s.watermark = watermark
+            s.has_watermark = True
+        self._note_arrival(s, now)
+
+    cdef _check_time(self, double now):
+        if now != now:
+            raise InterfaceError("time is NaN")
+        if now < self._last_flush:
+            raise InterfaceError(
+                f"time went backwards: {now} is before the last flush at {self._last_flush}")
+
+    # ------------------------------------------------------------ reading out
+
+    def take_emitted(self):
+        """Everything emitted since the last call, as columns (numpy arrays) plus ``first_seq``."""
+        cdef Py_ssize_t n = self._out_n
+        cdef cnp.ndarray ts = np.empty(n, dtype=np.uint64)
+        cdef cnp.ndarray source = np.empty(n, dtype=np.uint32)
+        cdef cnp.ndarray barrier = np.empty(n, dtype=np.uint32)
+        cdef cnp.ndarray late = np.empty(n, dtype=np.bool_)
+        cdef cnp.ndarray t = np.empty(n, dtype=np.float64)
+        cdef cnp.ndarray offsets = np.empty(n + 1, dtype=np.uint64)
+        cdef cnp.ndarray payload = np.empty(self._out_pay_len, dtype=np.uint8)
+        cdef uint64_t first_seq = self._out_seq
+        if n:
+            memcpy(cnp.PyArray_DATA(ts), self._out_ts, n * sizeof(uint64_t))
+            memcpy(cnp.PyArray_DATA(source), self._out_source, n * sizeof(uint32_t))
+            memcpy(cnp.PyArray_DATA(barrier), self._out_barrier, n * sizeof(uint32_t))
+            memcpy(cnp.PyArray_DATA(late), self._out_late, n * sizeof(uint8_t))
+            memcpy(cnp.PyArray_DATA(t), self._out_t, n * sizeof(double))
+            memcpy(<uint64_t *>cnp.PyArray_DATA(offsets) + 1, self._out_pay_end,
+                   n * sizeof(uint64_t))
+        (<uint64_t *>cnp.PyArray_DATA(offsets))[0] = 0
+        if self._out_pay_len:
+            memcpy(cnp.PyArray_DATA(payload), self._out_pay, self._out_pay_len)
+        self._out_seq += n
+        self._out_n = 0
+        self._out_pay_len = 0
+        return first_seq, t, source, ts, barrier, late, offsets, payload
+
+    def take_flow_changes(self):
+        """Pause/resume transitions since the last call: a list of (source id, paused)."""
+        changes = self._flow_changes
+        self._flow_changes = []
+        return changes
+
+    def take_barrier_log(self):
+        """Resolved barriers since the last call: (time, complete, homogeneous, missing ids)."""
+        log = self._barrier_log
+        self._barrier_log = []
+        return log
+
+    def counters(self):
+        """Counters of ORDERING.md in the ``evb replay`` STATS layout."""
+        cdef Py_ssize_t i
+        cdef Source *s
+        sources = {}
+        missing = {}
+        names = ("received", "emitted", "late", "dropped", "duplicates", "out_of_order")
+        totals = dict.fromkeys(names, 0)
+        for i in range(self._n_src):
+            s = &self._src[self._by_id[i]]
+            per = {
+                "received": s.received, "emitted": s.emitted, "late": s.late,
+                "dropped": s.dropped, "duplicates": s.duplicates,
+                "out_of_order": s.out_of_order, "max_lateness": s.max_lateness,
+                "barriers": s.barriers,
+            }
+            for name in names:
+                totals[name] += per[name]
+            sources[str(s.id)] = per
+            if s.missing:
+                missing[str(s.id)] = s.missing
+        return {
+            "totals": totals,
+            "barriers": {
+                "complete": self._complete, "incomplete": self._incomplete,
+                "homogeneous": self._homogeneous, "heterogeneous": self._heterogeneous,
+            },
+            "missing": missing,
+            "sources": sources,
+        }
+
+    def source_states(self, double now):
+        """Live view per source: queue depth, watermark, ended, dead, paused."""
+        cdef Py_ssize_t i
+        cdef Source *s
+        out = {}
+        for i in range(self._n_src):
+            s = &self._src[self._by_id[i]]
+            out[s.id] = {
+                "queued": s.q.tail - s.q.head,
+                "watermark": s.watermark if s.has_watermark else None,
+                "ended": bool(s.ended),
+                "dead": bool(s.has_arrival and s.last_arrival + self._source_timeout <= now),
+                "paused": bool(s.paused),
+                "last_arrival": s.last_arrival if s.has_arrival else None,
+            }
+        return out
+
+    def memory_bytes(self):
+        """Bytes held by the queues (arrays and payload arenas, allocated capacity)."""
+        cdef Py_ssize_t i
+        cdef size_t total = 0
+        for i in range(self._n_src):
+            # ts, arrival, pay_off (8 bytes each) + barrier, pay_len (4 bytes each) = 32 bytes
+            total += self._src[i].q.cap * (
+                2 * sizeof(uint64_t) + sizeof(double) + 2 * sizeof(uint32_t))
+            total += self._src[i].q.arena_cap
+        return total
+
+    @property
+    def queued(self):
+        """Fragments waiting in all queues."""
+        return self._queued
+
+    @property
+    def high_water_mark(self):
+        return self._hwm if self._has_hwm else None
+
+    @property
+    def last_flush(self):
+        return self._last_flush
+
+    @property
+    def emitted_seq(self):
+        """Sequence number the next emitted fragment will get (= fragments emitted so far)."""
+        return self._out_seq + self._out_n
+
+    @property
+    def global_paused(self):
+        return bool(self._global_paused)
+
+    @property
+    def source_ids(self):
+        return [self._src[self._by_id[i]].id for i in range(self._n_src)]
+
+
+cdef inline void memset_source(Source *s) noexcept nogil:
+    cdef char *p = <char *>s
+    cdef size_t i
+    for i in range(sizeof(Source)):
+        p[i] = 0
+
+
+cdef int _check_batch(const uint32_t[::1] source, const uint64_t[::1] timestamp,
+                      const uint32_t[::1] barrier, const uint64_t[::1] payload_offsets,
+                      const uint8_t[::1] payload, kind=None) except -1:
+    """Validate a whole batch before any of it is taken in; errors name the field."""
+    cdef Py_ssize_t n = timestamp.shape[0], i
+    cdef const uint8_t[::1] kinds
+    if source.shape[0] != n:
+        raise InterfaceError(f"source has {source.shape[0]} entries, timestamp has {n}")
+    if barrier.shape[0] != n:
+        raise InterfaceError(f"barrier has {barrier.shape[0]} entries, timestamp has {n}")
+    if payload_offsets.shape[0] != n + 1:
+        raise InterfaceError(
+            f"payload_offsets has {payload_offsets.shape[0]} entries, expected {n + 1} "
+            f"(one more than timestamp)")
+    if n == 0:
+        return 0
+    if payload_offsets[n] > <uint64_t>payload.shape[0]:
+        raise InterfaceError(
+            f"payload_offsets[{n}]={payload_offsets[n]} is beyond the payload "
+            f"({payload.shape[0]} bytes)")
+    if kind is None:
+        for i in range(n):
+            if timestamp[i] == TS_INF:
+                raise InterfaceError(f"timestamp[{i}] is 2**64-1, reserved for +infinity")
+    else:
+        kinds = kind
+        for i in range(n):
+            if kinds[i] == RECORD_FRAGMENT and timestamp[i] == TS_INF:
+                raise InterfaceError(f"timestamp[{i}] is 2**64-1, reserved for +infinity")
+            if kinds[i] > RECORD_END:
+                raise InterfaceError(f"kind[{i}]={kinds[i]} is not a record kind")
+    for i in range(n):
+        if payload_offsets[i + 1] < payload_offsets[i]:
+            raise InterfaceError(f"payload_offsets[{i + 1}] is below payload_offsets[{i}]")
+        if payload_offsets[i + 1] - payload_offsets[i] > 0xFFFFFFFF:
+            raise InterfaceError(f"payload of fragment {i} is 4 GiB or more")
+    return 0

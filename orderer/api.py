@@ -1,0 +1,199 @@
+"""The orderer's public Python API: what the service, ``evb replay``, the tests and users embed.
+
+:class:`Orderer` wraps the Cython core (kept in a private slot) and offers coarse calls: submit a
+batch, send a watermark or an end of source, advance the clock, end the run, take emitted batches,
+read counters and flow-control signals. Input is validated once, here and in the core's batch
+check, before anything is taken in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from orderer._core.core import OrdererCore
+from orderer.batch import EmittedBatch, FragmentBatch
+from orderer.clock import Clock, MonotonicClock
+from orderer.config import OrdererConfig
+from orderer.errors import InterfaceError
+
+__all__ = ["FlowSignal", "Orderer"]
+
+_U32 = 2**32 - 1
+_U64 = 2**64 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class FlowSignal:
+    """Flow control for one source: ``paused`` True is XOFF (stop sending), False is XON."""
+
+    source: int
+    paused: bool
+
+
+def _core_parameters(config: OrdererConfig) -> tuple[Any, ...]:
+    fc = config.flow_control
+    return (
+        config.build_window,
+        config.startup_delay,
+        config.effective_barrier_timeout,
+        math.inf if config.source_timeout is None else config.source_timeout,
+        config.late_policy == "drop",
+        fc.global_xoff,
+        fc.global_xon,
+        fc.queue_xoff,
+        fc.queue_xon,
+    )
+
+
+def _check_id(name: str, value: int, top: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or not 0 <= value <= top:
+        raise InterfaceError(f"{name}: {value!r} is not an integer in 0..{top}")
+    return int(value)
+
+
+class Orderer:
+    """One event orderer: merges sources into one stream in global timestamp order.
+
+    ``config`` is an :class:`OrdererConfig` or a mapping of spec parameter names. Every call that
+    takes ``now`` uses the clock when it is omitted (live: a monotonic clock; replay: a
+    :class:`~orderer.clock.SimulatedClock`). Deadlines that fell before ``now`` run first, at their
+    own times, so a live orderer emits exactly what ``evb replay`` of its arrivals emits.
+    """
+
+    __slots__ = ("_clock", "_config", "_core")
+
+    def __init__(
+        self, config: OrdererConfig | Mapping[str, Any] | None = None, *, clock: Clock | None = None
+    ) -> None:
+        if config is None:
+            config = OrdererConfig()
+        elif not isinstance(config, OrdererConfig):
+            config = OrdererConfig.from_mapping(config)
+        self._config = config
+        self._clock: Clock = clock if clock is not None else MonotonicClock()
+        self._core = OrdererCore(*_core_parameters(config))
+        for source in config.sources:
+            self._core.declare_source(source)
+
+    @property
+    def config(self) -> OrdererConfig:
+        return self._config
+
+    def configure(self, config: OrdererConfig | Mapping[str, Any] | None = None, **changes: Any) -> OrdererConfig:
+        """Change parameters live (window, timeouts, late policy, flow control); queued data stays.
+
+        Newly declared sources are added; a source is never forgotten.
+        """
+        if config is None:
+            new = self._config.with_changes(**changes)
+        elif isinstance(config, OrdererConfig):
+            new = config
+        else:
+            new = OrdererConfig.from_mapping(config)
+        self._core.configure(*_core_parameters(new))
+        for source in new.sources:
+            self._core.declare_source(source)
+        self._config = new
+        return new
+
+    def _now(self, now: float | None) -> float:
+        return self._clock.now() if now is None else float(now)
+
+    def submit(self, batch: FragmentBatch, *, now: float | None = None) -> None:
+        """Fragments arriving now, in arrival order. A bad batch raises and changes nothing."""
+        self._core.submit(
+            self._now(now),
+            batch.source,
+            batch.timestamp,
+            batch.barrier,
+            batch.payload_offsets,
+            batch.payload,
+        )
+
+    def watermark(self, source: int, watermark: int, *, now: float | None = None) -> None:
+        """``source`` promises that nothing older than ``watermark`` will come from it."""
+        self._core.watermark(
+            self._now(now), _check_id("source", source, _U32), _check_id("watermark", watermark, _U64)
+        )
+
+    def end_source(self, source: int, *, now: float | None = None) -> None:
+        """``source`` said end of stream; it stops holding the others back."""
+        self._core.end_source(self._now(now), _check_id("source", source, _U32))
+
+    def advance(self, now: float | None = None) -> None:
+        """Run every deadline up to and including ``now`` (what a live timer calls)."""
+        self._core.run_deadlines(self._now(now))
+
+    def next_deadline(self) -> float | None:
+        """When :meth:`advance` next has something to do, or None."""
+        deadline = self._core.next_deadline()
+        return None if math.isinf(deadline) else deadline
+
+    def end_run(self, *, now: float | None = None) -> None:
+        """End of run: drain every queue without waiting, resolving pending barriers."""
+        self._core.end_of_run(self._now(now))
+
+    def take_emitted(self) -> EmittedBatch:
+        """Everything emitted since the last call, in emission order."""
+        return EmittedBatch(*self._core.take_emitted())
+
+    def take_flow_signals(self) -> list[FlowSignal]:
+        """Pause/resume transitions since the last call, for the service to relay."""
+        return [FlowSignal(source, paused) for source, paused in self._core.take_flow_changes()]
+
+    def take_barrier_log(self) -> list[dict[str, Any]]:
+        """Barriers resolved since the last call."""
+        return [
+            {"t": t, "complete": complete, "homogeneous": homogeneous, "missing": list(missing)}
+            for t, complete, homogeneous, missing in self._core.take_barrier_log()
+        ]
+
+    def counters(self) -> dict[str, Any]:
+        """The counters of ORDERING.md, in the layout of ``evb replay --stats``."""
+        return self._core.counters()
+
+    def source_states(self, *, now: float | None = None) -> dict[int, dict[str, Any]]:
+        """Per source: queued fragments, watermark, ended, dead, paused, last arrival."""
+        return self._core.source_states(self._now(now))
+
+    @property
+    def queued(self) -> int:
+        """Fragments waiting in the queues (received - emitted - dropped)."""
+        return self._core.queued
+
+    @property
+    def high_water_mark(self) -> int | None:
+        return self._core.high_water_mark
+
+    @property
+    def emitted_seq(self) -> int:
+        """Sequence number of the next fragment to be emitted."""
+        return self._core.emitted_seq
+
+    @property
+    def globally_paused(self) -> bool:
+        """True while the global XOFF is in force."""
+        return self._core.global_paused
+
+    def memory_bytes(self) -> int:
+        """Bytes allocated for queued fragments (capacity, payload included)."""
+        return self._core.memory_bytes()
+
+    def replay_arrays(
+        self,
+        kind: np.ndarray,
+        t: np.ndarray,
+        source: np.ndarray,
+        value: np.ndarray,
+        barrier: np.ndarray,
+        payload_offsets: np.ndarray,
+        payload: np.ndarray,
+    ) -> None:
+        """Take in a whole recorded run at once (``evb replay``): columns of records sorted by
+        ``t``; ``kind`` 0 = fragment (value = timestamp), 1 = watermark (value), 2 = end."""
+        self._core.replay(kind, t, source, value, barrier, payload_offsets, payload)

@@ -1,0 +1,156 @@
+"""Columnar batches: how fragments travel into and out of the orderer.
+
+A batch is a handful of arrays, never one Python object per fragment: timestamps ``uint64``,
+source ids and barrier types ``uint32``, and payloads as one byte buffer with ``n + 1`` offsets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from orderer.errors import InterfaceError
+
+__all__ = ["EmittedBatch", "FragmentBatch"]
+
+_EMPTY_BYTES = np.zeros(0, dtype=np.uint8)
+
+
+def _array(name: str, values: object, dtype: type[np.generic]) -> npt.NDArray:
+    try:
+        array = np.asarray(values)
+    except (TypeError, ValueError) as error:
+        raise InterfaceError(f"{name}: not an array ({error})") from None
+    if array.ndim != 1:
+        raise InterfaceError(f"{name}: expected a 1-d array, got shape {array.shape}")
+    if array.dtype != dtype:
+        if array.size and array.dtype.kind not in "iu":
+            raise InterfaceError(f"{name}: expected integers, got dtype {array.dtype}")
+        if array.size and array.dtype.kind == "i" and int(array.min()) < 0:
+            raise InterfaceError(f"{name}: negative value {int(array.min())}")
+        if array.size and int(array.max()) > np.iinfo(dtype).max:
+            raise InterfaceError(f"{name}: value {int(array.max())} does not fit in {dtype.__name__}")
+        array = array.astype(dtype)
+    return np.ascontiguousarray(array)
+
+
+@dataclass(frozen=True, slots=True)
+class FragmentBatch:
+    """Fragments submitted together; they share one arrival time."""
+
+    source: npt.NDArray[np.uint32]
+    timestamp: npt.NDArray[np.uint64]
+    barrier: npt.NDArray[np.uint32]
+    payload_offsets: npt.NDArray[np.uint64]
+    payload: npt.NDArray[np.uint8]
+
+    @classmethod
+    def from_arrays(
+        cls,
+        source: object,
+        timestamp: object,
+        barrier: object | None = None,
+        payloads: Sequence[bytes] | None = None,
+        *,
+        payload_offsets: object | None = None,
+        payload: bytes | npt.NDArray[np.uint8] | None = None,
+    ) -> FragmentBatch:
+        """Build from array-likes. ``source`` may be a scalar for a single-source batch.
+
+        Payloads come either as a list of ``bytes`` (one per fragment) or already packed as
+        ``payload`` + ``payload_offsets``; none means empty payloads.
+        """
+        ts = _array("timestamp", timestamp, np.uint64)
+        n = ts.shape[0]
+        if np.isscalar(source):
+            src = np.full(n, source, dtype=np.uint32) if 0 <= int(source) < 2**32 else None  # type: ignore[call-overload]
+            if src is None:
+                raise InterfaceError(f"source: {source} does not fit in uint32")
+        else:
+            src = _array("source", source, np.uint32)
+        bar = np.zeros(n, dtype=np.uint32) if barrier is None else _array("barrier", barrier, np.uint32)
+        if payloads is not None:
+            if payload is not None or payload_offsets is not None:
+                raise InterfaceError("give payloads either as a list or packed, not both")
+            lengths = np.fromiter((len(p) for p in payloads), dtype=np.uint64, count=len(payloads))
+            offsets = np.zeros(len(payloads) + 1, dtype=np.uint64)
+            np.cumsum(lengths, out=offsets[1:])
+            blob = np.frombuffer(b"".join(payloads), dtype=np.uint8)
+        elif payload_offsets is not None:
+            offsets = _array("payload_offsets", payload_offsets, np.uint64)
+            blob = _EMPTY_BYTES if payload is None else np.frombuffer(payload, dtype=np.uint8)
+        else:
+            offsets = np.zeros(n + 1, dtype=np.uint64)
+            blob = _EMPTY_BYTES
+        return cls(src, ts, bar, offsets, blob)
+
+    def __len__(self) -> int:
+        return int(self.timestamp.shape[0])
+
+
+@dataclass(frozen=True, slots=True)
+class EmittedBatch:
+    """Fragments emitted by the orderer, in emission order; ``seq`` of row i is first_seq + i.
+
+    ``t`` is the time of the flush that emitted each fragment.
+    """
+
+    first_seq: int
+    t: npt.NDArray[np.float64]
+    source: npt.NDArray[np.uint32]
+    timestamp: npt.NDArray[np.uint64]
+    barrier: npt.NDArray[np.uint32]
+    late: npt.NDArray[np.bool_]
+    payload_offsets: npt.NDArray[np.uint64]
+    payload: npt.NDArray[np.uint8]
+
+    def __len__(self) -> int:
+        return int(self.timestamp.shape[0])
+
+    def payload_of(self, i: int) -> bytes:
+        start, stop = int(self.payload_offsets[i]), int(self.payload_offsets[i + 1])
+        return self.payload[start:stop].tobytes()
+
+    def records(self) -> Iterator[dict[str, object]]:
+        """Rows in the ``evb replay`` OUT layout (slow; for output files and tests)."""
+        t = self.t.tolist()
+        source = self.source.tolist()
+        ts = self.timestamp.tolist()
+        barrier = self.barrier.tolist()
+        late = self.late.tolist()
+        for i in range(len(ts)):
+            yield {
+                "seq": self.first_seq + i,
+                "t": t[i],
+                "source": source[i],
+                "ts": ts[i],
+                "barrier": barrier[i],
+                "late": late[i],
+            }
+
+    @classmethod
+    def concat(cls, batches: Sequence[EmittedBatch]) -> EmittedBatch:
+        """One batch from consecutive batches (payload offsets rebased)."""
+        if not batches:
+            return cls(0, *(np.zeros(0, dtype=d) for d in _COLUMN_DTYPES), np.zeros(1, np.uint64), _EMPTY_BYTES)  # type: ignore[arg-type]
+        offsets = [batches[0].payload_offsets]
+        base = int(batches[0].payload_offsets[-1])
+        for b in batches[1:]:
+            offsets.append(b.payload_offsets[1:] + np.uint64(base))
+            base += int(b.payload_offsets[-1])
+        return cls(
+            batches[0].first_seq,
+            np.concatenate([b.t for b in batches]),
+            np.concatenate([b.source for b in batches]),
+            np.concatenate([b.timestamp for b in batches]),
+            np.concatenate([b.barrier for b in batches]),
+            np.concatenate([b.late for b in batches]),
+            np.concatenate(offsets),
+            np.concatenate([b.payload for b in batches]),
+        )
+
+
+_COLUMN_DTYPES = (np.float64, np.uint32, np.uint64, np.uint32, np.bool_)

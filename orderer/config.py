@@ -1,0 +1,195 @@
+"""The orderer's configuration: one frozen dataclass, built the same way by every entry point.
+
+Keys are the parameter names of ``ORDERING.md`` (``build_window``); the camelCase spelling of the
+EventBuilder custom resource (``buildWindow``) is accepted too, so a CR spec, a YAML file for
+``evb serve`` and the flags of ``evb replay`` all land here. Every invalid value raises
+:class:`~orderer.errors.ConfigError` naming the parameter.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from orderer.errors import ConfigError
+
+__all__ = ["LATE_POLICIES", "FlowControl", "OrdererConfig"]
+
+LATE_POLICIES = ("emit", "drop")
+_MAX_SOURCE_ID = 2**32 - 1
+
+
+def _snake(key: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+
+
+def _camel(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(word.capitalize() for word in rest)
+
+
+def _duration(name: str, value: Any, *, allow_zero: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ConfigError(name, value, "must be a number of seconds")
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ConfigError(name, value, "must be a number of seconds") from None
+    if not math.isfinite(seconds):
+        raise ConfigError(name, value, "must be finite")
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        raise ConfigError(name, value, "must be >= 0" if allow_zero else "must be > 0")
+    return seconds
+
+
+def _count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(name, value, "must be a positive integer")
+    return value
+
+
+@dataclass(frozen=True)
+class FlowControl:
+    """Bounded memory: when the orderer asks sources to pause (XOFF) and resume (XON).
+
+    Defaults are NSCLDAQ's. Counts are fragments waiting in queues, not bytes.
+    """
+
+    global_xoff: int = 4_000_000
+    """All sources but the ones holding the output back pause above this many queued fragments."""
+    global_xon: int = 3_000_000
+    """... and resume below this many."""
+    queue_xoff: int = 400_000
+    """A source pauses when its own queue holds more than this many fragments."""
+    queue_xon: int = 50_000
+    """... and resumes when its queue is back below this many."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            _count(f"flow_control.{f.name}", getattr(self, f.name))
+        if self.global_xon > self.global_xoff:
+            raise ConfigError("flow_control.global_xon", self.global_xon, "must be <= global_xoff")
+        if self.queue_xon > self.queue_xoff:
+            raise ConfigError("flow_control.queue_xon", self.queue_xon, "must be <= queue_xoff")
+
+
+@dataclass(frozen=True)
+class OrdererConfig:
+    """Parameters of ``ORDERING.md``; durations are seconds."""
+
+    build_window: float = 20.0
+    """How long a fragment may wait for the other sources (window rule)."""
+    startup_delay: float = 2.0
+    """Nothing is emitted until this long after the first fragment arrived."""
+    barrier_timeout: float | None = None
+    """How long a barrier waits for the other sources; ``None`` means 4 x build_window."""
+    source_timeout: float | None = 60.0
+    """A source silent this long is dead; ``None`` disables (``off`` in flags and specs)."""
+    late_policy: str = "emit"
+    """``emit``: late fragments go out flagged late; ``drop``: counted and not emitted."""
+    sources: tuple[int, ...] = ()
+    """Sources declared from the start; a declared source that never sends holds the output."""
+    flow_control: FlowControl = field(default_factory=FlowControl)
+    """Pause/resume thresholds for bounded memory."""
+
+    def __post_init__(self) -> None:
+        _duration("build_window", self.build_window)
+        _duration("startup_delay", self.startup_delay, allow_zero=True)
+        if self.barrier_timeout is not None:
+            _duration("barrier_timeout", self.barrier_timeout)
+        if self.source_timeout is not None:
+            _duration("source_timeout", self.source_timeout)
+        if self.late_policy not in LATE_POLICIES:
+            raise ConfigError("late_policy", self.late_policy, "must be 'emit' or 'drop'")
+        for source in self.sources:
+            if isinstance(source, bool) or not isinstance(source, int):
+                raise ConfigError("sources", source, "source ids must be integers")
+            if not 0 <= source <= _MAX_SOURCE_ID:
+                raise ConfigError("sources", source, "source ids must fit in uint32")
+        if len(set(self.sources)) != len(self.sources):
+            raise ConfigError("sources", list(self.sources), "source ids must be unique")
+
+    @property
+    def effective_barrier_timeout(self) -> float:
+        """The barrier timeout in force: the explicit one, else 4 x build_window."""
+        if self.barrier_timeout is not None:
+            return self.barrier_timeout
+        return 4.0 * self.build_window
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any]) -> OrdererConfig:
+        """Build from spec-named keys (snake_case or camelCase); unknown keys are an error."""
+        known = {f.name for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for key, value in mapping.items():
+            name = _snake(key)
+            if name not in known:
+                raise ConfigError(key, value, f"unknown parameter; expected one of {sorted(known)}")
+            values[name] = value
+        for name in ("build_window", "startup_delay", "barrier_timeout"):
+            if name in values and values[name] is not None:
+                values[name] = _duration(name, values[name], allow_zero=name == "startup_delay")
+        if "source_timeout" in values:
+            values["source_timeout"] = parse_source_timeout(values["source_timeout"])
+        if "sources" in values:
+            values["sources"] = _sources(values["sources"])
+        if "flow_control" in values:
+            values["flow_control"] = _flow_control(values["flow_control"])
+        return cls(**values)
+
+    def to_mapping(self, *, camel: bool = False) -> dict[str, Any]:
+        """The inverse of :meth:`from_mapping`; ``camel=True`` gives the CR spelling."""
+        name = _camel if camel else str
+        out: dict[str, Any] = {
+            name("build_window"): self.build_window,
+            name("startup_delay"): self.startup_delay,
+            name("barrier_timeout"): self.barrier_timeout,
+            name("source_timeout"): "off" if self.source_timeout is None else self.source_timeout,
+            name("late_policy"): self.late_policy,
+            name("sources"): list(self.sources),
+            name("flow_control"): {
+                name(f.name): getattr(self.flow_control, f.name) for f in fields(FlowControl)
+            },
+        }
+        return out
+
+    def with_changes(self, **changes: Any) -> OrdererConfig:
+        """A copy with some parameters changed (live reconfiguration), validated again."""
+        return replace(self, **changes)
+
+
+def parse_source_timeout(value: Any) -> float | None:
+    """``off`` (or ``None``) disables dead-source detection; anything else is seconds > 0."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "off"):
+        return None
+    return _duration("source_timeout", value)
+
+
+def _sources(value: Any) -> tuple[int, ...]:
+    if isinstance(value, str):
+        parts = [p.strip() for p in value.split(",") if p.strip()]
+        try:
+            return tuple(int(p) for p in parts)
+        except ValueError:
+            raise ConfigError("sources", value, "must be a comma-separated list of ids") from None
+    if not isinstance(value, Iterable):
+        raise ConfigError("sources", value, "must be a list of source ids")
+    return tuple(value)
+
+
+def _flow_control(value: Any) -> FlowControl:
+    if isinstance(value, FlowControl):
+        return value
+    if not isinstance(value, Mapping):
+        raise ConfigError("flow_control", value, "must be a mapping")
+    known = {f.name for f in fields(FlowControl)}
+    values = {}
+    for key, item in value.items():
+        name = _snake(key)
+        if name not in known:
+            raise ConfigError(f"flow_control.{key}", item, f"unknown; expected one of {sorted(known)}")
+        values[name] = item
+    return FlowControl(**values)

@@ -1,0 +1,52 @@
+"""The one error hierarchy of evb.
+
+The Cython core, the Python API, the CLI and (later) the service all raise these classes, and each
+edge translates them once: to an exit status and ``line N: ...`` message in ``evb replay``, to a gRPC
+status code in the service. A late fragment is data, not an exception.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "EvbError",
+    "InterfaceError",
+    "InternalOrdererError",
+    "RecordError",
+]
+
+
+class EvbError(Exception):
+    """Base class of every error evb raises on purpose."""
+
+
+class ConfigError(EvbError, ValueError):
+    """A configuration value is invalid; the message names the parameter and the value."""
+
+    def __init__(self, parameter: str, value: object, why: str) -> None:
+        self.parameter = parameter
+        self.value = value
+        self.why = why
+        super().__init__(f"{parameter}: {why} (got {value!r})")
+
+
+class InterfaceError(EvbError):
+    """The API was misused: arrays of different lengths, time going backwards, a reserved value."""
+
+    def __init__(self, detail: str, *, hint: str | None = None) -> None:
+        self.detail = detail
+        self.hint = hint
+        super().__init__(detail if hint is None else f"{detail} ({hint})")
+
+
+class RecordError(EvbError, ValueError):
+    """One input record of a replay file is malformed; ``line`` is 1-based."""
+
+    def __init__(self, line: int, detail: str) -> None:
+        self.line = line
+        self.detail = detail
+        super().__init__(f"line {line}: {detail}")
+
+
+class InternalOrdererError(EvbError):
+    """An invariant of the core was broken: a bug in evb, never the caller's fault."""
