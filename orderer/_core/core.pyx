@@ -9,7 +9,7 @@ Fragments come in and go out as columnar arrays; no Python object is made per fr
 
 from libc.math cimport INFINITY
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
-from libc.string cimport memcpy, memmove
+from libc.string cimport memcpy, memmove, memset
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 
 import numpy as np
@@ -20,7 +20,83 @@ from orderer.errors import InterfaceError, InternalOrdererError
 
 cnp.import_array()
 
-DEF TS_INF = 0xFFFFFFFFFFFFFFFF      # +infinity frontier; never a valid timestamp
+cdef extern from *:
+    """
+    /* Merge keys are timestamps; runs are numbered in source id order, so a tie on the
+       timestamp goes to the lower run number: the order (timestamp, source id). An exhausted
+       run has the key UINT64_MAX, which no fragment can carry. */
+    typedef uint64_t evb_key_t;
+    #define EVB_KEY_MAX UINT64_MAX
+    static inline int evb_beats(evb_key_t ka, Py_ssize_t a, evb_key_t kb, Py_ssize_t b) {
+        return (ka < kb) | ((ka == kb) & (a < b));
+    }
+    /* Loser tree over k >= 1 runs: leaf of run r is node k + r, tree[n] the loser at node n;
+       win[] (2k entries) is scratch for the winners while building. Returns the winner. */
+    static inline Py_ssize_t evb_build_tree(Py_ssize_t *tree, Py_ssize_t *win,
+                                            const evb_key_t *key, Py_ssize_t k) {
+        Py_ssize_t node, a, b;
+        if (k == 1) return 0;
+        for (node = 0; node < k; node++) win[k + node] = node;
+        for (node = k - 1; node >= 1; node--) {
+            a = win[2 * node]; b = win[2 * node + 1];
+            if (evb_beats(key[b], b, key[a], a)) { win[node] = b; tree[node] = a; }
+            else { win[node] = a; tree[node] = b; }
+        }
+        return win[1];
+    }
+    /* After the winner w advanced: replay its path to the root, branch-free. */
+    static inline Py_ssize_t evb_replay(Py_ssize_t *tree, const evb_key_t *key, Py_ssize_t w,
+                                        Py_ssize_t k);
+    /* The common case of a merge: on-time fragments without payload. Writes timestamps and
+       source ids of ``count`` fragments; returns the new output length. */
+    static Py_ssize_t evb_merge_plain(Py_ssize_t *tree, evb_key_t *key, Py_ssize_t *cur,
+                                      const Py_ssize_t *end, const uint64_t **tsp,
+                                      const uint32_t *ids, Py_ssize_t w, Py_ssize_t k,
+                                      Py_ssize_t count, uint64_t *out_ts, uint32_t *out_source,
+                                      Py_ssize_t n_out) {
+        uint64_t *ots = out_ts + n_out;
+        uint32_t *osrc = out_source + n_out;
+        Py_ssize_t j, pos;
+        for (j = 0; j < count; j++) {
+            ots[j] = key[w];
+            osrc[j] = ids[w];
+            pos = cur[w] + 1;
+            cur[w] = pos;
+            key[w] = pos < end[w] ? tsp[w][pos] : EVB_KEY_MAX;
+            w = evb_replay(tree, key, w, k);
+        }
+        return n_out + count;
+    }
+    static inline Py_ssize_t evb_replay(Py_ssize_t *tree, const evb_key_t *key, Py_ssize_t w,
+                                        Py_ssize_t k) {
+        evb_key_t kw = key[w], kl, km;
+        Py_ssize_t node = (w + k) >> 1, l, m;
+        while (node) {
+            l = tree[node];
+            kl = key[l];
+            /* all ones when the stored loser beats w; selections by mask stay branch-free */
+            m = -(Py_ssize_t)evb_beats(kl, l, kw, w);
+            km = (evb_key_t)m;
+            tree[node] = l ^ ((w ^ l) & m);
+            w = w ^ ((w ^ l) & m);
+            kw = kw ^ ((kw ^ kl) & km);
+            node >>= 1;
+        }
+        return w;
+    }
+    """
+    ctypedef uint64_t evb_key_t
+    evb_key_t EVB_KEY_MAX
+    uint64_t TS_INF "UINT64_MAX"   # +infinity frontier; never a valid timestamp
+    Py_ssize_t evb_build_tree(Py_ssize_t *tree, Py_ssize_t *win, const evb_key_t *key,
+                              Py_ssize_t k) noexcept nogil
+    Py_ssize_t evb_replay(Py_ssize_t *tree, const evb_key_t *key, Py_ssize_t w,
+                          Py_ssize_t k) noexcept nogil
+    Py_ssize_t evb_merge_plain(Py_ssize_t *tree, evb_key_t *key, Py_ssize_t *cur,
+                               const Py_ssize_t *end, const uint64_t **tsp, const uint32_t *ids,
+                               Py_ssize_t w, Py_ssize_t k, Py_ssize_t count, uint64_t *out_ts,
+                               uint32_t *out_source, Py_ssize_t n_out) noexcept nogil
+
 DEF MIN_QUEUE_CAP = 64
 
 
@@ -144,19 +220,6 @@ cdef inline Py_ssize_t _upper_bound(const uint64_t *ts, Py_ssize_t lo, Py_ssize_
 
 cdef inline bint _front_is_barrier(Source *s) noexcept nogil:
     return s.q.n_barriers > 0 and s.q.first_barrier == s.q.head
-
-
-cdef inline bint _before(const Source *a, Py_ssize_t ia, const Source *b, Py_ssize_t ib) noexcept nogil:
-    """Merge order: (timestamp, source id); arrival order is already the order inside a queue."""
-    cdef uint64_t ta = a.q.ts[ia] if ia < a.pop_end else TS_INF
-    cdef uint64_t tb = b.q.ts[ib] if ib < b.pop_end else TS_INF
-    if ta != tb:
-        return ta < tb
-    if ia >= a.pop_end:
-        return False
-    if ib >= b.pop_end:
-        return True
-    return a.id < b.id
 
 
 cdef class OrdererCore:
@@ -326,15 +389,18 @@ cdef class OrdererCore:
         cdef size_t pay_total, off
         cdef uint64_t t
         # counters: duplicates and out_of_order against the previous fragment in arrival order
-        for i in range(n):
-            t = ts[i]
-            if s.has_prev:
-                if t == s.prev_ts:
-                    s.duplicates += 1
-                elif t < s.prev_ts:
-                    s.out_of_order += 1
-            s.prev_ts = t
-            s.has_prev = True
+        cdef uint64_t prev = ts[0], dups = 0, disorder = 0
+        if s.has_prev:
+            prev = s.prev_ts
+            dups = ts[0] == prev
+            disorder = ts[0] < prev
+        for i in range(1, n):
+            dups += ts[i] == ts[i - 1]
+            disorder += ts[i] < ts[i - 1]
+        s.duplicates += dups
+        s.out_of_order += disorder
+        s.prev_ts = ts[n - 1]
+        s.has_prev = True
         s.received += n
         s.ended = False
         self._note_arrival(s, now)
@@ -463,7 +529,8 @@ cdef class OrdererCore:
         self._mark_none = any_none
         self._mark = mark
         for i in range(self._n_src):
-            s = &self._src[i]
+            # runs in source id order: the merge breaks timestamp ties by run number
+            s = &self._src[self._by_id[i]]
             q = &s.q
             s.pop_end = q.head
             if q.tail == q.head:
@@ -482,7 +549,7 @@ cdef class OrdererCore:
                     end += 1
             if end > q.head:
                 s.pop_end = end
-                self._runs[k] = i
+                self._runs[k] = self._by_id[i]
                 k += 1
         if k == 0:
             return False
@@ -491,102 +558,145 @@ cdef class OrdererCore:
 
     cdef int _merge_emit(self, double now, Py_ssize_t k) except -1:
         """Step 4: merge the popped prefixes by (timestamp, source id) and emit them in order,
-        flagging (or dropping) late fragments against the high-water mark."""
-        cdef Py_ssize_t total = 0, i, r, w, node, tmp, pos, n_out
+        flagging (or dropping) late fragments against the high-water mark.
+
+        A loser tree over the k popped prefixes, numbered in source id order: log2(k)
+        branch-free comparisons per fragment. Arrival order needs no key: inside a queue it is
+        already the order of equal timestamps. Because the merged round is sorted, its late
+        fragments are exactly its prefix below the high-water mark the round started with, so
+        the late policy runs on that prefix only and the rest takes a lean loop.
+        """
+        cdef Py_ssize_t total = 0, i, w, pos, n_out, j, first_fast
         cdef Py_ssize_t *runs = self._runs
         cdef Py_ssize_t *tree = self._tree
-        cdef Py_ssize_t *cur
-        cdef Py_ssize_t *win
-        cdef size_t pay_total = 0
-        cdef Source *s
         cdef Source *src = self._src
+        cdef Source *s
         cdef Queue *q
+        cdef size_t pay_total = 0
         cdef uint64_t ts, hwm = self._hwm
-        cdef bint has_hwm = self._has_hwm, drop = self._drop_late, is_late
+        cdef bint drop = self._drop_late, with_payload = False
         cdef uint32_t plen
-        cdef Py_ssize_t j
+        cdef evb_key_t *key
+        cdef Py_ssize_t *cur
+        cdef Py_ssize_t *end
+        cdef Py_ssize_t *win
+        cdef Py_ssize_t *dropped_now
+        cdef uint32_t *ids
+        cdef const uint64_t **tsp
+        cdef uint64_t *out_ts
+        cdef uint32_t *out_source
+        cdef uint64_t *out_pay_end
         for i in range(k):
             s = &src[runs[i]]
             total += s.pop_end - s.q.head
             pay_total += s.q.arena_live  # upper bound of the payload bytes popped
+        with_payload = pay_total > 0
         self._reserve_out(total, pay_total)
-        # cur[r]: next position of run r; win[]: winners while building the loser tree
-        cur = <Py_ssize_t *>PyMem_Malloc(3 * k * sizeof(Py_ssize_t))
-        if cur == NULL:
+        key = <evb_key_t *>PyMem_Malloc(
+            k * (sizeof(evb_key_t) + 5 * sizeof(Py_ssize_t) + sizeof(uint32_t) + sizeof(void *)))
+        if key == NULL:
             raise MemoryError()
-        win = cur + k
+        cur = <Py_ssize_t *>(key + k)
+        end = cur + k
+        dropped_now = end + k
+        win = dropped_now + k  # 2k entries
+        tsp = <const uint64_t **>(win + 2 * k)
+        ids = <uint32_t *>(tsp + k)
         try:
             for i in range(k):
-                cur[i] = src[runs[i]].q.head
+                s = &src[runs[i]]
+                cur[i] = s.q.head
+                end[i] = s.pop_end
+                dropped_now[i] = 0
+                tsp[i] = s.q.ts
+                ids[i] = s.id
+                key[i] = s.q.ts[s.q.head]
+            w = evb_build_tree(tree, win, key, k)
             n_out = self._out_n
-            # loser tree: leaf of run r is node k + r; tree[node] holds the loser of that match
-            w = 0
-            if k > 1:
-                for i in range(k):
-                    win[k + i] = i
-                for node in range(k - 1, 0, -1):
-                    r = win[2 * node]
-                    tmp = win[2 * node + 1]
-                    if _before(&src[runs[r]], cur[r], &src[runs[tmp]], cur[tmp]):
-                        win[node] = r
-                        tree[node] = tmp
-                    else:
-                        win[node] = tmp
-                        tree[node] = r
-                w = win[1]
-            for j in range(total):
-                s = &src[runs[w]]
-                q = &s.q
-                pos = cur[w]
-                ts = q.ts[pos]
-                plen = q.pay_len[pos]
-                is_late = has_hwm and ts < hwm
-                if is_late:
+            out_ts = self._out_ts
+            out_source = self._out_source
+            out_pay_end = self._out_pay_end
+            j = 0
+            # late prefix: below the high-water mark the round started with
+            if self._has_hwm:
+                while j < total and key[w] < hwm:
+                    s = &src[runs[w]]
+                    q = &s.q
+                    pos = cur[w]
+                    ts = key[w]
                     s.late += 1
                     if hwm - ts > s.max_lateness:
                         s.max_lateness = hwm - ts
-                else:
-                    hwm = ts
-                    has_hwm = True
-                if is_late and drop:
-                    s.dropped += 1
-                else:
-                    s.emitted += 1
-                    self._out_ts[n_out] = ts
-                    self._out_source[n_out] = s.id
-                    self._out_barrier[n_out] = 0
-                    self._out_late[n_out] = is_late
-                    self._out_t[n_out] = now
+                    plen = q.pay_len[pos]
+                    if drop:
+                        s.dropped += 1
+                        dropped_now[w] += 1
+                        q.arena_live -= plen
+                    else:
+                        out_ts[n_out] = ts
+                        out_source[n_out] = ids[w]
+                        self._out_late[n_out] = 1
+                        if plen:
+                            memcpy(self._out_pay + self._out_pay_len, q.arena + q.pay_off[pos],
+                                   plen)
+                            self._out_pay_len += plen
+                            q.arena_live -= plen
+                        out_pay_end[n_out] = self._out_pay_len
+                        n_out += 1
+                    pos += 1
+                    cur[w] = pos
+                    key[w] = tsp[w][pos] if pos < end[w] else EVB_KEY_MAX
+                    w = evb_replay(tree, key, w, k)
+                    j += 1
+            first_fast = n_out
+            # on time: not late, each raises the high-water mark
+            if with_payload:
+                while j < total:
+                    s = &src[runs[w]]
+                    q = &s.q
+                    pos = cur[w]
+                    out_ts[n_out] = key[w]
+                    out_source[n_out] = ids[w]
+                    plen = q.pay_len[pos]
                     if plen:
                         memcpy(self._out_pay + self._out_pay_len, q.arena + q.pay_off[pos], plen)
                         self._out_pay_len += plen
                         q.arena_live -= plen
-                    self._out_pay_end[n_out] = self._out_pay_len
+                    out_pay_end[n_out] = self._out_pay_len
                     n_out += 1
-                cur[w] = pos + 1
-                if k > 1:
-                    # replay the path from leaf w to the root against the stored losers
-                    node = (w + k) >> 1
-                    while node >= 1:
-                        tmp = tree[node]
-                        if _before(&src[runs[tmp]], cur[tmp], &src[runs[w]], cur[w]):
-                            tree[node] = w
-                            w = tmp
-                        node >>= 1
+                    pos += 1
+                    cur[w] = pos
+                    key[w] = tsp[w][pos] if pos < end[w] else EVB_KEY_MAX
+                    w = evb_replay(tree, key, w, k)
+                    j += 1
+            else:
+                n_out = evb_merge_plain(tree, key, cur, end, tsp, ids, w, k, total - j,
+                                        out_ts, out_source, n_out)
+                j = total
+                for j in range(first_fast, n_out):
+                    out_pay_end[j] = self._out_pay_len
+            if n_out > first_fast:
+                hwm = out_ts[n_out - 1]
+                self._has_hwm = True
+                self._hwm = hwm
+                memset(self._out_late + first_fast, 0, n_out - first_fast)
+            memset(self._out_barrier + self._out_n, 0, (n_out - self._out_n) * sizeof(uint32_t))
+            for j in range(self._out_n, n_out):
+                self._out_t[j] = now
             self._out_n = n_out
-            self._has_hwm = has_hwm
-            self._hwm = hwm
             for i in range(k):
                 s = &src[runs[i]]
                 IF EVB_DEBUG:
                     if cur[i] != s.pop_end:
                         raise InternalOrdererError("merge did not consume a popped prefix")
+                # every popped fragment is emitted except the dropped ones (counted above)
+                s.emitted += (s.pop_end - s.q.head) - dropped_now[i]
                 self._queued -= s.pop_end - s.q.head
                 s.q.head = s.pop_end
                 if s.q.head == s.q.tail:
                     _queue_emptied(&s.q)
         finally:
-            PyMem_Free(cur)
+            PyMem_Free(key)
         return 0
 
     cdef bint _resolve_barriers(self, double now, bint drain) except -1:
@@ -1044,9 +1154,11 @@ cdef int _check_batch(const uint32_t[::1] source, const uint64_t[::1] timestamp,
                 raise InterfaceError(f"timestamp[{i}] is 2**64-1, reserved for +infinity")
             if kinds[i] > RECORD_END:
                 raise InterfaceError(f"kind[{i}]={kinds[i]} is not a record kind")
+    cdef const uint64_t *off = &payload_offsets[0]
+    cdef uint64_t max_len = 0xFFFFFFFFU
     for i in range(n):
-        if payload_offsets[i + 1] < payload_offsets[i]:
+        if off[i + 1] < off[i]:
             raise InterfaceError(f"payload_offsets[{i + 1}] is below payload_offsets[{i}]")
-        if payload_offsets[i + 1] - payload_offsets[i] > 0xFFFFFFFF:
+        if off[i + 1] - off[i] > max_len:
             raise InterfaceError(f"payload of fragment {i} is 4 GiB or more")
     return 0

@@ -1,0 +1,35 @@
+# The two commands a newcomer needs: `make demo` and `make test`. Each creates .venv and
+# installs what it needs when missing (an editable install, which also compiles the Cython core).
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.evb-installed
+export OPENBLAS_NUM_THREADS ?= 1
+
+.PHONY: demo test lint bench soak clean
+
+$(STAMP): pyproject.toml setup.py orderer/_core/core.pyx orderer/_core/core.pxd
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet --editable '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/evb demo --output-dir demo-output
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check orderer tests
+
+test: $(STAMP) lint
+	$(PY) -m pytest -q tests
+
+bench: $(STAMP)
+	$(PY) tests/bench/bench_orderer.py --json bench-output/orderer.json
+
+# Long randomised runs of the property tests (many more scenarios than `make test`).
+soak: $(STAMP)
+	EVB_SOAK=1 $(PY) -m pytest -q tests/orderer/test_property.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info orderer/_core/*.c orderer/_core/*.so demo-output bench-output

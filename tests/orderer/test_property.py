@@ -1,0 +1,280 @@
+"""Property tests: the Cython core, through the :class:`Orderer` API, equals the test oracle.
+
+Hypothesis generates small multi-source runs (stalls, backlogs, disorder, duplicates, barriers of
+several types, watermarks, ends, declared sources, both late policies, various windows and
+timeouts, ``source_timeout: off``). The core gets the fragments in random batches of equal arrival
+time (mixed sources), watermark and end calls, and live-timer ``advance`` calls between arrivals;
+the oracle (``tests/oracle.py``) gets the same records one by one, as ``evb replay`` semantics
+define them. Emitted sequences (source, ts, barrier, late, t) and every counter must be equal.
+The ``evb replay`` path (``read_records`` + ``replay``) is checked against the oracle too.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from orderer import FragmentBatch, Orderer, OrdererConfig, SimulatedClock
+from orderer.replay import read_records, replay
+from tests.oracle import oracle_run
+
+MAX_ID = 2**32 - 1
+MAX_TS = 2**64 - 2  # 2**64 - 1 is reserved
+TIME_TOLERANCE = 1e-9
+
+PROPERTY_SETTINGS = settings(
+    max_examples=1500,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+@dataclass
+class Scenario:
+    config: dict[str, Any]
+    records: list[dict[str, Any]]
+    batch_breaks: list[bool] = field(default_factory=list)  # start a new batch at record i
+    advances: dict[int, float] = field(default_factory=dict)  # before record i: advance(now)
+    end: str = "last"  # "last": end_run at the last t; "later": after it; "none": no end of run
+    end_delay: float = 0.0
+
+
+SOURCE_IDS = [1, 2, 3, 0, 7, MAX_ID]
+DELTAS = [0.0, 0.0, 0.0, 0.1, 0.25, 0.5, 1.0, 0.3, 2.0, 3.7, 9.0, 25.0]
+KINDS = ["ts"] * 8 + ["watermark", "end"]
+JITTERS = [0, 0, 0, 1, 2, -1, -3, -10, -30, 0]
+BARRIERS = [0] * 7 + [1, 2, 3, 7]
+ADVANCE_FRACTIONS = [None, None, None, 0.5, 0.01, 0.99]
+
+
+def _pick(code: int, choices: list[Any]) -> tuple[Any, int]:
+    """Decode one choice from an integer (one hypothesis draw per record keeps it fast)."""
+    code, index = divmod(code, len(choices))
+    return choices[index], code
+
+
+@st.composite
+def configs(draw: st.DrawFn, ids: list[int]) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "build_window": draw(st.sampled_from([1.0, 0.5, 2.0, 3.5, 0.1, 7.0])),
+        "startup_delay": draw(st.sampled_from([0, 0.3, 1.0, 2.5, 0.1])),
+        "source_timeout": draw(st.sampled_from([60, "off", 1.0, 2.5, 5.0, 0.2])),
+        "late_policy": draw(st.sampled_from(["emit", "drop"])),
+    }
+    barrier_timeout = draw(st.sampled_from([None, 0.7, 2.0, 6.0, 0.1]))
+    if barrier_timeout is not None:
+        config["barrier_timeout"] = barrier_timeout
+    declared = draw(st.lists(st.sampled_from([*ids, 42]), unique=True, max_size=3))
+    if declared:
+        config["sources"] = declared
+    return config
+
+
+@st.composite
+def scenarios(draw: st.DrawFn, max_records: int = 30) -> Scenario:
+    """A random run: records with arrival times, batch boundaries and live-timer calls."""
+    ids = draw(st.lists(st.sampled_from(SOURCE_IDS), min_size=1, max_size=4, unique=True))
+    config = draw(configs(ids))
+    # timestamps follow arrival time (x scale) with per-source skew, jitter and stalls;
+    # scale 0 gives many equal timestamps across sources
+    scale = draw(st.sampled_from([10, 2, 0]))
+    skew = {i: draw(st.sampled_from([0, 0, 5, -5, 20, -20])) for i in ids}
+    big = draw(st.integers(0, 3)) == 0  # timestamps near the top of uint64
+    t = draw(st.sampled_from([0.0, 3.0, 0.1]))
+    codes = draw(st.lists(st.integers(0, 2**40 - 1), max_size=max_records))
+    records: list[dict[str, Any]] = []
+    breaks: list[bool] = []
+    advances: dict[int, float] = {}
+    for i, code in enumerate(codes):
+        dt, code = _pick(code, DELTAS)
+        fraction, code = _pick(code, ADVANCE_FRACTIONS)
+        source, code = _pick(code, ids)
+        kind, code = _pick(code, KINDS)
+        jitter, code = _pick(code, JITTERS)
+        barrier, code = _pick(code, BARRIERS)
+        new_batch, code = _pick(code, [False, True])
+        if dt > 0 and records and fraction is not None:
+            advances[i] = t + dt * fraction
+        t += dt
+        value = max(0, round(t * scale) + skew[source] + jitter)
+        if big:
+            value = MAX_TS - 1000 + min(value, 1000)
+        if kind == "ts":
+            records.append({"t": t, "source": source, "ts": value, "barrier": barrier})
+        elif kind == "watermark":
+            records.append({"t": t, "source": source, "watermark": value})
+        else:
+            records.append({"t": t, "source": source, "end": True})
+        breaks.append(new_batch)
+    end = draw(st.sampled_from(["last", "last", "later", "none"]))
+    end_delay = draw(st.sampled_from([0.5, 30.0, 100.0])) if end == "later" else 0.0
+    return Scenario(config, records, breaks, advances, end, end_delay)
+
+
+# --------------------------------------------------------------------------- running
+
+
+def run_core(scenario: Scenario) -> tuple[list[dict[str, Any]], dict[str, Any], Orderer]:
+    """Feed the scenario to the real Orderer: equal-time fragments in batches, live timer calls."""
+    orderer = Orderer(scenario.config, clock=SimulatedClock())
+    batch: list[dict[str, Any]] = []
+
+    def submit() -> None:
+        if batch:
+            orderer.submit(
+                FragmentBatch.from_arrays(
+                    source=[r["source"] for r in batch],
+                    timestamp=[r["ts"] for r in batch],
+                    barrier=[r.get("barrier", 0) for r in batch],
+                ),
+                now=batch[0]["t"],
+            )
+            batch.clear()
+
+    for i, record in enumerate(scenario.records):
+        if batch and (scenario.batch_breaks[i] or batch[0]["t"] != record["t"]):
+            submit()
+        if i in scenario.advances:
+            submit()
+            orderer.advance(scenario.advances[i])
+        if "ts" in record:
+            batch.append(record)
+            continue
+        submit()
+        if "watermark" in record:
+            orderer.watermark(record["source"], record["watermark"], now=record["t"])
+        else:
+            orderer.end_source(record["source"], now=record["t"])
+    submit()
+    if scenario.records and scenario.end != "none":
+        orderer.end_run(now=scenario.records[-1]["t"] + scenario.end_delay)
+    emitted = orderer.take_emitted()
+    items = list(emitted.records())
+    assert [item.pop("seq") for item in items] == list(range(len(items)))
+    return items, orderer.counters(), orderer
+
+
+def run_oracle(scenario: Scenario) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    end_time = None
+    if scenario.records and scenario.end == "later":
+        end_time = scenario.records[-1]["t"] + scenario.end_delay
+    return oracle_run(
+        scenario.records, scenario.config, end_run=scenario.end != "none", end_time=end_time
+    )
+
+
+def assert_same_emitted(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> None:
+    def key(item: dict[str, Any]) -> tuple[Any, ...]:
+        return (item["source"], item["ts"], item["barrier"], item["late"])
+
+    assert [key(item) for item in got] == [key(item) for item in want]
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert abs(g["t"] - w["t"]) <= TIME_TOLERANCE, f"item {i}: t {g['t']} != {w['t']}"
+
+
+def assert_conservation(counters: dict[str, Any], queued: int) -> None:
+    totals = counters["totals"]
+    assert totals["received"] == totals["emitted"] + totals["dropped"] + queued
+    for per in counters["sources"].values():
+        assert per["dropped"] <= per["late"]
+        assert per["barriers"] <= per["emitted"]
+
+
+def check(scenario: Scenario) -> None:
+    got, got_counters, orderer = run_core(scenario)
+    want, want_counters = run_oracle(scenario)
+    assert_same_emitted(got, want)
+    assert got_counters == want_counters
+    assert_conservation(got_counters, orderer.queued)
+    if scenario.end != "none":
+        assert orderer.queued == 0
+
+
+# --------------------------------------------------------------------------- tests
+
+
+@PROPERTY_SETTINGS
+@given(scenarios())
+def test_core_equals_oracle(scenario: Scenario) -> None:
+    check(scenario)
+
+
+@PROPERTY_SETTINGS
+@given(scenarios(max_records=12))
+def test_core_equals_oracle_short_runs(scenario: Scenario) -> None:
+    """Short runs reach the corner cases (startup, first barriers, ends) more often."""
+    check(scenario)
+
+
+def _jsonl(records: list[dict[str, Any]]) -> list[str]:
+    return [json.dumps(record) + "\n" for record in records]
+
+
+@settings(max_examples=500, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_replay_equals_oracle(scenario: Scenario) -> None:
+    emitted, counters = replay(read_records(_jsonl(scenario.records)),
+                               OrdererConfig.from_mapping(scenario.config))
+    items = list(emitted.records())
+    assert [item.pop("seq") for item in items] == list(range(len(items)))
+    want, want_counters = oracle_run(scenario.records, scenario.config)
+    assert_same_emitted(items, want)
+    assert counters == want_counters
+    assert_conservation(counters, 0)
+
+
+def _long_scenario(seed: int) -> Scenario:
+    """A longer run with real backlogs: sources that stall for a while and come back."""
+    rng = random.Random(seed)
+    ids = rng.sample(SOURCE_IDS, rng.randint(2, 4))
+    config: dict[str, Any] = {
+        "build_window": rng.choice([0.5, 1.0, 3.0]),
+        "startup_delay": rng.choice([0, 1.0]),
+        "source_timeout": rng.choice(["off", 2.0, 10.0]),
+        "late_policy": rng.choice(["emit", "drop"]),
+    }
+    if rng.random() < 0.5:
+        config["barrier_timeout"] = rng.choice([0.5, 4.0])
+    if rng.random() < 0.3:
+        config["sources"] = [ids[0], 42]
+    t = 0.0
+    stalled_until = dict.fromkeys(ids, 0.0)
+    records: list[dict[str, Any]] = []
+    for _ in range(rng.randint(300, 600)):
+        t += rng.choice([0.0, 0.0, 0.05, 0.1, 0.3])
+        source = rng.choice(ids)
+        if stalled_until[source] > t:
+            continue
+        if rng.random() < 0.01:
+            stalled_until[source] = t + rng.choice([2.0, 5.0, 15.0])
+        ts = max(0, round(t * 100) + rng.choice([0, 0, 0, 1, -1, -5, -50]))
+        roll = rng.random()
+        if roll < 0.02:
+            records.append({"t": t, "source": source, "end": True})
+        elif roll < 0.07:
+            records.append({"t": t, "source": source, "watermark": ts + rng.choice([0, 10, -10])})
+        else:
+            barrier = rng.choice([1, 2, 3]) if rng.random() < 0.03 else 0
+            records.append({"t": t, "source": source, "ts": ts, "barrier": barrier})
+    breaks = [rng.random() < 0.3 for _ in records]
+    advances = {
+        i: records[i - 1]["t"] + (records[i]["t"] - records[i - 1]["t"]) / 2
+        for i in range(1, len(records))
+        if records[i]["t"] > records[i - 1]["t"] and rng.random() < 0.1
+    }
+    return Scenario(config, records, breaks, advances, rng.choice(["last", "none"]))
+
+
+def test_core_equals_oracle_long_runs() -> None:
+    for seed in range(12):
+        check(_long_scenario(seed))
