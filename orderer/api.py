@@ -84,11 +84,23 @@ class Orderer:
     def config(self) -> OrdererConfig:
         return self._config
 
-    def configure(self, config: OrdererConfig | Mapping[str, Any] | None = None, **changes: Any) -> OrdererConfig:
+    def configure(
+        self,
+        config: OrdererConfig | Mapping[str, Any] | None = None,
+        *,
+        now: float | None = None,
+        **changes: Any,
+    ) -> OrdererConfig:
         """Change parameters live (window, timeouts, late policy, flow control); queued data stays.
 
-        Newly declared sources are added; a source is never forgotten.
+        Deadlines before ``now`` run under the old parameters, then a flush at ``now`` applies the
+        new ones, so nothing is ever emitted with a time before the change. Newly declared
+        sources are added; a source is never forgotten.
         """
+        moment = self._now(now)
+        # Bring the old parameters up to `moment` first (a flush there emits nothing new once
+        # its deadlines have run), so no deadline of the new ones can fall in the past.
+        self._core.flush(moment)
         if config is None:
             new = self._config.with_changes(**changes)
         elif isinstance(config, OrdererConfig):
@@ -99,6 +111,7 @@ class Orderer:
         for source in new.sources:
             self._core.declare_source(source)
         self._config = new
+        self._core.flush(moment)
         return new
 
     def _now(self, now: float | None) -> float:
