@@ -131,7 +131,9 @@ class Orderer:
     def watermark(self, source: int, watermark: int, *, now: float | None = None) -> None:
         """``source`` promises that nothing older than ``watermark`` will come from it."""
         self._core.watermark(
-            self._now(now), _check_id("source", source, _U32), _check_id("watermark", watermark, _U64)
+            self._now(now),
+            _check_id("source", source, _U32),
+            _check_id("watermark", watermark, _U64),
         )
 
     def end_source(self, source: int, *, now: float | None = None) -> None:

@@ -32,7 +32,9 @@ def _array(name: str, values: object, dtype: type[np.generic]) -> npt.NDArray:
         if array.size and array.dtype.kind == "i" and int(array.min()) < 0:
             raise InterfaceError(f"{name}: negative value {int(array.min())}")
         if array.size and int(array.max()) > np.iinfo(dtype).max:
-            raise InterfaceError(f"{name}: value {int(array.max())} does not fit in {dtype.__name__}")
+            raise InterfaceError(
+                f"{name}: value {int(array.max())} does not fit in {dtype.__name__}"
+            )
         array = array.astype(dtype)
     return np.ascontiguousarray(array)
 
@@ -71,7 +73,11 @@ class FragmentBatch:
                 raise InterfaceError(f"source: {source} does not fit in uint32")
         else:
             src = _array("source", source, np.uint32)
-        bar = np.zeros(n, dtype=np.uint32) if barrier is None else _array("barrier", barrier, np.uint32)
+        bar = (
+            np.zeros(n, dtype=np.uint32)
+            if barrier is None
+            else _array("barrier", barrier, np.uint32)
+        )
         if payloads is not None:
             if payload is not None or payload_offsets is not None:
                 raise InterfaceError("give payloads either as a list or packed, not both")
@@ -135,7 +141,12 @@ class EmittedBatch:
     def concat(cls, batches: Sequence[EmittedBatch]) -> EmittedBatch:
         """One batch from consecutive batches (payload offsets rebased)."""
         if not batches:
-            return cls(0, *(np.zeros(0, dtype=d) for d in _COLUMN_DTYPES), np.zeros(1, np.uint64), _EMPTY_BYTES)  # type: ignore[arg-type]
+            return cls(
+                0,
+                *(np.zeros(0, dtype=d) for d in _COLUMN_DTYPES),
+                np.zeros(1, np.uint64),
+                _EMPTY_BYTES,
+            )  # type: ignore[arg-type]
         offsets = [batches[0].payload_offsets]
         base = int(batches[0].payload_offsets[-1])
         for b in batches[1:]:

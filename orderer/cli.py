@@ -21,9 +21,15 @@ def _add_orderer_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("ordering parameters (ORDERING.md)")
     group.add_argument("--build-window", metavar="S", help="seconds a fragment may wait (20)")
     group.add_argument("--startup-delay", metavar="S", help="seconds before the first emission (2)")
-    group.add_argument("--barrier-timeout", metavar="S", help="seconds a barrier waits (4 x window)")
-    group.add_argument("--source-timeout", metavar="S|off", help="seconds until a silent source is dead (60)")
-    group.add_argument("--late-policy", metavar="emit|drop", help="what to do with late fragments (emit)")
+    group.add_argument(
+        "--barrier-timeout", metavar="S", help="seconds a barrier waits (4 x window)"
+    )
+    group.add_argument(
+        "--source-timeout", metavar="S|off", help="seconds until a silent source is dead (60)"
+    )
+    group.add_argument(
+        "--late-policy", metavar="emit|drop", help="what to do with late fragments (emit)"
+    )
     group.add_argument("--sources", metavar="1,2,3", help="sources declared from the start")
 
 
@@ -31,8 +37,14 @@ def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
     """The orderer flags that were given, by parameter name, each checked on its own so that an
     error names the flag."""
     values: dict[str, Any] = {}
-    for name in ("build_window", "startup_delay", "barrier_timeout", "source_timeout",
-                 "late_policy", "sources"):
+    for name in (
+        "build_window",
+        "startup_delay",
+        "barrier_timeout",
+        "source_timeout",
+        "late_policy",
+        "sources",
+    ):
         raw = getattr(args, name)
         if raw is None:
             continue
@@ -52,7 +64,9 @@ def _config_from_flags(args: argparse.Namespace) -> OrdererConfig:
     try:
         return OrdererConfig.from_mapping(values)
     except ConfigError as error:  # a combination of flags, e.g. sources repeated
-        raise ConfigError("--" + error.parameter.replace("_", "-"), error.value, error.why) from None
+        raise ConfigError(
+            "--" + error.parameter.replace("_", "-"), error.value, error.why
+        ) from None
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
@@ -70,11 +84,14 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="evb", description="evb: a Kubernetes-native event builder")
+    parser = argparse.ArgumentParser(
+        prog="evb", description="evb: a Kubernetes-native event builder"
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     replay = commands.add_parser(
-        "replay", help="order a recorded run deterministically (ORDERING.md)",
+        "replay",
+        help="order a recorded run deterministically (ORDERING.md)",
         description="Replay a JSON Lines run through the orderer on simulated time.",
     )
     replay.add_argument("input", type=Path, metavar="INPUT.jsonl")

@@ -190,6 +190,8 @@ def _flow_control(value: Any) -> FlowControl:
     for key, item in value.items():
         name = _snake(key)
         if name not in known:
-            raise ConfigError(f"flow_control.{key}", item, f"unknown; expected one of {sorted(known)}")
+            raise ConfigError(
+                f"flow_control.{key}", item, f"unknown; expected one of {sorted(known)}"
+            )
         values[name] = item
     return FlowControl(**values)

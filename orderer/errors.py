@@ -1,8 +1,8 @@
 """The one error hierarchy of evb.
 
-The Cython core, the Python API, the CLI and (later) the service all raise these classes, and each
-edge translates them once: to an exit status and ``line N: ...`` message in ``evb replay``, to a gRPC
-status code in the service. A late fragment is data, not an exception.
+The Cython core, the Python API, the CLI and (later) the service all raise these classes, and
+each edge translates them once: to an exit status and a ``line N: ...`` message in
+``evb replay``, to a gRPC status code in the service. A late fragment is data, not an exception.
 """
 
 from __future__ import annotations

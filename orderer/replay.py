@@ -81,8 +81,9 @@ def _parse_line(text: str, line: int, previous_t: float) -> tuple[int, float, in
     kinds = [key for key in ("ts", "watermark", "end") if key in record]
     if len(kinds) != 1:
         raise RecordError(
-            line, "a record needs exactly one of 'ts', 'watermark', 'end'"
-            + (f", got {kinds}" if kinds else "")
+            line,
+            "a record needs exactly one of 'ts', 'watermark', 'end'"
+            + (f", got {kinds}" if kinds else ""),
         )
     kind = kinds[0]
     allowed = {"ts": _FRAGMENT_KEYS, "watermark": _WATERMARK_KEYS, "end": _END_KEYS}[kind]

@@ -19,12 +19,26 @@ def test_defaults_are_the_spec_defaults() -> None:
 
 def test_camel_case_and_snake_case_agree() -> None:
     camel = OrdererConfig.from_mapping(
-        {"buildWindow": 5, "startupDelay": 0, "barrierTimeout": 7, "sourceTimeout": "off",
-         "latePolicy": "drop", "sources": [3, 1], "flowControl": {"queueXoff": 10, "queueXon": 5}}
+        {
+            "buildWindow": 5,
+            "startupDelay": 0,
+            "barrierTimeout": 7,
+            "sourceTimeout": "off",
+            "latePolicy": "drop",
+            "sources": [3, 1],
+            "flowControl": {"queueXoff": 10, "queueXon": 5},
+        }
     )
     snake = OrdererConfig.from_mapping(
-        {"build_window": 5, "startup_delay": 0, "barrier_timeout": 7, "source_timeout": None,
-         "late_policy": "drop", "sources": "3,1", "flow_control": {"queue_xoff": 10, "queue_xon": 5}}
+        {
+            "build_window": 5,
+            "startup_delay": 0,
+            "barrier_timeout": 7,
+            "source_timeout": None,
+            "late_policy": "drop",
+            "sources": "3,1",
+            "flow_control": {"queue_xoff": 10, "queue_xon": 5},
+        }
     )
     assert camel == snake
     assert camel.source_timeout is None
@@ -66,8 +80,9 @@ def test_live_reconfiguration_changes_the_window_and_keeps_the_queues() -> None:
 
     from orderer import FragmentBatch, SimulatedClock
 
-    orderer = Orderer({"build_window": 100, "startup_delay": 0, "sources": [1, 2]},
-                      clock=SimulatedClock())
+    orderer = Orderer(
+        {"build_window": 100, "startup_delay": 0, "sources": [1, 2]}, clock=SimulatedClock()
+    )
     orderer.submit(FragmentBatch.from_arrays(source=1, timestamp=np.arange(5)), now=0.0)
     orderer.advance(now=10.0)
     assert len(orderer.take_emitted()) == 0

@@ -33,8 +33,15 @@ def test_replay_agrees_with_worked_example(example: Path, tmp_path: Path, repo: 
     config = json.loads((example / "config.json").read_text())
     out, stats = tmp_path / "out.jsonl", tmp_path / "stats.json"
     result = _run(
-        ["replay", str(example / "input.jsonl"), "--output", str(out), "--stats", str(stats),
-         *_flags(config)],
+        [
+            "replay",
+            str(example / "input.jsonl"),
+            "--output",
+            str(out),
+            "--stats",
+            str(stats),
+            *_flags(config),
+        ],
         cwd=repo,
     )
     assert result.returncode == 0, result.stderr
@@ -56,22 +63,32 @@ def test_replay_agrees_with_worked_example(example: Path, tmp_path: Path, repo: 
     ("lines", "message"),
     [
         (['{"t": 0, "source": 1, "ts": 5}', "not json"], "line 2: not valid JSON"),
-        (['{"t": 1, "source": 1, "ts": 5}', '{"t": 0.5, "source": 1, "ts": 6}'],
-         "line 2: t=0.5 is before the previous record's t=1.0"),
+        (
+            ['{"t": 1, "source": 1, "ts": 5}', '{"t": 0.5, "source": 1, "ts": 6}'],
+            "line 2: t=0.5 is before the previous record's t=1.0",
+        ),
         (['{"t": 0, "source": -1, "ts": 5}'], "line 1: source=-1 is outside"),
         (['{"t": 0, "source": 1, "ts": 18446744073709551615}'], "line 1: ts=18446744073709551615"),
-        (['{"t": 0, "source": 1}'], "line 1: a record needs exactly one of 'ts', 'watermark', 'end'"),
+        (
+            ['{"t": 0, "source": 1}'],
+            "line 1: a record needs exactly one of 'ts', 'watermark', 'end'",
+        ),
         (['{"t": 0, "source": 1, "ts": 1, "end": true}'], "line 1: a record needs exactly one"),
         (['{"t": 0, "source": 1, "ts": 1, "barier": 1}'], "line 1: unknown field 'barier'"),
-        (['{"t": 0, "source": 1, "ts": 1, "payload": "%%%"}'], "line 1: payload is not valid base64"),
+        (
+            ['{"t": 0, "source": 1, "ts": 1, "payload": "%%%"}'],
+            "line 1: payload is not valid base64",
+        ),
         (['{"t": 0, "source": 1, "end": false}'], "line 1: end must be true"),
         (['{"t": "soon", "source": 1, "ts": 1}'], "line 1: t must be a finite number"),
         (['{"source": 1, "ts": 1}'], "line 1: missing field 't'"),
-        (['[1, 2]'], "line 1: a record must be a JSON object"),
+        (["[1, 2]"], "line 1: a record must be a JSON object"),
         (['{"t": 0, "source": 1, "ts": 1.5}'], "line 1: ts must be an integer"),
     ],
 )
-def test_bad_record_names_the_line(lines: list[str], message: str, tmp_path: Path, repo: Path) -> None:
+def test_bad_record_names_the_line(
+    lines: list[str], message: str, tmp_path: Path, repo: Path
+) -> None:
     source = tmp_path / "in.jsonl"
     source.write_text("\n".join(lines) + "\n")
     result = _run(["replay", str(source), "--output", str(tmp_path / "out.jsonl")], cwd=repo)
@@ -93,7 +110,9 @@ def test_bad_record_names_the_line(lines: list[str], message: str, tmp_path: Pat
         ("--sources", "1,1", "--sources: source ids must be unique"),
     ],
 )
-def test_bad_flag_names_the_flag(flag: str, value: str, message: str, tmp_path: Path, repo: Path) -> None:
+def test_bad_flag_names_the_flag(
+    flag: str, value: str, message: str, tmp_path: Path, repo: Path
+) -> None:
     source = tmp_path / "in.jsonl"
     source.write_text('{"t": 0, "source": 1, "ts": 5}\n')
     result = _run(
@@ -111,8 +130,16 @@ def test_source_timeout_off_and_payloads(tmp_path: Path, repo: Path) -> None:
     )
     out = tmp_path / "out.jsonl"
     result = _run(
-        ["replay", str(source), "--output", str(out), "--source-timeout", "off",
-         "--startup-delay", "0"],
+        [
+            "replay",
+            str(source),
+            "--output",
+            str(out),
+            "--source-timeout",
+            "off",
+            "--startup-delay",
+            "0",
+        ],
         cwd=repo,
     )
     assert result.returncode == 0, result.stderr
@@ -120,7 +147,9 @@ def test_source_timeout_off_and_payloads(tmp_path: Path, repo: Path) -> None:
 
 
 def test_missing_input_file(tmp_path: Path, repo: Path) -> None:
-    result = _run(["replay", str(tmp_path / "nope.jsonl"), "--output", str(tmp_path / "o")], cwd=repo)
+    result = _run(
+        ["replay", str(tmp_path / "nope.jsonl"), "--output", str(tmp_path / "o")], cwd=repo
+    )
     assert result.returncode == 2
     assert "no such file" in result.stderr
 
