@@ -1143,22 +1143,31 @@ cdef int _check_batch(const uint32_t[::1] source, const uint64_t[::1] timestamp,
         raise InterfaceError(
             f"payload_offsets[{n}]={payload_offsets[n]} is beyond the payload "
             f"({payload.shape[0]} bytes)")
+    cdef const uint64_t *ts = &timestamp[0]
+    cdef const uint64_t *off = &payload_offsets[0]
+    cdef uint64_t max_len = 0xFFFFFFFFU
+    cdef int bad = 0
     if kind is None:
+        # accumulate without branches (vectorises); find the culprit only on failure
         for i in range(n):
-            if timestamp[i] == TS_INF:
-                raise InterfaceError(f"timestamp[{i}] is 2**64-1, reserved for +infinity")
+            bad |= ts[i] == TS_INF
+        if bad:
+            for i in range(n):
+                if ts[i] == TS_INF:
+                    raise InterfaceError(f"timestamp[{i}] is 2**64-1, reserved for +infinity")
     else:
         kinds = kind
         for i in range(n):
-            if kinds[i] == RECORD_FRAGMENT and timestamp[i] == TS_INF:
+            if kinds[i] == RECORD_FRAGMENT and ts[i] == TS_INF:
                 raise InterfaceError(f"timestamp[{i}] is 2**64-1, reserved for +infinity")
             if kinds[i] > RECORD_END:
                 raise InterfaceError(f"kind[{i}]={kinds[i]} is not a record kind")
-    cdef const uint64_t *off = &payload_offsets[0]
-    cdef uint64_t max_len = 0xFFFFFFFFU
     for i in range(n):
-        if off[i + 1] < off[i]:
-            raise InterfaceError(f"payload_offsets[{i + 1}] is below payload_offsets[{i}]")
-        if off[i + 1] - off[i] > max_len:
-            raise InterfaceError(f"payload of fragment {i} is 4 GiB or more")
+        bad |= (off[i + 1] < off[i]) | (off[i + 1] - off[i] > max_len)
+    if bad:
+        for i in range(n):
+            if off[i + 1] < off[i]:
+                raise InterfaceError(f"payload_offsets[{i + 1}] is below payload_offsets[{i}]")
+            if off[i + 1] - off[i] > max_len:
+                raise InterfaceError(f"payload of fragment {i} is 4 GiB or more")
     return 0
