@@ -1,0 +1,1 @@
+"""Benchmarks of the orderer (run as scripts) and their smoke test."""
