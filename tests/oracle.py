@@ -79,7 +79,9 @@ class Oracle:
         self.build_window = float(config.get("build_window", 20.0))
         self.startup_delay = float(config.get("startup_delay", 2.0))
         barrier_timeout = _seconds(config, "barrier_timeout", None)
-        self.barrier_timeout = 4.0 * self.build_window if barrier_timeout is None else barrier_timeout
+        if barrier_timeout is None:
+            barrier_timeout = 4.0 * self.build_window
+        self.barrier_timeout = barrier_timeout
         self.source_timeout = _seconds(config, "source_timeout", 60.0)  # None: off
         self.drop_late = config.get("late_policy", "emit") == "drop"
         self.sources: dict[int, Source] = {}
@@ -90,7 +92,9 @@ class Oracle:
         self.high_water_mark: int | None = None
         self.arrivals = 0
         self.emitted: list[dict[str, Any]] = []
-        self.barrier_counts = dict.fromkeys(("complete", "incomplete", "homogeneous", "heterogeneous"), 0)
+        self.barrier_counts = dict.fromkeys(
+            ("complete", "incomplete", "homogeneous", "heterogeneous"), 0
+        )
 
     # ------------------------------------------------------------------ state
 
@@ -178,7 +182,9 @@ class Oracle:
     def run_deadlines(self, t: float, *, inclusive: bool) -> None:
         """Every deadline after the last flush and before ``t`` (or at ``t``), in time order."""
         while True:
-            due = [d for d in self.deadlines() if self.now < d and (d < t or (inclusive and d == t))]
+            due = [
+                d for d in self.deadlines() if self.now < d and (d < t or (inclusive and d == t))
+            ]
             if not due:
                 return
             self.now = min(due)

@@ -18,12 +18,11 @@ cdef enum PopMode:
 
 cdef struct Queue:
     # Fragments waiting for the other sources, sorted by (timestamp, arrival order).
-    # Structure of arrays, live between physical indices [head, tail); 32 bytes per fragment.
+    # Structure of arrays, live between physical indices [head, tail); 28 bytes per fragment.
     uint64_t *ts
     double *arrival
     uint32_t *barrier
-    uint32_t *pay_len
-    uint64_t *pay_off          # offset of the payload in ``arena``
+    uint64_t *pay_off          # payload in ``arena`` (4-byte length, bytes), or NO_PAYLOAD
     Py_ssize_t head
     Py_ssize_t tail
     Py_ssize_t cap
@@ -32,7 +31,7 @@ cdef struct Queue:
     uint8_t *arena             # payload bytes of queued fragments, appended in arrival order
     size_t arena_len
     size_t arena_cap
-    size_t arena_live          # bytes still referenced by queued fragments
+    size_t arena_live          # bytes (length prefixes included) of queued fragments
 
 
 cdef struct Source:
@@ -140,5 +139,6 @@ cdef class OrdererCore:
     cdef int _advance(self, double t, bint inclusive) except -1
     cdef int _update_flow(self) except -1
     cdef int _reserve_out(self, Py_ssize_t n, size_t pay) except -1
+    cdef int _shrink_out(self, Py_ssize_t used) except -1
     cdef _watermark(self, Py_ssize_t index, double now, uint64_t watermark)
     cdef _check_time(self, double now)

@@ -88,6 +88,7 @@ cdef extern from *:
     ctypedef uint64_t evb_key_t
     evb_key_t EVB_KEY_MAX
     uint64_t TS_INF "UINT64_MAX"   # +infinity frontier; never a valid timestamp
+    uint64_t NO_PAYLOAD "UINT64_MAX"  # pay_off of a fragment without payload
     Py_ssize_t evb_build_tree(Py_ssize_t *tree, Py_ssize_t *win, const evb_key_t *key,
                               Py_ssize_t k) noexcept nogil
     Py_ssize_t evb_replay(Py_ssize_t *tree, const evb_key_t *key, Py_ssize_t w,
@@ -98,6 +99,7 @@ cdef extern from *:
                                uint32_t *out_source, Py_ssize_t n_out) noexcept nogil
 
 DEF MIN_QUEUE_CAP = 64
+DEF PAY_PREFIX = 4                   # bytes of the length stored before each payload
 
 
 # ---------------------------------------------------------------- memory helpers
@@ -114,7 +116,6 @@ cdef int _queue_resize(Queue *q, Py_ssize_t cap) except -1:
     _grow(<void **>&q.ts, cap * sizeof(uint64_t))
     _grow(<void **>&q.arrival, cap * sizeof(double))
     _grow(<void **>&q.barrier, cap * sizeof(uint32_t))
-    _grow(<void **>&q.pay_len, cap * sizeof(uint32_t))
     _grow(<void **>&q.pay_off, cap * sizeof(uint64_t))
     q.cap = cap
     return 0
@@ -129,7 +130,6 @@ cdef int _queue_compact(Queue *q) except -1:
         memmove(q.ts, q.ts + q.head, n * sizeof(uint64_t))
         memmove(q.arrival, q.arrival + q.head, n * sizeof(double))
         memmove(q.barrier, q.barrier + q.head, n * sizeof(uint32_t))
-        memmove(q.pay_len, q.pay_len + q.head, n * sizeof(uint32_t))
         memmove(q.pay_off, q.pay_off + q.head, n * sizeof(uint64_t))
     if q.first_barrier >= 0:
         q.first_barrier -= q.head
@@ -147,7 +147,9 @@ cdef int _queue_reserve(Queue *q, Py_ssize_t extra) except -1:
     if live + extra <= q.cap and q.head >= q.cap // 4:
         return _queue_compact(q)
     _queue_compact(q)
-    cap = q.cap + q.cap // 2
+    # Large queues grow by 1/8 (a realloc of a large block is a page remap, not a copy), so
+    # that spare capacity stays small: bounded memory is the point of a queue this big.
+    cap = q.cap + (q.cap // 2 if q.cap < 65536 else q.cap // 8)
     if cap < live + extra:
         cap = live + extra
     if cap < MIN_QUEUE_CAP:
@@ -173,7 +175,7 @@ cdef int _queue_emptied(Queue *q) except -1:
 cdef int _arena_reserve(Queue *q, size_t extra) except -1:
     """Room for ``extra`` payload bytes; repack live payloads when most of the arena is dead."""
     cdef size_t need = q.arena_len + extra
-    cdef size_t cap, pos
+    cdef size_t cap, pos, size
     cdef uint8_t *fresh
     cdef Py_ssize_t i
     if need <= q.arena_cap:
@@ -193,16 +195,52 @@ cdef int _arena_reserve(Queue *q, size_t extra) except -1:
         raise MemoryError()
     pos = 0
     for i in range(q.head, q.tail):
-        if q.pay_len[i]:
-            memcpy(fresh + pos, q.arena + q.pay_off[i], q.pay_len[i])
-        q.pay_off[i] = pos
-        pos += q.pay_len[i]
+        if q.pay_off[i] != NO_PAYLOAD:
+            size = PAY_PREFIX + _pay_size(q, i)
+            memcpy(fresh + pos, q.arena + q.pay_off[i], size)
+            q.pay_off[i] = pos
+            pos += size
     PyMem_Free(q.arena)
     q.arena = fresh
     q.arena_cap = cap
     q.arena_len = pos
     q.arena_live = pos
     return 0
+
+
+cdef inline uint32_t _pay_size(const Queue *q, Py_ssize_t i) noexcept nogil:
+    """Payload length of queued fragment i (read from its 4-byte prefix in the arena)."""
+    cdef uint32_t size
+    if q.pay_off[i] == NO_PAYLOAD:
+        return 0
+    memcpy(&size, q.arena + q.pay_off[i], PAY_PREFIX)
+    return size
+
+
+cdef inline void _arena_put(Queue *q, const uint8_t *pay, uint32_t size, uint64_t *pay_off) noexcept nogil:
+    """Append a payload with its length prefix (room reserved by the caller)."""
+    if size == 0:
+        pay_off[0] = NO_PAYLOAD
+        return
+    pay_off[0] = q.arena_len
+    memcpy(q.arena + q.arena_len, &size, PAY_PREFIX)
+    memcpy(q.arena + q.arena_len + PAY_PREFIX, pay, size)
+    q.arena_len += PAY_PREFIX + size
+    q.arena_live += PAY_PREFIX + size
+
+
+cdef inline void _pay_move(Queue *q, Py_ssize_t i, uint8_t *out, size_t *out_len) noexcept nogil:
+    """Copy the payload of queued fragment i to the output (room reserved by the caller)."""
+    cdef uint32_t size = _pay_size(q, i)
+    if size:
+        memcpy(out + out_len[0], q.arena + q.pay_off[i] + PAY_PREFIX, size)
+        out_len[0] += size
+        q.arena_live -= PAY_PREFIX + size
+
+
+cdef inline void _pay_discard(Queue *q, Py_ssize_t i) noexcept nogil:
+    if q.pay_off[i] != NO_PAYLOAD:
+        q.arena_live -= PAY_PREFIX + _pay_size(q, i)
 
 
 cdef inline Py_ssize_t _upper_bound(const uint64_t *ts, Py_ssize_t lo, Py_ssize_t hi,
@@ -258,7 +296,6 @@ cdef class OrdererCore:
                 PyMem_Free(self._src[i].q.ts)
                 PyMem_Free(self._src[i].q.arrival)
                 PyMem_Free(self._src[i].q.barrier)
-                PyMem_Free(self._src[i].q.pay_len)
                 PyMem_Free(self._src[i].q.pay_off)
                 PyMem_Free(self._src[i].q.arena)
             PyMem_Free(self._src)
@@ -349,7 +386,8 @@ cdef class OrdererCore:
         cdef Queue *q = &s.q
         cdef Py_ssize_t pos, m
         _queue_reserve(q, 1)
-        _arena_reserve(q, pay_len)
+        if pay_len:
+            _arena_reserve(q, PAY_PREFIX + pay_len)
         if q.tail == q.head or q.ts[q.tail - 1] <= ts:
             pos = q.tail
         else:
@@ -358,19 +396,13 @@ cdef class OrdererCore:
             memmove(q.ts + pos + 1, q.ts + pos, m * sizeof(uint64_t))
             memmove(q.arrival + pos + 1, q.arrival + pos, m * sizeof(double))
             memmove(q.barrier + pos + 1, q.barrier + pos, m * sizeof(uint32_t))
-            memmove(q.pay_len + pos + 1, q.pay_len + pos, m * sizeof(uint32_t))
             memmove(q.pay_off + pos + 1, q.pay_off + pos, m * sizeof(uint64_t))
             if q.first_barrier >= pos:
                 q.first_barrier += 1
         q.ts[pos] = ts
         q.arrival[pos] = now
         q.barrier[pos] = barrier
-        q.pay_len[pos] = pay_len
-        q.pay_off[pos] = q.arena_len
-        if pay_len:
-            memcpy(q.arena + q.arena_len, pay, pay_len)
-            q.arena_len += pay_len
-            q.arena_live += pay_len
+        _arena_put(q, pay, pay_len, &q.pay_off[pos])
         q.tail += 1
         if barrier:
             q.n_barriers += 1
@@ -386,7 +418,7 @@ cdef class OrdererCore:
         a single barrier. Once the run reaches the queue's tail the rest is appended in bulk."""
         cdef Queue *q = &s.q
         cdef Py_ssize_t i, j, rest, tail
-        cdef size_t pay_total, off
+        cdef size_t pay_total
         cdef uint64_t t
         # counters: duplicates and out_of_order against the previous fragment in arrival order
         cdef uint64_t prev = ts[0], dups = 0, disorder = 0
@@ -421,24 +453,20 @@ cdef class OrdererCore:
         rest = n - i
         pay_total = pay_off[n] - pay_off[i]
         _queue_reserve(q, rest)
-        _arena_reserve(q, pay_total)
+        if pay_total:
+            _arena_reserve(q, pay_total + PAY_PREFIX * rest)
         tail = q.tail
         memcpy(q.ts + tail, ts + i, rest * sizeof(uint64_t))
         for j in range(rest):
             q.arrival[tail + j] = now
             q.barrier[tail + j] = 0
         if pay_total:
-            memcpy(q.arena + q.arena_len, payload + pay_off[i], pay_total)
-            off = q.arena_len - pay_off[i]
             for j in range(rest):
-                q.pay_off[tail + j] = pay_off[i + j] + off
-                q.pay_len[tail + j] = <uint32_t>(pay_off[i + j + 1] - pay_off[i + j])
-            q.arena_len += pay_total
-            q.arena_live += pay_total
+                _arena_put(q, payload + pay_off[i + j],
+                           <uint32_t>(pay_off[i + j + 1] - pay_off[i + j]), &q.pay_off[tail + j])
         else:
             for j in range(rest):
-                q.pay_off[tail + j] = q.arena_len
-                q.pay_len[tail + j] = 0
+                q.pay_off[tail + j] = NO_PAYLOAD
         q.tail += rest
         self._queued += rest
         return 0
@@ -589,8 +617,10 @@ cdef class OrdererCore:
         for i in range(k):
             s = &src[runs[i]]
             total += s.pop_end - s.q.head
-            pay_total += s.q.arena_live  # upper bound of the payload bytes popped
-        with_payload = pay_total > 0
+            if s.q.arena_live:
+                with_payload = True
+                for pos in range(s.q.head, s.pop_end):
+                    pay_total += _pay_size(&s.q, pos)
         self._reserve_out(total, pay_total)
         key = <evb_key_t *>PyMem_Malloc(
             k * (sizeof(evb_key_t) + 5 * sizeof(Py_ssize_t) + sizeof(uint32_t) + sizeof(void *)))
@@ -627,20 +657,15 @@ cdef class OrdererCore:
                     s.late += 1
                     if hwm - ts > s.max_lateness:
                         s.max_lateness = hwm - ts
-                    plen = q.pay_len[pos]
                     if drop:
                         s.dropped += 1
                         dropped_now[w] += 1
-                        q.arena_live -= plen
+                        _pay_discard(q, pos)
                     else:
                         out_ts[n_out] = ts
                         out_source[n_out] = ids[w]
                         self._out_late[n_out] = 1
-                        if plen:
-                            memcpy(self._out_pay + self._out_pay_len, q.arena + q.pay_off[pos],
-                                   plen)
-                            self._out_pay_len += plen
-                            q.arena_live -= plen
+                        _pay_move(q, pos, self._out_pay, &self._out_pay_len)
                         out_pay_end[n_out] = self._out_pay_len
                         n_out += 1
                     pos += 1
@@ -657,11 +682,7 @@ cdef class OrdererCore:
                     pos = cur[w]
                     out_ts[n_out] = key[w]
                     out_source[n_out] = ids[w]
-                    plen = q.pay_len[pos]
-                    if plen:
-                        memcpy(self._out_pay + self._out_pay_len, q.arena + q.pay_off[pos], plen)
-                        self._out_pay_len += plen
-                        q.arena_live -= plen
+                    _pay_move(q, pos, self._out_pay, &self._out_pay_len)
                     out_pay_end[n_out] = self._out_pay_len
                     n_out += 1
                     pos += 1
@@ -714,7 +735,7 @@ cdef class OrdererCore:
             s = &self._src[i]
             if _front_is_barrier(s):
                 pending = True
-                pay += s.q.pay_len[s.q.head]
+                pay += _pay_size(&s.q, s.q.head)
                 if s.q.arrival[s.q.head] < oldest:
                     oldest = s.q.arrival[s.q.head]
             else:
@@ -748,11 +769,7 @@ cdef class OrdererCore:
             self._out_barrier[n_out] = q.barrier[q.head]
             self._out_late[n_out] = 0
             self._out_t[n_out] = now
-            if q.pay_len[q.head]:
-                memcpy(self._out_pay + self._out_pay_len, q.arena + q.pay_off[q.head],
-                       q.pay_len[q.head])
-                self._out_pay_len += q.pay_len[q.head]
-                q.arena_live -= q.pay_len[q.head]
+            _pay_move(q, q.head, self._out_pay, &self._out_pay_len)
             self._out_pay_end[n_out] = self._out_pay_len
             n_out += 1
             s.emitted += 1
@@ -1016,7 +1033,25 @@ cdef class OrdererCore:
         self._out_seq += n
         self._out_n = 0
         self._out_pay_len = 0
+        self._shrink_out(n)
         return first_seq, t, source, ts, barrier, late, offsets, payload
+
+    cdef int _shrink_out(self, Py_ssize_t used) except -1:
+        """Give back output buffers that a burst (an end of run, a drained backlog) grew."""
+        cdef Py_ssize_t cap
+        if self._out_cap > 262144 and used < self._out_cap // 4:
+            cap = max(2 * used, 1024)
+            _grow(<void **>&self._out_ts, cap * sizeof(uint64_t))
+            _grow(<void **>&self._out_source, cap * sizeof(uint32_t))
+            _grow(<void **>&self._out_barrier, cap * sizeof(uint32_t))
+            _grow(<void **>&self._out_late, cap * sizeof(uint8_t))
+            _grow(<void **>&self._out_t, cap * sizeof(double))
+            _grow(<void **>&self._out_pay_end, cap * sizeof(uint64_t))
+            self._out_cap = cap
+        if self._out_pay_cap > (1 << 24):
+            _grow(<void **>&self._out_pay, 1 << 16)
+            self._out_pay_cap = 1 << 16
+        return 0
 
     def take_flow_changes(self):
         """Pause/resume transitions since the last call: a list of (source id, paused)."""
@@ -1083,9 +1118,8 @@ cdef class OrdererCore:
         cdef Py_ssize_t i
         cdef size_t total = 0
         for i in range(self._n_src):
-            # ts, arrival, pay_off (8 bytes each) + barrier, pay_len (4 bytes each) = 32 bytes
-            total += self._src[i].q.cap * (
-                2 * sizeof(uint64_t) + sizeof(double) + 2 * sizeof(uint32_t))
+            # ts, arrival, pay_off (8 bytes each) + barrier (4 bytes) = 28 bytes
+            total += self._src[i].q.cap * (2 * sizeof(uint64_t) + sizeof(double) + sizeof(uint32_t))
             total += self._src[i].q.arena_cap
         return total
 

@@ -2,21 +2,26 @@
 
 Hypothesis generates small multi-source runs (stalls, backlogs, disorder, duplicates, barriers of
 several types, watermarks, ends, declared sources, both late policies, various windows and
-timeouts, ``source_timeout: off``). The core gets the fragments in random batches of equal arrival
-time (mixed sources), watermark and end calls, and live-timer ``advance`` calls between arrivals;
-the oracle (``tests/oracle.py``) gets the same records one by one, as ``evb replay`` semantics
-define them. Emitted sequences (source, ts, barrier, late, t) and every counter must be equal.
-The ``evb replay`` path (``read_records`` + ``replay``) is checked against the oracle too.
+timeouts, ``source_timeout: off``). The core gets the fragments either one per ``submit`` or in
+random batches of equal arrival time (mixed sources), plus watermark and end calls and live-timer
+``advance`` calls between arrivals; the oracle (``tests/oracle.py``) gets the same records one by
+one, as ``evb replay`` semantics define them. Emitted sequences (source, ts, barrier, late, t) and
+every counter must be equal, and fragments are conserved. The ``evb replay`` path
+(``read_records`` + ``replay``) is checked against the oracle too.
+
+``EVB_SOAK=1`` (``make soak``) runs many more, non-derandomized scenarios.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+import pytest
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from orderer import FragmentBatch, Orderer, OrdererConfig, SimulatedClock
@@ -27,11 +32,35 @@ MAX_ID = 2**32 - 1
 MAX_TS = 2**64 - 2  # 2**64 - 1 is reserved
 TIME_TOLERANCE = 1e-9
 
-PROPERTY_SETTINGS = settings(
-    max_examples=1500,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+SOAK = bool(os.environ.get("EVB_SOAK"))
+
+
+def _settings(examples: int, *, shrink: bool = True) -> settings:
+    return settings(
+        max_examples=examples * 20 if SOAK else examples,
+        deadline=None,
+        derandomize=not SOAK,
+        database=None,
+        phases=tuple(Phase) if shrink else (Phase.explicit, Phase.reuse, Phase.generate),
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
+# Core bug (reported to the lead): a run of same-source fragments inside one batch (and in the
+# bulk replay) is taken in with one flush instead of a flush after every record. The flush after
+# an earlier record can empty another queue or resolve a barrier, making that source's frontier
+# *none*, so the later records must wait; the core pops them at once. Minimal repros:
+#   {build_window: 20, startup_delay: 0, sources: [1, 2]}: t=0 s2 ts 10; then ONE batch at t=1 of
+#   s1 ts 10, s1 ts 10 -> core (1,10),(1,10),(2,10) at 1.0; spec (1,10),(2,10) at 1.0, then (1,10)
+#   waits (end of run).
+#   {build_window: 20, startup_delay: 0, barrier_timeout: 0.5, sources: [1, 2]}: t=0 s2 ts 5,
+#   t=0 s2 ts 10 barrier 1; ONE batch at t=1 of s1 ts 20, s1 ts 30 -> core emits (1,30) before
+#   the barrier; spec: (2,5),(1,20),(2,10,b1) at 1.0 and (1,30) waits.
+# Remove the xfail marks (and the no-shrink setting) once fixed.
+BATCH_RUN_BUG = pytest.mark.xfail(
+    strict=True,
+    reason="core flushes once per same-source run in a batch, not after every record "
+    "(see BATCH_RUN_BUG comment in this file and test_rules.py)",
 )
 
 
@@ -102,6 +131,14 @@ def scenarios(draw: st.DrawFn, max_records: int = 30) -> Scenario:
         jitter, code = _pick(code, JITTERS)
         barrier, code = _pick(code, BARRIERS)
         new_batch, code = _pick(code, [False, True])
+        repeat, code = _pick(code, [None] * 5 + ["same source", "same fragment"])
+        if repeat is not None and records:
+            # bursts: the previous record's source again at the same time (same ts or not)
+            dt, source = 0.0, records[-1]["source"]
+            if repeat == "same fragment" and "ts" in records[-1]:
+                records.append(dict(records[-1]))
+                breaks.append(new_batch)
+                continue
         if dt > 0 and records and fraction is not None:
             advances[i] = t + dt * fraction
         t += dt
@@ -201,17 +238,70 @@ def check(scenario: Scenario) -> None:
 
 # --------------------------------------------------------------------------- tests
 
+# The minimal repros of BATCH_RUN_BUG, run first (and so always) by the batched tests.
+REPRO_EQUAL_TIMESTAMPS = Scenario(
+    {"build_window": 20, "startup_delay": 0, "sources": [1, 2]},
+    [
+        {"t": 0.0, "source": 2, "ts": 10, "barrier": 0},
+        {"t": 1.0, "source": 1, "ts": 10, "barrier": 0},
+        {"t": 1.0, "source": 1, "ts": 10, "barrier": 0},
+    ],
+    [False, False, False],
+)
+REPRO_BARRIER_RESOLVED = Scenario(
+    {"build_window": 20, "startup_delay": 0, "barrier_timeout": 0.5, "sources": [1, 2]},
+    [
+        {"t": 0.0, "source": 2, "ts": 5, "barrier": 0},
+        {"t": 0.0, "source": 2, "ts": 10, "barrier": 1},
+        {"t": 1.0, "source": 1, "ts": 20, "barrier": 0},
+        {"t": 1.0, "source": 1, "ts": 30, "barrier": 0},
+    ],
+    [False, True, True, False],
+)
 
-@PROPERTY_SETTINGS
+
+def _one_record_per_submit(scenario: Scenario) -> Scenario:
+    scenario.batch_breaks = [True] * len(scenario.records)
+    return scenario
+
+
+@_settings(1500)
 @given(scenarios())
 def test_core_equals_oracle(scenario: Scenario) -> None:
-    check(scenario)
+    """One fragment per submit, with watermark, end and live-timer calls in between."""
+    check(_one_record_per_submit(scenario))
 
 
-@PROPERTY_SETTINGS
+@_settings(1500)
 @given(scenarios(max_records=12))
 def test_core_equals_oracle_short_runs(scenario: Scenario) -> None:
     """Short runs reach the corner cases (startup, first barriers, ends) more often."""
+    check(_one_record_per_submit(scenario))
+
+
+def _no_same_source_runs(scenario: Scenario) -> Scenario:
+    """Batches of mixed sources in which no two neighbours come from the same source."""
+    for i in range(1, len(scenario.records)):
+        if scenario.records[i]["source"] == scenario.records[i - 1]["source"]:
+            scenario.batch_breaks[i] = True
+    return scenario
+
+
+@_settings(1000)
+@given(scenarios())
+def test_core_equals_oracle_mixed_batches(scenario: Scenario) -> None:
+    """Batches of equal arrival time whose neighbours are of different sources."""
+    check(_no_same_source_runs(scenario))
+
+
+@BATCH_RUN_BUG
+@_settings(1500, shrink=False)
+@given(scenarios())
+@example(REPRO_EQUAL_TIMESTAMPS)
+@example(REPRO_BARRIER_RESOLVED)
+def test_core_equals_oracle_batched(scenario: Scenario) -> None:
+    """Fragments of equal arrival time submitted in random batches, mixed sources: a batch is a
+    sequence of records, each followed by a flush."""
     check(scenario)
 
 
@@ -219,18 +309,35 @@ def _jsonl(records: list[dict[str, Any]]) -> list[str]:
     return [json.dumps(record) + "\n" for record in records]
 
 
-@settings(max_examples=500, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow])
-@given(scenarios())
-def test_replay_equals_oracle(scenario: Scenario) -> None:
-    emitted, counters = replay(read_records(_jsonl(scenario.records)),
-                               OrdererConfig.from_mapping(scenario.config))
+def check_replay(scenario: Scenario) -> None:
+    emitted, counters = replay(
+        read_records(_jsonl(scenario.records)), OrdererConfig.from_mapping(scenario.config)
+    )
     items = list(emitted.records())
     assert [item.pop("seq") for item in items] == list(range(len(items)))
     want, want_counters = oracle_run(scenario.records, scenario.config)
     assert_same_emitted(items, want)
     assert counters == want_counters
     assert_conservation(counters, 0)
+
+
+@_settings(500)
+@given(scenarios())
+def test_replay_equals_oracle_distinct_times(scenario: Scenario) -> None:
+    """``evb replay``'s path (JSON Lines, bulk replay, end of run) with every t distinct."""
+    for i, record in enumerate(scenario.records):
+        record["t"] += i / 1024
+    check_replay(scenario)
+
+
+@BATCH_RUN_BUG
+@_settings(500, shrink=False)
+@given(scenarios())
+@example(REPRO_EQUAL_TIMESTAMPS)
+@example(REPRO_BARRIER_RESOLVED)
+def test_replay_equals_oracle(scenario: Scenario) -> None:
+    """``evb replay``'s path: records parsed from JSON Lines, bulk replay, end of run."""
+    check_replay(scenario)
 
 
 def _long_scenario(seed: int) -> Scenario:
@@ -262,7 +369,8 @@ def _long_scenario(seed: int) -> Scenario:
         if roll < 0.02:
             records.append({"t": t, "source": source, "end": True})
         elif roll < 0.07:
-            records.append({"t": t, "source": source, "watermark": ts + rng.choice([0, 10, -10])})
+            watermark = max(0, ts + rng.choice([0, 10, -10]))
+            records.append({"t": t, "source": source, "watermark": watermark})
         else:
             barrier = rng.choice([1, 2, 3]) if rng.random() < 0.03 else 0
             records.append({"t": t, "source": source, "ts": ts, "barrier": barrier})
@@ -275,6 +383,15 @@ def _long_scenario(seed: int) -> Scenario:
     return Scenario(config, records, breaks, advances, rng.choice(["last", "none"]))
 
 
+LONG_SEEDS = range(300 if SOAK else 15)
+
+
 def test_core_equals_oracle_long_runs() -> None:
-    for seed in range(12):
+    for seed in LONG_SEEDS:
+        check(_one_record_per_submit(_long_scenario(seed)))
+
+
+@BATCH_RUN_BUG
+def test_core_equals_oracle_long_runs_batched() -> None:
+    for seed in LONG_SEEDS:
         check(_long_scenario(seed))
