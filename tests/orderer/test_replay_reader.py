@@ -76,7 +76,7 @@ def test_a_bad_record_anywhere_is_named_by_its_line(
     lines: list[str], bad: str, data: st.DataObject
 ) -> None:
     at = data.draw(st.integers(0, len(lines)))
-    lines = lines[:at] + [bad] + lines[at:]
+    lines = [*lines[:at], bad, *lines[at:]]
     with pytest.raises(RecordError) as error:
         read_records(lines)
     assert error.value.line == at + 1
@@ -85,5 +85,5 @@ def test_a_bad_record_anywhere_is_named_by_its_line(
 
 def test_time_going_backwards_is_named() -> None:
     lines = ['{"t": 1, "source": 1, "ts": 1}', '{"t": 0.5, "source": 1, "ts": 2}']
-    with pytest.raises(RecordError, match="line 2: t=0.5 is before"):
+    with pytest.raises(RecordError, match=r"line 2: t=0\.5 is before"):
         read_records(lines)
