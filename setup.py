@@ -1,16 +1,52 @@
-"""Build the Cython hot path of the orderer.
+"""Build steps that pyproject.toml cannot declare: the Cython hot path and the gRPC stubs.
 
-Only the extension modules live here; every other piece of metadata is in pyproject.toml.
-Set EVB_DEBUG=1 at build time to compile in the core's invariant checks.
+Every other piece of metadata is in pyproject.toml. The stubs are generated from proto/ on every
+build (never committed) into orderer/_proto/. Set EVB_DEBUG=1 at build time to compile in the
+core's invariant checks.
 """
 
+import importlib.resources
 import os
+import re
+from pathlib import Path
 
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 debug = os.environ.get("EVB_DEBUG", "") not in ("", "0")
+HERE = Path(__file__).resolve().parent
+
+
+def generate_grpc_stubs() -> None:
+    """proto/evb/v1/*.proto -> orderer/_proto/evb/v1/*_pb2{,_grpc}.py(i), imports made package-
+    relative so that the stubs live inside the orderer package."""
+    from grpc_tools import protoc
+
+    proto_root = HERE / "proto"
+    out_root = HERE / "orderer" / "_proto"
+    include = str(importlib.resources.files("grpc_tools") / "_proto")
+    protos = sorted(proto_root.rglob("*.proto"))
+    for proto in protos:
+        target = out_root / proto.parent.relative_to(proto_root)
+        target.mkdir(parents=True, exist_ok=True)
+        status = protoc.main([
+            "grpc_tools.protoc", f"-I{include}", f"-I{proto_root}",
+            f"--python_out={out_root}", f"--pyi_out={out_root}", f"--grpc_python_out={out_root}",
+            str(proto),
+        ])
+        if status != 0:
+            raise SystemExit(f"protoc failed on {proto}")
+    for directory in [out_root, *(p for p in out_root.rglob("*") if p.is_dir())]:
+        (directory / "__init__.py").touch()
+    for generated in out_root.rglob("*_pb2*.py*"):
+        text = generated.read_text()
+        fixed = re.sub(r"^from evb\.", "from orderer._proto.evb.", text, flags=re.M)
+        if fixed != text:
+            generated.write_text(fixed)
+
+
+generate_grpc_stubs()
 
 extensions = [
     Extension(
