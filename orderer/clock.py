@@ -20,19 +20,21 @@ class Clock(Protocol):
 
 
 class MonotonicClock:
-    """Live time: seconds since this clock was created, from ``time.monotonic``.
+    """Live time: ``start`` plus the seconds since this clock was created (``time.monotonic``).
 
     Starting at zero keeps arrival times small, readable and exactly representable in the arrival
-    record, so that a recorded live run replays to the same output.
+    record, so that a recorded live run replays to the same output. A restarted service starts
+    where the recovered run stopped, so time never goes backwards across a crash.
     """
 
-    __slots__ = ("_origin",)
+    __slots__ = ("_origin", "_start")
 
-    def __init__(self) -> None:
+    def __init__(self, start: float = 0.0) -> None:
         self._origin = time.monotonic()
+        self._start = start
 
     def now(self) -> float:
-        return time.monotonic() - self._origin
+        return self._start + (time.monotonic() - self._origin)
 
 
 class SimulatedClock:
