@@ -138,15 +138,24 @@ class EmittedBatch:
             }
 
     @classmethod
+    def empty(cls, first_seq: int = 0) -> EmittedBatch:
+        """No fragments; the next one would have ``first_seq``."""
+        return cls(
+            first_seq,
+            np.zeros(0, dtype=np.float64),
+            np.zeros(0, dtype=np.uint32),
+            np.zeros(0, dtype=np.uint64),
+            np.zeros(0, dtype=np.uint32),
+            np.zeros(0, dtype=np.bool_),
+            np.zeros(1, dtype=np.uint64),
+            _EMPTY_BYTES,
+        )
+
+    @classmethod
     def concat(cls, batches: Sequence[EmittedBatch]) -> EmittedBatch:
         """One batch from consecutive batches (payload offsets rebased)."""
         if not batches:
-            return cls(
-                0,
-                *(np.zeros(0, dtype=d) for d in _COLUMN_DTYPES),
-                np.zeros(1, np.uint64),
-                _EMPTY_BYTES,
-            )  # type: ignore[arg-type]
+            return cls.empty()
         offsets = [batches[0].payload_offsets]
         base = int(batches[0].payload_offsets[-1])
         for b in batches[1:]:
@@ -162,6 +171,3 @@ class EmittedBatch:
             np.concatenate(offsets),
             np.concatenate([b.payload for b in batches]),
         )
-
-
-_COLUMN_DTYPES = (np.float64, np.uint32, np.uint64, np.uint32, np.bool_)

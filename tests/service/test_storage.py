@@ -1,0 +1,211 @@
+"""Durable storage: the ordered log's segments, torn tails, retention, and recovery of a crashed
+run from the arrival log with every offset written exactly once."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from orderer import (
+    EmittedBatch,
+    FragmentBatch,
+    InterfaceError,
+    InternalOrdererError,
+    Orderer,
+    OrdererConfig,
+)
+from orderer.clock import SimulatedClock
+from orderer.replay import read_records, replay
+from orderer.service.storage import ArrivalLog, FsyncPolicy, OrderedLog, recover
+
+CONFIG = OrdererConfig(build_window=2.0, startup_delay=0.5, source_timeout=None)
+
+
+def _live_run(
+    directory: Path, *, steps: int = 60, segment_bytes: int = 4096, timer_after_last: bool = True
+) -> tuple[ArrivalLog, OrderedLog]:
+    """What the service does: log each arrival, take it in, append what was emitted."""
+    arrivals = ArrivalLog.open(directory / "arrivals", segment_bytes=segment_bytes)
+    ordered = OrderedLog.open(directory / "ordered", segment_bytes=segment_bytes)
+    orderer = Orderer(CONFIG, clock=SimulatedClock())
+    rng = np.random.default_rng(3)
+    t = 0.0
+    for step in range(steps):
+        t += float(rng.uniform(0.05, 0.4))
+        source = int(rng.integers(1, 4))
+        if source == 3 and 20 < step < 35:
+            continue  # a stall of source 3
+        first = step * 10
+        stamps = np.sort(rng.integers(first, first + 30, 5)).astype(np.uint64)
+        barrier = np.zeros(5, dtype=np.uint32)
+        if step in (30, 31, 32):
+            barrier[-1] = 3
+        batch = FragmentBatch.from_arrays(
+            source=source,
+            timestamp=stamps,
+            barrier=barrier,
+            payloads=[f"{source}:{s}".encode() for s in stamps],
+        )
+        arrivals.append_batch(t, batch, first_sequence=step * 5)
+        orderer.submit(batch, now=t)
+        ordered.append(orderer.take_emitted())
+        if step == 40:
+            arrivals.append_watermark(t, 2, 450)
+            orderer.watermark(2, 450, now=t)
+            ordered.append(orderer.take_emitted())
+    if timer_after_last:
+        orderer.advance(now=t + 1.0)  # a deadline timer after the last arrival
+        ordered.append(orderer.take_emitted())
+    arrivals.sync()
+    ordered.sync()
+    return arrivals, ordered
+
+
+def _all(ordered: OrderedLog) -> list[tuple[int, int, int, bool, bytes]]:
+    rows = []
+    offset = ordered.first_offset
+    while True:
+        batch = ordered.read(offset, 1000)
+        if not len(batch):
+            return rows
+        rows += [
+            (
+                int(batch.source[i]),
+                int(batch.timestamp[i]),
+                int(batch.barrier[i]),
+                bool(batch.late[i]),
+                batch.payload_of(i),
+            )
+            for i in range(len(batch))
+        ]
+        offset += len(batch)
+
+
+def test_offsets_continue_across_segments_and_reopening(tmp_path: Path) -> None:
+    _arrivals, ordered = _live_run(tmp_path)
+    rows = _all(ordered)
+    assert len(rows) == ordered.next_offset > 0
+    assert len(list((tmp_path / "ordered").glob("*.arrow"))) > 1
+    ordered.close()
+    again = OrderedLog.open(tmp_path / "ordered")
+    assert again.next_offset == len(rows)
+    assert _all(again) == rows
+    assert all(payload == f"{s}:{ts}".encode() for s, ts, _, _, payload in rows)
+
+
+def test_a_torn_tail_is_cut_and_appends_go_on_without_a_gap(tmp_path: Path) -> None:
+    _arrivals, ordered = _live_run(tmp_path)
+    rows = _all(ordered)
+    ordered.close()
+    last = sorted((tmp_path / "ordered").glob("*.arrow"))[-1]
+    size = last.stat().st_size
+    with last.open("r+b") as f:
+        f.truncate(size - 40)  # a crash in the middle of the last batch
+    torn = OrderedLog.open(tmp_path / "ordered")
+    assert torn.next_offset < len(rows)
+    assert _all(torn) == rows[: torn.next_offset]
+    one = Orderer({"startup_delay": 0}, clock=SimulatedClock())
+    one.submit(FragmentBatch.from_arrays(source=9, timestamp=[1]), now=0.0)
+    fragment = one.take_emitted()
+    with pytest.raises(InternalOrdererError, match="was handed offset 0"):
+        torn.append(fragment)
+    next_offset = torn.next_offset
+    torn.append(EmittedBatch(next_offset, *dataclasses.astuple(fragment)[1:]))
+    torn.close()
+    reopened = OrderedLog.open(tmp_path / "ordered")
+    assert reopened.next_offset == next_offset + 1
+    assert _all(reopened)[-1] == (9, 1, 0, False, b"")
+
+
+def test_recovery_writes_every_offset_exactly_once(tmp_path: Path) -> None:
+    arrivals, ordered = _live_run(tmp_path)
+    complete = _all(ordered)
+    arrivals.close()
+    ordered.close()
+    # the crash: the last few appends to the ordered log never reached the disk
+    last = sorted((tmp_path / "ordered").glob("*.arrow"))[-1]
+    with last.open("r+b") as f:
+        f.truncate(last.stat().st_size // 2)
+    arrivals = ArrivalLog.open(tmp_path / "arrivals")
+    ordered = OrderedLog.open(tmp_path / "ordered")
+    assert ordered.next_offset < len(complete)
+    recovered = recover(CONFIG, arrivals, ordered)
+    assert _all(ordered) == complete[: ordered.next_offset]
+    # the restarted service's timer runs the deadlines the lost part of the log came from
+    recovered.orderer.advance(now=recovered.resume_time + 1.0)
+    ordered.append(recovered.orderer.take_emitted())
+    assert _all(ordered) == complete
+    assert set(recovered.next_sequence) <= {1, 2, 3}
+    assert max(recovered.next_sequence.values()) == 59 * 5 + 5
+    # a second recovery on the completed logs changes nothing
+    ordered.close()
+    again = OrderedLog.open(tmp_path / "ordered")
+    recover(CONFIG, arrivals, again)
+    assert _all(again) == complete
+
+
+def test_recovered_orderer_carries_on_where_the_run_stopped(tmp_path: Path) -> None:
+    arrivals, ordered = _live_run(tmp_path)
+    before = ordered.next_offset
+    recovered = recover(CONFIG, arrivals, ordered)
+    assert recovered.orderer.emitted_seq == before
+    assert recovered.resume_time >= ordered.last_emit_time
+    recovered.orderer.end_run(now=recovered.resume_time + 1)
+    ordered.append(recovered.orderer.take_emitted())
+    counters = recovered.orderer.counters()["totals"]
+    assert counters["received"] == counters["emitted"] + counters["dropped"]
+    assert ordered.next_offset == counters["emitted"]
+
+
+def test_arrival_record_replays_to_the_ordered_log(tmp_path: Path) -> None:
+    # evb replay ends the run at the last record: so does this run, before any later deadline
+    arrivals, ordered = _live_run(tmp_path, timer_after_last=False)
+    recovered = recover(CONFIG, arrivals, ordered)
+    orderer = recovered.orderer
+    orderer.end_run(now=recovered.resume_time)
+    ordered.append(orderer.take_emitted())
+    record = tmp_path / "arrivals.jsonl"
+    assert arrivals.export_replay(record) == 0
+    with record.open() as lines:
+        emitted, _ = replay(read_records(lines), CONFIG)
+    logged = _all(ordered)
+    assert [(s, ts, b, late) for s, ts, b, late, _ in logged] == [
+        (int(s), int(ts), int(b), bool(late))
+        for s, ts, b, late in zip(
+            emitted.source, emitted.timestamp, emitted.barrier, emitted.late, strict=True
+        )
+    ]
+
+
+def test_retention_removes_only_committed_sealed_segments(tmp_path: Path) -> None:
+    _arrivals, ordered = _live_run(tmp_path, segment_bytes=2048)
+    segments = sorted((tmp_path / "ordered").glob("*.arrow"))
+    assert len(segments) >= 3
+    assert ordered.apply_retention(keep_from_offset=0, max_bytes=1) == []
+    middle = ordered.next_offset // 2
+    deleted = ordered.apply_retention(keep_from_offset=middle, max_bytes=1)
+    assert deleted and all(not p.exists() for p in deleted)
+    assert 0 < ordered.first_offset <= middle
+    with pytest.raises(InterfaceError, match="removed by retention"):
+        ordered.read(0)
+    assert len(ordered.read(ordered.first_offset, 10)) == 10
+    ordered.close()
+    assert OrderedLog.open(tmp_path / "ordered").first_offset == ordered.first_offset
+
+
+def test_fsync_policies_are_named(tmp_path: Path) -> None:
+    for policy in ("always", "batch", "never"):
+        log = OrderedLog.open(tmp_path / policy, fsync=FsyncPolicy(policy))
+        orderer = Orderer({"startup_delay": 0}, clock=SimulatedClock())
+        orderer.submit(FragmentBatch.from_arrays(source=1, timestamp=[1, 2]), now=1.0)
+        log.append(orderer.take_emitted())
+        log.sync()
+        log.close()
+        assert OrderedLog.open(tmp_path / policy).next_offset == 2
+    with pytest.raises(ValueError):
+        FsyncPolicy("sometimes")
+    shutil.rmtree(tmp_path / "always")
