@@ -20,6 +20,13 @@ _EMPTY_BYTES = np.zeros(0, dtype=np.uint8)
 
 
 def _array(name: str, values: object, dtype: type[np.generic]) -> npt.NDArray:
+    if isinstance(values, list | tuple):
+        # a list of Python ints straight to the target type: np.asarray would make a list that
+        # mixes small ints with ints >= 2**63 float64 and lose precision
+        try:
+            return np.asarray(values, dtype=dtype)
+        except (OverflowError, TypeError, ValueError):
+            pass  # fall through for the checks that name the problem
     try:
         array = np.asarray(values)
     except (TypeError, ValueError) as error:

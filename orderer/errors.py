@@ -13,6 +13,7 @@ __all__ = [
     "InterfaceError",
     "InternalOrdererError",
     "RecordError",
+    "ServiceUnavailable",
 ]
 
 
@@ -50,3 +51,11 @@ class RecordError(EvbError, ValueError):
 
 class InternalOrdererError(EvbError):
     """An invariant of the core was broken: a bug in evb, never the caller's fault."""
+
+
+class ServiceUnavailable(EvbError, ConnectionError):
+    """The orderer service cannot serve now (unreachable, shutting down, or its storage failed).
+
+    Transient: a client reconnects and resends what was not acknowledged. The service maps it to
+    ``UNAVAILABLE``; the client library raises it when it gives up reconnecting.
+    """

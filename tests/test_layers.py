@@ -54,3 +54,25 @@ def test_operator_directory_is_not_an_importable_package() -> None:
     import operator
 
     assert hasattr(operator, "itemgetter")
+
+
+def test_grpc_stays_at_the_network_edge() -> None:
+    """grpc is imported only by the service and the client side, never by the core, the API,
+    replay or the storage."""
+    allowed = {
+        "orderer/service/server.py",
+        "orderer/service/convert.py",
+        "orderer/service/metrics.py",
+        "orderer/client.py",
+        "orderer/remote.py",
+    }
+    for path in sorted((REPO / "orderer").rglob("*.py")):
+        relative = str(path.relative_to(REPO))
+        if "_proto" in relative:
+            continue
+        uses_grpc = any(
+            name.split(".")[0] == "grpc" or name.startswith(("grpc_", "orderer._proto"))
+            for name in _imports(path)
+        )
+        if uses_grpc:
+            assert relative in allowed, f"{relative} imports grpc or the stubs"

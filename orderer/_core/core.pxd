@@ -87,6 +87,7 @@ cdef class OrdererCore:
     cdef bint _has_first
     cdef double _first_arrival
     cdef double _last_flush
+    cdef double _last_now            # latest time any call was made at
     cdef bint _has_hwm
     cdef uint64_t _hwm
     cdef uint64_t _queued
@@ -130,6 +131,7 @@ cdef class OrdererCore:
     cdef int _submit_range(self, double now, const uint32_t *source, const uint64_t *ts,
                            const uint32_t *barrier, const uint64_t *pay_off,
                            const uint8_t *payload, Py_ssize_t start, Py_ssize_t stop) except -1
+    cdef bint _run_goes_in_whole(self, Py_ssize_t index, double now) except -1
     cdef int _flush(self, double now) except -1
     cdef int _drain(self, double now) except -1
     cdef bint _pop_round(self, double now, PopMode mode) except -1

@@ -284,6 +284,7 @@ cdef class OrdererCore:
         self._flow_changes = []
         self._barrier_log = []
         self._last_flush = -INFINITY
+        self._last_now = -INFINITY
         self._mark_none = True
         self.configure(build_window, startup_delay, barrier_timeout, source_timeout, drop_late,
                        global_xoff, global_xon, queue_xoff, queue_xon)
@@ -477,11 +478,11 @@ cdef class OrdererCore:
         """Take in fragments [start, stop) arriving at ``now``.
 
         The contract is one flush after every fragment. A run of one source with non-decreasing
-        timestamps and no barrier emits exactly what per-fragment flushes would (the frontier of
-        that source only rises through the run and nothing else changes), so the run goes in as
-        a whole and is followed by one flush. Barriers are runs of their own.
+        timestamps and no barrier goes in whole, followed by one flush, whenever that provably
+        emits what per-fragment flushes would (see ``_run_goes_in_whole``); otherwise it goes in
+        fragment by fragment until it does. Barriers go in on their own.
         """
-        cdef Py_ssize_t i = start, j
+        cdef Py_ssize_t i = start, j, index
         cdef uint32_t sid
         cdef Source *s
         while i < stop:
@@ -490,11 +491,47 @@ cdef class OrdererCore:
             if not barrier[i]:
                 while j < stop and source[j] == sid and not barrier[j] and ts[j] >= ts[j - 1]:
                     j += 1
-            s = &self._src[self._source_index(sid)]
-            self._insert_run(s, ts + i, barrier + i, j - i, now, pay_off + i, payload)
-            self._flush(now)
-            i = j
+            index = self._source_index(sid)
+            while i < j:
+                s = &self._src[index]
+                if j - i > 1 and self._run_goes_in_whole(index, now):
+                    self._insert_run(s, ts + i, barrier + i, j - i, now, pay_off + i, payload)
+                    i = j
+                else:
+                    self._insert_run(s, ts + i, barrier + i, 1, now, pay_off + i, payload)
+                    i += 1
+                self._flush(now)
         return 0
+
+    cdef bint _run_goes_in_whole(self, Py_ssize_t index, double now) except -1:
+        """Whether a run of ordinary fragments of source ``index`` (non-decreasing timestamps,
+        all arriving at ``now``), inserted whole and flushed once, emits exactly what a flush
+        after each of its fragments would. The state is quiescent (the last flush is done).
+
+        - Before the startup delay every flush is empty.
+        - Another source's frontier is *none*: only the window rule can pop, the run's own
+          fragments have not waited, and every front that had was popped by the last flush;
+          pending barriers can only lose a participant. Nothing moves until the run ends.
+        - The source's queue is not empty: then its frontier is above the mark, which the other
+          sources fix (their frontiers do not move during the run); each fragment at or below
+          the mark goes out alone and in order, and the queue never empties, so neither the
+          window rule nor any barrier comes into play. Merging them at the end is the same.
+        A source holding a barrier gets the fragment-by-fragment path (rare, and subtle).
+        """
+        cdef Source *s = &self._src[index]
+        cdef Source *o
+        cdef Py_ssize_t i
+        if s.q.n_barriers > 0:
+            return False
+        if not (self._has_first and self._first_arrival + self._startup_delay <= now):
+            return True
+        for i in range(self._n_src):
+            if i == index:
+                continue
+            o = &self._src[i]
+            if o.q.tail == o.q.head and not o.ended and not o.has_watermark:
+                return True
+        return s.q.tail > s.q.head
 
     # ------------------------------------------------------------ flush
 
@@ -1002,9 +1039,10 @@ cdef class OrdererCore:
     cdef _check_time(self, double now):
         if now != now:
             raise InterfaceError("time is NaN")
-        if now < self._last_flush:
+        if now < self._last_flush or now < self._last_now:
             raise InterfaceError(
-                f"time went backwards: {now} is before the last flush at {self._last_flush}")
+                f"time went backwards: {now} is before {max(self._last_flush, self._last_now)}")
+        self._last_now = now
 
     # ------------------------------------------------------------ reading out
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import bisect
 import enum
+import errno
 import json
 import os
 import time
@@ -196,18 +197,28 @@ class _SegmentedStream:
     def _close_segment(self) -> None:
         if self._writer is not None:
             self._writer.close()
-            self.sync()
             assert self._file is not None
+            if self.fsync is not FsyncPolicy.NEVER:
+                os.fsync(self._file.fileno())  # always: a sync racing with this may miss it
+            self._dirty = False
             self._file.close()
         self._writer = self._sink = self._file = self._segment = None
 
     def sync(self) -> None:
-        """Make everything appended so far durable (per the fsync policy)."""
-        if self._file is None or not self._dirty:
+        """Make everything appended so far durable (per the fsync policy).
+
+        May run in a worker thread while the loop thread rolls the segment over: closing a
+        segment syncs it, so a file closed under our feet has nothing left to sync."""
+        file = self._file
+        if file is None or not self._dirty:
             return
         self._dirty = False
         if self.fsync is not FsyncPolicy.NEVER:
-            os.fsync(self._file.fileno())
+            try:
+                os.fsync(file.fileno())
+            except (ValueError, OSError) as error:
+                if isinstance(error, OSError) and error.errno != errno.EBADF:
+                    raise
 
     def read_batch(self, ref: _BatchRef) -> pa.RecordBatch:
         with pa.OSFile(str(ref.segment), "rb") as source:

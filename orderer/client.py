@@ -1,0 +1,984 @@
+"""Client library of the orderer service: data sources in, ordered output out, control calls.
+
+Why a library and not just the generated stubs: a data source must not lose or duplicate
+fragments when the orderer restarts, and must not send one message per fragment (gRPC costs a
+fixed ~200 us per message). :class:`AsyncSourceClient` (asyncio) and :class:`SourceClient`
+(blocking, for readout loops) therefore
+
+- batch fragments per source (``batch_size``, or after ``linger`` seconds, or on ``flush``);
+- number them per source (the server deduplicates by ``(source, sequence)``);
+- keep every batch until the server acknowledges it as durable, and resend all of them after a
+  reconnect (exponential backoff with jitter), so a crash of the server loses nothing that was
+  not acknowledged and duplicates nothing;
+- honour flow control: while the server asks a source to pause, shipping its batches waits;
+- bound memory: sending blocks once ``max_unacked`` fragments of a source await their ack.
+
+A new client asks the server where each of its sources stands (an empty batch, answered with an
+``Ack``), so a second ``evb send`` for the same source continues its sequence. Closing the client
+waits until the server ended the stream OK, which it does only once everything sent on it
+(watermarks and ends included) is durable.
+
+Readers: :func:`subscribe` (asyncio) and :class:`OrderedStreamReader` (blocking) iterate the
+ordered output from an offset and resume after reconnects. Control: :func:`get_stats`,
+:func:`configure`, :func:`end_run` and their ``*_async`` twins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+import numpy as np
+
+from orderer._proto.evb.v1 import orderer_pb2 as pb
+from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
+from orderer.batch import EmittedBatch, FragmentBatch
+from orderer.errors import EvbError, InterfaceError, ServiceUnavailable
+from orderer.service import convert
+
+__all__ = [
+    "AsyncSourceClient",
+    "OrderedStreamReader",
+    "SourceClient",
+    "channel_options",
+    "configure",
+    "configure_async",
+    "end_run",
+    "end_run_async",
+    "get_stats",
+    "get_stats_async",
+    "subscribe",
+]
+
+log = logging.getLogger("evb.client")
+
+_T = TypeVar("_T")
+
+FATAL_CODES = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.OUT_OF_RANGE,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.ALREADY_EXISTS,
+    }
+)
+"""Status codes a retry cannot cure; every other one means reconnect and resend."""
+
+
+def channel_options(max_message_bytes: int = 64 << 20) -> list[tuple[str, int]]:
+    """Channel settings: large messages (columnar batches), quick reconnects, keepalive."""
+    return [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 2000),
+        ("grpc.keepalive_time_ms", 30_000),
+        ("grpc.keepalive_timeout_ms", 10_000),
+    ]
+
+
+def _error_of(code: grpc.StatusCode, details: str | None) -> EvbError:
+    """A gRPC status as the one error hierarchy of evb."""
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return InterfaceError(details or "invalid argument")
+    if code in FATAL_CODES:
+        return EvbError(f"{code.name}: {details}")
+    return ServiceUnavailable(f"{code.name}: {details}")
+
+
+def _backoff(attempt: int, initial: float, ceiling: float) -> float:
+    return min(ceiling, initial * 2.0 ** min(attempt, 30)) * random.uniform(0.5, 1.0)
+
+
+# ---------------------------------------------------------------------------------- batching
+
+
+class _Buffer:
+    """Fragments of one source waiting to be shipped, in order: sealed chunks (whole arrays from
+    ``send_batch``) and single fragments from ``send`` not sealed yet."""
+
+    __slots__ = ("barriers", "chunks", "count", "payloads", "source", "timestamps")
+
+    def __init__(self, source: int) -> None:
+        self.source = source
+        self.chunks: list[FragmentBatch] = []
+        self.timestamps: list[int] = []
+        self.barriers: list[int] = []
+        self.payloads: list[bytes] = []
+        self.count = 0
+
+    def add_one(self, timestamp: int, barrier: int, payload: bytes) -> int:
+        self.timestamps.append(timestamp)
+        self.barriers.append(barrier)
+        self.payloads.append(payload)
+        self.count += 1
+        return self.count
+
+    def _seal(self) -> None:
+        if self.timestamps:
+            has_payload = any(self.payloads)
+            self.chunks.append(
+                FragmentBatch.from_arrays(
+                    source=self.source,
+                    timestamp=self.timestamps,
+                    barrier=self.barriers,
+                    payloads=self.payloads if has_payload else None,
+                )
+            )
+            self.timestamps, self.barriers, self.payloads = [], [], []
+
+    def add_batch(self, batch: FragmentBatch) -> int:
+        self._seal()
+        self.chunks.append(batch)
+        self.count += len(batch)
+        return self.count
+
+    def take(self) -> FragmentBatch | None:
+        self._seal()
+        chunks, self.chunks, self.count = self.chunks, [], 0
+        if not chunks:
+            return None
+        return chunks[0] if len(chunks) == 1 else _concat(chunks)
+
+
+def _concat(batches: list[FragmentBatch]) -> FragmentBatch:
+    offsets = [np.zeros(1, dtype=np.uint64)]
+    payloads = []
+    base = 0
+    for batch in batches:
+        start, stop = int(batch.payload_offsets[0]), int(batch.payload_offsets[-1])
+        payloads.append(batch.payload[start:stop])
+        offsets.append(batch.payload_offsets[1:] - np.uint64(start) + np.uint64(base))
+        base += stop - start
+    return FragmentBatch(
+        source=np.concatenate([b.source for b in batches]),
+        timestamp=np.concatenate([b.timestamp for b in batches]),
+        barrier=np.concatenate([b.barrier for b in batches]),
+        payload_offsets=np.concatenate(offsets),
+        payload=np.concatenate(payloads),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    """A batch on the wire, kept until acknowledged."""
+
+    first: int
+    count: int
+    request: pb.SubmitRequest
+    order: int  # global send order, so that a resend keeps the original interleaving
+
+
+def _source_batch(
+    source: int,
+    timestamps: object,
+    barriers: object | None,
+    payloads: Iterable[bytes] | None,
+) -> FragmentBatch:
+    payload_list = list(payloads) if payloads is not None else None
+    batch = FragmentBatch.from_arrays(
+        source=source, timestamp=timestamps, barrier=barriers, payloads=payload_list
+    )
+    if len(batch.barrier) != len(batch):
+        raise InterfaceError(f"barriers: {len(batch.barrier)} values for {len(batch)} fragments")
+    if payload_list is not None and len(payload_list) != len(batch):
+        raise InterfaceError(f"payloads: {len(payload_list)} values for {len(batch)} fragments")
+    if len(batch) and int(batch.timestamp.max()) == convert.RESERVED_TIMESTAMP:
+        raise InterfaceError("timestamps: 2**64-1 is reserved")
+    return batch
+
+
+def _single_source(batch: FragmentBatch) -> int:
+    if not len(batch):
+        raise InterfaceError("batch: no fragments")
+    source = int(batch.source[0])
+    if not (batch.source == batch.source[0]).all():
+        raise InterfaceError("source: a client batch must hold one source")
+    if len(batch.barrier) != len(batch) or len(batch.payload_offsets) != len(batch) + 1:
+        raise InterfaceError("batch: arrays of different lengths")
+    if int(batch.timestamp.max()) == convert.RESERVED_TIMESTAMP:
+        raise InterfaceError("timestamps: 2**64-1 is reserved")
+    return source
+
+
+# ---------------------------------------------------------------------------------- sources
+
+
+class AsyncSourceClient:
+    """One connection (one ``Submit`` stream) for one or more data sources, asyncio flavour.
+
+    ``async with AsyncSourceClient("host:50051", sources=[1]) as client: await client.send(1, ts)``.
+    Every call raises the error that stopped the client, if any: ``InterfaceError`` when the
+    server refused the input (``INVALID_ARGUMENT``; the batches it acknowledged before stay
+    accepted), ``ServiceUnavailable`` when ``reconnect_timeout`` passed without a connection.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        sources: Iterable[int] = (),
+        batch_size: int = 4096,
+        linger: float | None = 0.05,
+        max_unacked: int = 1 << 20,
+        first_sequence: Mapping[int, int] | None = None,
+        backoff_initial: float = 0.05,
+        backoff_max: float = 2.0,
+        reconnect_timeout: float | None = None,
+        max_batch_bytes: int = 8 << 20,
+        max_message_bytes: int = 64 << 20,
+    ) -> None:
+        if batch_size < 1:
+            raise InterfaceError(f"batch_size: {batch_size} must be >= 1")
+        if max_unacked < batch_size:
+            raise InterfaceError(f"max_unacked: {max_unacked} must be >= batch_size")
+        self.target = target
+        self._batch_size = batch_size
+        self._linger = linger
+        self._max_unacked = max_unacked
+        self._first_sequence = dict(first_sequence or {})
+        self._backoff = (backoff_initial, backoff_max)
+        self._reconnect_timeout = reconnect_timeout
+        self._max_message_bytes = max_message_bytes
+        self._max_batch_bytes = max_batch_bytes
+        self._lock = threading.Lock()  # guards the buffers: SourceClient fills them from its thread
+        self._buffers: dict[int, _Buffer] = {}
+        self._ship_locks: dict[int, asyncio.Lock] = {}
+        self._next_seq: dict[int, int | None] = {}
+        self._unacked: dict[int, deque[_Sent]] = {}
+        self._unacked_count: dict[int, int] = {}
+        self._acked: dict[int, int] = {}
+        self._paused: dict[int, bool] = {}
+        self._watermarks: dict[int, int] = {}
+        self._ended: dict[int, bool] = {}
+        self._order = 0
+        self._outbox: deque[pb.SubmitRequest] = deque()
+        self._writer_wake = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._lingering: dict[int, asyncio.TimerHandle] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+        self._error: BaseException | None = None
+        self._closing = False
+        self._finished = False
+        self._connected = False
+        self._had_reply = False
+        self._task: asyncio.Task[None] | None = None
+        self._channel: grpc.aio.Channel | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.reconnects = 0
+        """How often the stream was re-established (for tests and monitoring)."""
+        for source in sources:
+            self._register(source)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> AsyncSourceClient:
+        if self._task is None:
+            self._loop = asyncio.get_running_loop()
+            self._channel = grpc.aio.insecure_channel(
+                self.target, options=channel_options(self._max_message_bytes)
+            )
+            self._task = self._loop.create_task(self._run())
+        return self
+
+    async def __aenter__(self) -> AsyncSourceClient:
+        return await self.start()
+
+    async def __aexit__(self, kind: object, error: object, traceback: object) -> None:
+        if error is None:
+            await self.close()
+        else:
+            await self.abort()
+
+    async def close(self) -> None:
+        """Ship what is buffered, then wait until the server has made everything sent durable
+        (it ends the stream OK), and disconnect. Raises the error that stopped the client."""
+        if self._task is None:
+            return
+        try:
+            if not self._closing:
+                await self.flush()
+                self._closing = True
+                self._writer_wake.set()
+            await self._wait(lambda: self._finished)
+        finally:
+            await self.abort()
+
+    async def abort(self) -> None:
+        """Disconnect now; whatever was not acknowledged is lost with this client."""
+        self._closing = True
+        for handle in self._lingering.values():
+            handle.cancel()
+        self._lingering.clear()
+        for task in [*self._background, *([self._task] if self._task else [])]:
+            task.cancel()
+        for task in [*self._background, *([self._task] if self._task else [])]:
+            with contextlib.suppress(BaseException):
+                await task
+        self._task = None
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+
+    # ------------------------------------------------------------------ state
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._closing:
+            raise InterfaceError("the client is closed")
+
+    def _notify(self) -> None:
+        event, self._changed = self._changed, asyncio.Event()
+        event.set()
+
+    async def _wait(self, predicate: Callable[[], bool]) -> None:
+        while not predicate():
+            if self._error is not None:
+                raise self._error
+            if self._task is None or self._task.done():
+                raise InterfaceError("the client is not running (call start() first)")
+            await self._changed.wait()
+
+    def _register(self, source: int) -> None:
+        if source in self._next_seq:
+            return
+        if isinstance(source, bool) or not isinstance(source, int) or not 0 <= source < 2**32:
+            raise InterfaceError(f"source: {source!r} is not an integer in 0..2**32-1")
+        self._buffers[source] = _Buffer(source)
+        self._ship_locks[source] = asyncio.Lock()
+        self._next_seq[source] = self._first_sequence.get(source)
+        self._unacked[source] = deque()
+        self._unacked_count[source] = 0
+        self._acked[source] = 0
+        self._paused[source] = False
+        self._ended[source] = False
+        if self._connected:
+            self._enqueue(self._hello(source))
+
+    def _hello(self, source: int) -> pb.SubmitRequest:
+        """An empty batch: the server answers with the source's durable sequence."""
+        return pb.SubmitRequest(batch=pb.FragmentBatch(source=source))
+
+    def _enqueue(self, request: pb.SubmitRequest) -> None:
+        self._outbox.append(request)
+        self._writer_wake.set()
+
+    def acked(self, source: int) -> int:
+        """Fragments of ``source`` below this sequence number are durable on the server."""
+        return self._acked.get(source, 0)
+
+    def next_sequence(self, source: int) -> int | None:
+        """Sequence number the next shipped fragment of ``source`` gets (None: not known yet)."""
+        return self._next_seq.get(source)
+
+    def paused(self, source: int) -> bool:
+        return self._paused.get(source, False)
+
+    def unacked(self, source: int | None = None) -> int:
+        """Fragments shipped and not acknowledged yet (of one source, or all)."""
+        if source is not None:
+            return self._unacked_count.get(source, 0)
+        return sum(self._unacked_count.values())
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    # ------------------------------------------------------------------ sending
+
+    async def send(
+        self, source: int, timestamp: int, barrier: int = 0, payload: bytes = b""
+    ) -> None:
+        """One fragment; shipped with others of its source."""
+        self._check()
+        self._register(source)
+        if not 0 <= timestamp < convert.RESERVED_TIMESTAMP:
+            raise InterfaceError(f"timestamp: {timestamp} is outside 0..2**64-2")
+        with self._lock:
+            count = self._buffers[source].add_one(timestamp, barrier, payload)
+        self._after_add(source, count)
+        if count >= self._batch_size:
+            await self._ship(source)
+
+    async def send_batch(
+        self,
+        source: int,
+        timestamps: object,
+        barriers: object | None = None,
+        payloads: Iterable[bytes] | None = None,
+    ) -> None:
+        """Many fragments of one source at once (arrays), in their order."""
+        self._check()
+        self._register(source)
+        batch = _source_batch(source, timestamps, barriers, payloads)
+        with self._lock:
+            count = self._buffers[source].add_batch(batch)
+        self._after_add(source, count)
+        if count >= self._batch_size:
+            await self._ship(source)
+
+    async def send_fragments(self, batch: FragmentBatch) -> None:
+        """A :class:`~orderer.batch.FragmentBatch` of one source (e.g. from
+        :func:`orderer.synthetic.iter_batches`), payloads included."""
+        self._check()
+        source = _single_source(batch)
+        self._register(source)
+        with self._lock:
+            count = self._buffers[source].add_batch(batch)
+        self._after_add(source, count)
+        if count >= self._batch_size:
+            await self._ship(source)
+
+    def _after_add(self, source: int, count: int) -> None:
+        if count < self._batch_size and self._linger is not None and source not in self._lingering:
+            loop = self._loop or asyncio.get_running_loop()
+            self._lingering[source] = loop.call_later(self._linger, self._linger_fire, source)
+
+    def _linger_fire(self, source: int) -> None:
+        self._lingering.pop(source, None)
+        self._spawn(self._ship(source))
+
+    def _spawn(self, coroutine: Awaitable[None]) -> None:
+        async def guarded() -> None:
+            with contextlib.suppress(EvbError):  # recorded in self._error, raised by the next call
+                await coroutine
+
+        task = asyncio.get_running_loop().create_task(guarded())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _may_ship(self, source: int) -> bool:
+        return (
+            self._next_seq[source] is not None
+            and not self._paused[source]
+            and self._unacked_count[source] + self._batch_size <= self._max_unacked
+        )
+
+    async def _ship(self, source: int) -> None:
+        """Number the source's buffered fragments and put them on the wire, in messages of at
+        most ``batch_size`` fragments and ``max_batch_bytes`` of payload, each once the source
+        may send (sequence known, not paused, not too much unacknowledged)."""
+        async with self._ship_locks[source]:
+            with self._lock:
+                if not self._buffers[source].count:
+                    return
+            await self._wait(lambda: self._may_ship(source))
+            with self._lock:
+                batch = self._buffers[source].take()
+            handle = self._lingering.pop(source, None)
+            if handle is not None:
+                handle.cancel()
+            if batch is None:
+                return
+            start = 0
+            while start < len(batch):
+                stop = self._message_end(batch, start)
+                whole = start == 0 and stop == len(batch)
+                part = batch if whole else convert.slice_batch(batch, start, stop)
+                await self._wait(lambda: self._may_ship(source))
+                first = self._next_seq[source]
+                assert first is not None
+                request = pb.SubmitRequest(batch=convert.batch_to_pb(part, first))
+                n = len(part)
+                self._next_seq[source] = first + n
+                self._unacked[source].append(_Sent(first, n, request, self._order))
+                self._order += 1
+                self._unacked_count[source] += n
+                self._ended[source] = False
+                self._enqueue(request)
+                start = stop
+
+    def _message_end(self, batch: FragmentBatch, start: int) -> int:
+        """End of the message that starts at ``start``: ``batch_size`` fragments at most, and
+        ``max_batch_bytes`` of payload unless one fragment alone is larger."""
+        stop = min(len(batch), start + self._batch_size)
+        offsets = batch.payload_offsets
+        if int(offsets[stop]) - int(offsets[start]) > self._max_batch_bytes:
+            limit = offsets[start] + np.uint64(self._max_batch_bytes)
+            fits = int(np.searchsorted(offsets[start : stop + 1], limit, "right")) - 1
+            stop = start + max(1, fits)
+        return stop
+
+    async def flush(self, source: int | None = None) -> None:
+        """Ship everything buffered now (of one source, or all)."""
+        self._check()
+        for s in [source] if source is not None else list(self._buffers):
+            await self._ship(s)
+
+    async def watermark(self, source: int, watermark: int) -> None:
+        """``source`` promises nothing older than ``watermark`` will come (after what it sent)."""
+        self._check()
+        self._register(source)
+        if not 0 <= watermark < 2**64:
+            raise InterfaceError(f"watermark: {watermark} does not fit in uint64")
+        await self._ship(source)
+        self._watermarks[source] = max(watermark, self._watermarks.get(source, 0))
+        self._enqueue(pb.SubmitRequest(watermark=pb.Watermark(source=source, watermark=watermark)))
+
+    async def end_source(self, source: int) -> None:
+        """``source`` says end of stream (a later fragment re-opens it)."""
+        self._check()
+        self._register(source)
+        await self._ship(source)
+        self._ended[source] = True
+        self._enqueue(pb.SubmitRequest(end_of_source=pb.EndOfSource(source=source)))
+
+    async def wait_acked(self, timeout: float | None = None) -> None:
+        """Ship everything buffered and wait until every batch is durable on the server."""
+        await self.flush()
+        await asyncio.wait_for(self._wait(lambda: not any(self._unacked_count.values())), timeout)
+
+    # ------------------------------------------------------------------ connection
+
+    def _resend(self) -> list[pb.SubmitRequest]:
+        """What a new stream starts with: a hello per source, every unacknowledged batch in the
+        original order, then the latest watermark and the end of each source."""
+        requests = [self._hello(source) for source in self._next_seq]
+        pending = sorted((s for q in self._unacked.values() for s in q), key=lambda s: s.order)
+        requests += [sent.request for sent in pending]
+        requests += [
+            pb.SubmitRequest(watermark=pb.Watermark(source=source, watermark=watermark))
+            for source, watermark in self._watermarks.items()
+        ]
+        requests += [
+            pb.SubmitRequest(end_of_source=pb.EndOfSource(source=source))
+            for source, ended in self._ended.items()
+            if ended
+        ]
+        return requests
+
+    async def _run(self) -> None:
+        assert self._channel is not None
+        stub = pb_grpc.OrdererStub(self._channel)
+        attempt = 0
+        down_since: float | None = None
+        while True:
+            call = stub.Submit()
+            code, details = await self._connection(call)
+            if code == grpc.StatusCode.OK and self._closing:
+                self._finished = True
+                self._notify()
+                return
+            if code in FATAL_CODES:
+                self._error = _error_of(code, details)
+                log.error("the orderer refused this client: %s", self._error)
+                self._notify()
+                return
+            if self._had_reply:
+                attempt, down_since = 0, None
+            if down_since is None:
+                down_since = time.monotonic()
+            if (
+                self._reconnect_timeout is not None
+                and time.monotonic() - down_since > self._reconnect_timeout
+            ):
+                self._error = ServiceUnavailable(
+                    f"no connection to the orderer at {self.target} for "
+                    f"{self._reconnect_timeout} s ({code.name}: {details})"
+                )
+                self._notify()
+                return
+            delay = _backoff(attempt, *self._backoff)
+            log.info("Submit stream ended (%s: %s); reconnecting in %.2f s", code, details, delay)
+            attempt += 1
+            self.reconnects += 1
+            await asyncio.sleep(delay)
+
+    async def _connection(
+        self, call: grpc.aio.StreamStreamCall
+    ) -> tuple[grpc.StatusCode, str | None]:
+        """One stream, until it ends; returns its status."""
+        self._had_reply = False
+        for source in self._paused:  # a new server says XOFF again if it still means it
+            self._paused[source] = False
+        self._notify()
+        self._outbox = deque(self._resend())
+        self._connected = True
+        self._writer_wake.set()
+        loop = asyncio.get_running_loop()
+        reader = loop.create_task(self._read(call))
+        writer = loop.create_task(self._write(call))
+        try:
+            done, _ = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
+            if writer in done and not writer.cancelled() and writer.exception() is None:
+                await reader
+        except grpc.aio.AioRpcError:
+            pass
+        except Exception:
+            log.exception("Submit stream failed")
+        finally:
+            self._connected = False
+            for task in (reader, writer):
+                task.cancel()
+            for task in (reader, writer):
+                with contextlib.suppress(BaseException):
+                    await task
+            if not call.done():
+                call.cancel()
+        return await call.code(), await call.details()
+
+    async def _write(self, call: grpc.aio.StreamStreamCall) -> None:
+        while True:
+            while self._outbox:
+                await call.write(self._outbox[0])
+                self._outbox.popleft()
+            if self._closing:
+                await call.done_writing()
+                return
+            self._writer_wake.clear()
+            if not self._outbox:
+                await self._writer_wake.wait()
+
+    async def _read(self, call: grpc.aio.StreamStreamCall) -> None:
+        async for reply in call:
+            self._had_reply = True
+            item = reply.WhichOneof("item")
+            if item == "ack":
+                self._on_ack(reply.ack.source, reply.ack.durable_sequence)
+            elif item == "flow_control":
+                self._paused[reply.flow_control.source] = reply.flow_control.paused
+                self._notify()
+
+    def _on_ack(self, source: int, durable: int) -> None:
+        if source not in self._next_seq:
+            return
+        known = self._next_seq[source]
+        if known is None:
+            self._next_seq[source] = durable  # a new client continues the source's sequence
+        elif durable > known:
+            log.warning(
+                "source %d: the server has sequence %d, beyond this client's %d; fragments "
+                "numbered below it will be taken for resends and dropped",
+                source,
+                durable,
+                known,
+            )
+        self._acked[source] = max(self._acked[source], durable)
+        queue = self._unacked[source]
+        while queue and queue[0].first + queue[0].count <= durable:
+            self._unacked_count[source] -= queue.popleft().count
+        self._notify()
+
+
+class SourceClient:
+    """The blocking flavour of :class:`AsyncSourceClient`, for readout loops and scripts.
+
+    It runs an asyncio loop in a background thread; ``send`` only appends to the source's buffer
+    (no thread hop) until a batch is full. Use as a context manager or call :meth:`close`.
+    """
+
+    def __init__(self, target: str, **options: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="evb-source-client", daemon=True
+        )
+        self._thread.start()
+
+        async def make() -> AsyncSourceClient:
+            return await AsyncSourceClient(target, **options).start()
+
+        try:
+            self._client = self._call(make())
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    def _call(self, coroutine: Awaitable[_T], timeout: float | None = None) -> _T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)  # type: ignore[arg-type]
+
+    def _registered(self, source: int) -> None:
+        if source not in self._client._next_seq:
+
+            async def register() -> None:
+                self._client._register(source)
+
+            self._call(register())
+
+    def send(self, source: int, timestamp: int, barrier: int = 0, payload: bytes = b"") -> None:
+        client = self._client
+        client._check()
+        if not 0 <= timestamp < convert.RESERVED_TIMESTAMP:
+            raise InterfaceError(f"timestamp: {timestamp} is outside 0..2**64-2")
+        self._registered(source)
+        with client._lock:
+            count = client._buffers[source].add_one(timestamp, barrier, payload)
+        self._added(source, count)
+
+    def send_batch(
+        self,
+        source: int,
+        timestamps: object,
+        barriers: object | None = None,
+        payloads: Iterable[bytes] | None = None,
+    ) -> None:
+        client = self._client
+        client._check()
+        self._registered(source)
+        batch = _source_batch(source, timestamps, barriers, payloads)
+        with client._lock:
+            count = client._buffers[source].add_batch(batch)
+        self._added(source, count)
+
+    def send_fragments(self, batch: FragmentBatch) -> None:
+        client = self._client
+        client._check()
+        source = _single_source(batch)
+        self._registered(source)
+        with client._lock:
+            count = client._buffers[source].add_batch(batch)
+        self._added(source, count)
+
+    def _added(self, source: int, count: int) -> None:
+        client = self._client
+        if count >= client._batch_size:
+            self._call(client._ship(source))
+        elif source not in client._lingering:
+            self._loop.call_soon_threadsafe(client._after_add, source, count)
+
+    def watermark(self, source: int, watermark: int) -> None:
+        self._call(self._client.watermark(source, watermark))
+
+    def end_source(self, source: int) -> None:
+        self._call(self._client.end_source(source))
+
+    def flush(self, source: int | None = None) -> None:
+        self._call(self._client.flush(source))
+
+    def wait_acked(self, timeout: float | None = None) -> None:
+        self._call(self._client.wait_acked(timeout))
+
+    def acked(self, source: int) -> int:
+        return self._client.acked(source)
+
+    def next_sequence(self, source: int) -> int | None:
+        return self._client.next_sequence(source)
+
+    def paused(self, source: int) -> bool:
+        return self._client.paused(source)
+
+    def unacked(self, source: int | None = None) -> int:
+        return self._client.unacked(source)
+
+    @property
+    def reconnects(self) -> int:
+        return self._client.reconnects
+
+    def close(self) -> None:
+        """Ship, wait until everything is durable, disconnect."""
+        if self._loop.is_closed():
+            return
+        try:
+            self._call(self._client.close())
+        finally:
+            self._stop_loop()
+
+    def abort(self) -> None:
+        """Disconnect now; whatever was not acknowledged is lost with this client."""
+        if self._loop.is_closed():
+            return
+        try:
+            self._call(self._client.abort())
+        finally:
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+        if not self._loop.is_closed():
+            self._loop.close()
+
+    def __enter__(self) -> SourceClient:
+        return self
+
+    def __exit__(self, kind: object, error: object, traceback: object) -> None:
+        if error is None:
+            self.close()
+        else:
+            self.abort()
+
+
+# ---------------------------------------------------------------------------------- output
+
+
+def _cut(batch: EmittedBatch, until: int | None) -> EmittedBatch:
+    if until is None or batch.first_seq + len(batch) <= until:
+        return batch
+    return convert.slice_emitted(batch, 0, max(0, until - batch.first_seq))
+
+
+async def subscribe(
+    target: str,
+    from_offset: int = 0,
+    *,
+    until: int | None = None,
+    max_fragments: int = 0,
+    reconnect_timeout: float | None = None,
+    backoff: tuple[float, float] = (0.05, 2.0),
+) -> AsyncIterator[EmittedBatch]:
+    """The ordered output from ``from_offset`` (up to ``until``, else forever), as batches with
+    consecutive offsets; resumes where it stopped after a reconnect."""
+    offset = from_offset
+    attempt = 0
+    down_since: float | None = None
+    async with grpc.aio.insecure_channel(target, options=channel_options()) as channel:
+        stub = pb_grpc.OrdererStub(channel)
+        while until is None or offset < until:
+            call = stub.Subscribe(
+                pb.SubscribeRequest(from_offset=offset, max_fragments=max_fragments),
+                wait_for_ready=True,
+            )
+            try:
+                async for message in call:
+                    attempt, down_since = 0, None
+                    batch = _cut(convert.emitted_from_pb(message), until)
+                    offset += len(batch)
+                    if len(batch):
+                        yield batch
+                    if until is not None and offset >= until:
+                        call.cancel()
+                        return
+            except grpc.aio.AioRpcError as error:
+                if error.code() in FATAL_CODES:
+                    raise _error_of(error.code(), error.details()) from None
+                down_since = down_since or time.monotonic()
+                if reconnect_timeout is not None and (
+                    time.monotonic() - down_since > reconnect_timeout
+                ):
+                    raise _error_of(error.code(), error.details()) from None
+                await asyncio.sleep(_backoff(attempt, *backoff))
+                attempt += 1
+
+
+class OrderedStreamReader:
+    """The ordered output from an offset, blocking: ``for batch in OrderedStreamReader(...)``.
+
+    ``offset`` is where the next batch starts; ``next_offset`` is the server's durable end as of
+    the last batch. Resumes after reconnects; stops at ``until`` when given.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        from_offset: int = 0,
+        *,
+        until: int | None = None,
+        max_fragments: int = 0,
+        reconnect_timeout: float | None = None,
+        backoff: tuple[float, float] = (0.05, 2.0),
+    ) -> None:
+        self.target = target
+        self.offset = from_offset
+        self.next_offset = from_offset
+        self.until = until
+        self._max_fragments = max_fragments
+        self._reconnect_timeout = reconnect_timeout
+        self._backoff = backoff
+
+    def __iter__(self) -> Iterator[EmittedBatch]:
+        attempt = 0
+        down_since: float | None = None
+        with grpc.insecure_channel(self.target, options=channel_options()) as channel:
+            stub = pb_grpc.OrdererStub(channel)
+            while self.until is None or self.offset < self.until:
+                request = pb.SubscribeRequest(
+                    from_offset=self.offset, max_fragments=self._max_fragments
+                )
+                call = stub.Subscribe(request, wait_for_ready=True)
+                try:
+                    for message in call:
+                        attempt, down_since = 0, None
+                        batch = _cut(convert.emitted_from_pb(message), self.until)
+                        self.offset += len(batch)
+                        self.next_offset = max(self.next_offset, message.next_offset)
+                        if len(batch):
+                            yield batch
+                        if self.until is not None and self.offset >= self.until:
+                            call.cancel()
+                            return
+                except grpc.RpcError as error:
+                    code = error.code()  # type: ignore[attr-defined]
+                    details = error.details()  # type: ignore[attr-defined]
+                    if code in FATAL_CODES:
+                        raise _error_of(code, details) from None
+                    down_since = down_since or time.monotonic()
+                    if self._reconnect_timeout is not None and (
+                        time.monotonic() - down_since > self._reconnect_timeout
+                    ):
+                        raise _error_of(code, details) from None
+                    time.sleep(_backoff(attempt, *self._backoff))
+                    attempt += 1
+                finally:
+                    call.cancel()
+
+
+# ---------------------------------------------------------------------------------- control
+
+
+def _unary_sync(target: str, method: str, request: Any, timeout: float) -> Any:
+    with grpc.insecure_channel(target, options=channel_options()) as channel:
+        stub = pb_grpc.OrdererStub(channel)
+        try:
+            return getattr(stub, method)(request, timeout=timeout, wait_for_ready=True)
+        except grpc.RpcError as error:
+            raise _error_of(error.code(), error.details()) from None  # type: ignore[attr-defined]
+
+
+async def _unary_async(target: str, method: str, request: Any, timeout: float) -> Any:
+    async with grpc.aio.insecure_channel(target, options=channel_options()) as channel:
+        stub = pb_grpc.OrdererStub(channel)
+        try:
+            return await getattr(stub, method)(request, timeout=timeout, wait_for_ready=True)
+        except grpc.aio.AioRpcError as error:
+            raise _error_of(error.code(), error.details()) from None
+
+
+def get_stats(target: str, *, timeout: float = 10.0) -> dict[str, Any]:
+    """The counters (``evb replay --stats`` layout) and the live state of the service."""
+    return convert.stats_to_mapping(_unary_sync(target, "GetStats", pb.GetStatsRequest(), timeout))
+
+
+async def get_stats_async(target: str, *, timeout: float = 10.0) -> dict[str, Any]:
+    stats = await _unary_async(target, "GetStats", pb.GetStatsRequest(), timeout)
+    return convert.stats_to_mapping(stats)
+
+
+def configure(
+    target: str, changes: Mapping[str, Any] | None = None, *, timeout: float = 10.0, **more: Any
+) -> dict[str, Any]:
+    """Change parameters live (``build_window=5``, ``sourceTimeout="off"``); returns the
+    configuration now in force."""
+    request = convert.configure_request({**(changes or {}), **more})
+    return convert.config_to_mapping(_unary_sync(target, "Configure", request, timeout))
+
+
+async def configure_async(
+    target: str, changes: Mapping[str, Any] | None = None, *, timeout: float = 10.0, **more: Any
+) -> dict[str, Any]:
+    request = convert.configure_request({**(changes or {}), **more})
+    return convert.config_to_mapping(await _unary_async(target, "Configure", request, timeout))
+
+
+def end_run(target: str, *, timeout: float = 60.0) -> int:
+    """End of run: drain every queue; returns the offset after the run's last fragment."""
+    return int(_unary_sync(target, "EndRun", pb.EndRunRequest(), timeout).next_offset)
+
+
+async def end_run_async(target: str, *, timeout: float = 60.0) -> int:
+    reply = await _unary_async(target, "EndRun", pb.EndRunRequest(), timeout)
+    return int(reply.next_offset)

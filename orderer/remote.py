@@ -1,0 +1,258 @@
+"""The work behind ``evb send``, ``evb tail`` and ``evb stats``: the client side of a live server.
+
+Why a module of its own: :mod:`orderer.cli` only parses arguments and maps errors to exit
+statuses; these functions pace and send a run, print the ordered output and draw the counters,
+and the end-to-end tests call them without a shell. They use the client library
+(:mod:`orderer.client`) like any data source or consumer would.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from orderer.batch import EmittedBatch, FragmentBatch
+from orderer.client import OrderedStreamReader, SourceClient, get_stats
+from orderer.replay import END, FRAGMENT, WATERMARK, RecordColumns, read_records, write_emitted
+from orderer.synthetic import SyntheticRun, iter_batches
+
+__all__ = ["print_stats", "send_records", "send_synthetic", "stats_table", "tail"]
+
+# One step of a run to send: (arrival time, action on the client, fragments it carries)
+_Step = tuple[float, Callable[[SourceClient], None], int]
+
+
+def _paced(
+    steps: Iterable[_Step], client: SourceClient, *, speed: float, total: int, progress: bool
+) -> int:
+    """Run the steps at ``t / speed`` seconds after the start (``speed`` 0: at once)."""
+    sent = 0
+    columns = (
+        TextColumn("[bold]evb send"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("fragments"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True), disable=not progress) as bar:
+        task = bar.add_task("send", total=total)
+        start = time.monotonic()
+        for t, action, count in steps:
+            if speed > 0:
+                delay = start + t / speed - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+            action(client)
+            sent += count
+            bar.update(task, completed=sent)
+    return sent
+
+
+def send_synthetic(
+    target: str,
+    spec: SyntheticRun,
+    *,
+    only_sources: Iterable[int] | None = None,
+    speed: float = 1.0,
+    end_sources: bool = True,
+    progress: bool = True,
+    client_options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Send a synthetic run (:mod:`orderer.synthetic`) as live sources would, paced by its
+    arrival times; ``only_sources`` lets several processes each play their own sources."""
+    wanted = set(spec.source_ids if only_sources is None else only_sources)
+    batches = [(t, b) for t, b in iter_batches(spec) if int(b.source[0]) in wanted]
+    steps: list[_Step] = [(t, _fragments(b), len(b)) for t, b in batches]
+    if end_sources:
+        last = max((t for t, _ in batches), default=0.0)
+        steps += [(last, _end(source), 0) for source in sorted(wanted)]
+    return _send(target, steps, sorted(wanted), speed, progress, client_options)
+
+
+def send_records(
+    target: str,
+    path: Path,
+    *,
+    speed: float = 1.0,
+    progress: bool = True,
+    client_options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Send an ``evb replay`` input file: fragments, watermarks and ends, paced by ``t``."""
+    with Path(path).open(encoding="utf-8") as lines:
+        records = read_records(lines)
+    sources = sorted(set(records.source.tolist()))
+    return _send(target, list(_record_steps(records)), sources, speed, progress, client_options)
+
+
+def _send(
+    target: str,
+    steps: list[_Step],
+    sources: list[int],
+    speed: float,
+    progress: bool,
+    client_options: dict[str, Any] | None,
+) -> dict[str, Any]:
+    total = sum(count for _, _, count in steps)
+    started = time.monotonic()
+    with SourceClient(target, sources=sources, **(client_options or {})) as client:
+        sent = _paced(steps, client, speed=speed, total=total, progress=progress)
+        client.flush()
+        client.wait_acked()
+        acked = {str(source): client.acked(source) for source in sources}
+        reconnects = client.reconnects
+    return {
+        "fragments": sent,
+        "seconds": round(time.monotonic() - started, 3),
+        "acked": acked,
+        "reconnects": reconnects,
+    }
+
+
+def _fragments(batch: FragmentBatch) -> Callable[[SourceClient], None]:
+    return lambda client: client.send_fragments(batch)
+
+
+def _end(source: int) -> Callable[[SourceClient], None]:
+    return lambda client: client.end_source(source)
+
+
+def _watermark(source: int, watermark: int) -> Callable[[SourceClient], None]:
+    return lambda client: client.watermark(source, watermark)
+
+
+def _record_steps(records: RecordColumns) -> Iterator[_Step]:
+    """Consecutive fragments of one source with the same ``t`` travel as one batch."""
+    n = len(records)
+    if n == 0:
+        return
+    kind, t, source = records.kind, records.t, records.source
+    same = (kind[1:] == FRAGMENT) & (kind[:-1] == FRAGMENT)
+    same &= (source[1:] == source[:-1]) & (t[1:] == t[:-1])
+    bounds = np.flatnonzero(~same) + 1
+    starts = np.concatenate([[0], bounds]).tolist()
+    stops = np.concatenate([bounds, [n]]).tolist()
+    offsets = records.payload_offsets
+    for a, b in zip(starts, stops, strict=True):
+        at, who = float(t[a]), int(source[a])
+        if kind[a] == FRAGMENT:
+            base, top = int(offsets[a]), int(offsets[b])
+            batch = FragmentBatch(
+                source=records.source[a:b],
+                timestamp=records.value[a:b],
+                barrier=records.barrier[a:b],
+                payload_offsets=offsets[a : b + 1] - np.uint64(base),
+                payload=records.payload[base:top],
+            )
+            yield at, _fragments(batch), b - a
+        elif kind[a] == WATERMARK:
+            yield at, _watermark(who, int(records.value[a])), 0
+        elif kind[a] == END:
+            yield at, _end(who), 0
+
+
+def _json_lines(batch: EmittedBatch, payload: bool) -> Iterator[str]:
+    for i, record in enumerate(batch.records()):
+        if payload:
+            record["payload"] = base64.b64encode(batch.payload_of(i)).decode()
+        yield json.dumps(record) + "\n"
+
+
+def tail(
+    target: str,
+    out: IO[str],
+    *,
+    from_offset: int = 0,
+    until: int | None = None,
+    follow: bool = False,
+    payload: bool = False,
+) -> int:
+    """Print the ordered output from ``from_offset`` as ``evb replay`` OUT lines; without
+    ``follow`` or ``until``, up to what is durable now. Returns how many lines were printed."""
+    if until is None and not follow:
+        until = int(get_stats(target)["next_offset"])
+    if until is not None and from_offset >= until:
+        return 0
+    printed = 0
+    for batch in OrderedStreamReader(target, from_offset, until=until):
+        if payload:
+            out.writelines(_json_lines(batch, payload=True))
+        else:
+            write_emitted(batch, out)
+        out.flush()
+        printed += len(batch)
+    return printed
+
+
+_COUNTER_COLUMNS = (
+    "received",
+    "emitted",
+    "late",
+    "dropped",
+    "duplicates",
+    "out_of_order",
+    "max_lateness",
+    "barriers",
+)
+
+
+def stats_table(stats: dict[str, Any]) -> Table:
+    """The per-source counters of ``GetStats`` as a rich table."""
+    table = Table(title="evb orderer", title_justify="left")
+    table.add_column("source", justify="right")
+    for name in _COUNTER_COLUMNS:
+        table.add_column(name.replace("_", " "), justify="right")
+    table.add_column("missing", justify="right")
+    table.add_column("queued", justify="right")
+    table.add_column("state")
+    table.add_column("watermark", justify="right")
+    missing = stats.get("missing", {})
+    for source, values in sorted(stats["sources"].items(), key=lambda kv: int(kv[0])):
+        state = [name for name in ("paused", "ended", "dead") if values.get(name)]
+        table.add_row(
+            source,
+            *(f"{values[name]:,}" for name in _COUNTER_COLUMNS),
+            f"{missing.get(source, 0):,}",
+            f"{values['queued']:,}",
+            ", ".join(state) or "live",
+            "" if values["watermark"] is None else str(values["watermark"]),
+        )
+    totals = stats["totals"]
+    table.add_row(
+        "total",
+        *(f"{totals[name]:,}" if name in totals else "" for name in _COUNTER_COLUMNS),
+        "",
+        f"{stats['queued']:,}",
+        "run ended" if stats["run_ended"] else "",
+        "",
+        style="bold",
+    )
+    barriers = stats["barriers"]
+    hwm = stats["high_water_mark"]
+    table.caption = (
+        f"output offset {stats['next_offset']:,}   high-water mark "
+        f"{'-' if hwm is None else hwm}   time {stats['now']:.3f} s   barriers: "
+        + ", ".join(f"{value} {name}" for name, value in barriers.items())
+    )
+    return table
+
+
+def print_stats(
+    target: str, out: IO[str], *, as_json: bool = False, timeout: float = 10.0
+) -> dict[str, Any]:
+    """``evb stats``: the counters as a table, or as JSON."""
+    stats = get_stats(target, timeout=timeout)
+    if as_json:
+        out.write(json.dumps(stats, indent=1) + "\n")
+    else:
+        width = None if out.isatty() else 160
+        Console(file=out, width=width).print(stats_table(stats))
+    return stats

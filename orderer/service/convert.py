@@ -1,0 +1,448 @@
+"""Conversions between the gRPC messages of ``proto/evb/v1`` and the orderer's API types.
+
+Why a module of its own: the servicer methods only convert (STYLE "For evb" 10), so every check
+of what a client sent happens once, here, in pure functions that raise
+:class:`~orderer.errors.InterfaceError` naming the proto field; the service turns that into
+``INVALID_ARGUMENT``. Arrays travel as packed little-endian bytes and are read with
+``numpy.frombuffer``, never one Python object per fragment. The client library
+(:mod:`orderer.client`) uses the same functions the other way round.
+
+Callers: :mod:`orderer.service.server`, :mod:`orderer.client`, ``evb stats``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from orderer._proto.evb.v1 import orderer_pb2 as pb
+from orderer.batch import EmittedBatch, FragmentBatch
+from orderer.config import OrdererConfig
+from orderer.errors import ConfigError, InterfaceError
+
+__all__ = [
+    "LIVE_PARAMETERS",
+    "BatchLimits",
+    "IncomingBatch",
+    "batch_from_pb",
+    "batch_to_pb",
+    "config_to_mapping",
+    "config_to_pb",
+    "configure_changes_from_pb",
+    "configure_request",
+    "emitted_from_pb",
+    "emitted_to_pb",
+    "end_of_source_from_pb",
+    "slice_batch",
+    "slice_emitted",
+    "stats_to_mapping",
+    "stats_to_pb",
+    "watermark_from_pb",
+]
+
+RESERVED_TIMESTAMP = 2**64 - 1
+"""The core's +infinity frontier; no fragment may carry it."""
+_U64_LIMIT = 2**64
+
+_LE_U32 = np.dtype("<u4")
+_LE_U64 = np.dtype("<u8")
+_LE_F64 = np.dtype("<f8")
+_EMPTY_BYTES = np.zeros(0, dtype=np.uint8)
+
+LIVE_PARAMETERS = (
+    "build_window",
+    "startup_delay",
+    "barrier_timeout",
+    "source_timeout",
+    "late_policy",
+)
+"""The parameters ``Configure`` may change while the orderer runs."""
+
+_SOURCE_COUNTERS = (
+    "received",
+    "emitted",
+    "late",
+    "dropped",
+    "duplicates",
+    "out_of_order",
+    "max_lateness",
+    "barriers",
+)
+_TOTALS = ("received", "emitted", "late", "dropped", "duplicates", "out_of_order")
+_BARRIER_COUNTERS = ("complete", "incomplete", "homogeneous", "heterogeneous")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLimits:
+    """What the service accepts beyond the wire format (``evb serve`` flags)."""
+
+    max_payload_bytes: int = 1 << 20
+    """Largest payload of one fragment, in bytes."""
+    sources: frozenset[int] | None = None
+    """With ``--strict-sources``: the declared sources, the only ones accepted. None: any."""
+
+
+def _packed(field: str, data: bytes, dtype: np.dtype, count: int | None) -> npt.NDArray:
+    """A packed little-endian column as a native array (no copy on little-endian machines)."""
+    if len(data) % dtype.itemsize:
+        raise InterfaceError(
+            f"{field}: {len(data)} bytes is not a whole number of {dtype.itemsize}-byte values"
+        )
+    array = np.frombuffer(data, dtype=dtype)
+    if count is not None and array.shape[0] != count:
+        raise InterfaceError(
+            f"{field}: {array.shape[0]} values for {count} fragments (arrays of different lengths)"
+        )
+    return array.astype(dtype.newbyteorder("="), copy=False)
+
+
+def _check_known(field: str, sources: npt.NDArray[np.uint32], limits: BatchLimits) -> None:
+    if limits.sources is None or sources.shape[0] == 0:
+        return
+    for source in np.unique(sources).tolist():
+        if source not in limits.sources:
+            raise InterfaceError(
+                f"{field}: {source} is not a declared source",
+                hint=f"the server accepts only {sorted(limits.sources)}",
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingBatch:
+    """A checked ``FragmentBatch`` from a client."""
+
+    batch: FragmentBatch
+    source: int | None
+    """The source of a single-source batch (also known when the batch is empty); None for a
+    multi-source batch."""
+    first_sequence: int | None
+    """Sequence number of the first fragment; None for a multi-source batch (not deduplicated)."""
+
+
+def batch_from_pb(message: pb.FragmentBatch, limits: BatchLimits = BatchLimits()) -> IncomingBatch:
+    """Check and convert one ``FragmentBatch``; every problem raises ``InterfaceError`` naming
+    the field."""
+    timestamp = _packed("timestamps", message.timestamps, _LE_U64, None)
+    n = timestamp.shape[0]
+    first_sequence: int | None
+    single: int | None = None
+    if message.sources:
+        source = _packed("sources", message.sources, _LE_U32, n)
+        if message.source:
+            raise InterfaceError("source: set together with sources; give one or the other")
+        if message.first_sequence:
+            raise InterfaceError(
+                "first_sequence: only single-source batches carry sequence numbers"
+            )
+        _check_known("sources", source, limits)
+        first_sequence = None
+    else:
+        single = message.source
+        source = np.full(n, single, dtype=np.uint32)
+        first_sequence = message.first_sequence
+        if first_sequence + n > _U64_LIMIT:
+            raise InterfaceError(
+                f"first_sequence: {first_sequence} + {n} fragments overflows uint64"
+            )
+        if limits.sources is not None and message.source not in limits.sources:
+            raise InterfaceError(
+                f"source: {message.source} is not a declared source",
+                hint=f"the server accepts only {sorted(limits.sources)}",
+            )
+    if message.barrier_types:
+        barrier = _packed("barrier_types", message.barrier_types, _LE_U32, n)
+    else:
+        barrier = np.zeros(n, dtype=np.uint32)
+    if n and int(timestamp.max()) == RESERVED_TIMESTAMP:
+        index = int(np.argmax(timestamp == np.uint64(RESERVED_TIMESTAMP)))
+        raise InterfaceError(f"timestamps: fragment {index} has the reserved value 2**64-1")
+    if message.payload_offsets:
+        offsets = _packed("payload_offsets", message.payload_offsets, _LE_U64, n + 1)
+        if offsets[0] != 0:
+            raise InterfaceError(f"payload_offsets: must start at 0, got {int(offsets[0])}")
+        lengths = np.diff(offsets.astype(np.int64, copy=False))
+        if n and int(lengths.min()) < 0:
+            index = int(np.argmax(lengths < 0))
+            raise InterfaceError(f"payload_offsets: offset {index + 1} goes backwards")
+        if int(offsets[-1]) != len(message.payload):
+            raise InterfaceError(
+                f"payload_offsets: last offset {int(offsets[-1])} is not the payload's length "
+                f"{len(message.payload)}"
+            )
+        if n and int(lengths.max()) > limits.max_payload_bytes:
+            index = int(np.argmax(lengths > limits.max_payload_bytes))
+            raise InterfaceError(
+                f"payload: fragment {index} has {int(lengths[index])} bytes, above the limit of "
+                f"{limits.max_payload_bytes}"
+            )
+        payload = np.frombuffer(message.payload, dtype=np.uint8)
+    else:
+        if message.payload:
+            raise InterfaceError("payload: given without payload_offsets")
+        offsets = np.zeros(n + 1, dtype=np.uint64)
+        payload = _EMPTY_BYTES
+    return IncomingBatch(
+        FragmentBatch(source, timestamp, barrier, offsets, payload), single, first_sequence
+    )
+
+
+def batch_to_pb(batch: FragmentBatch, first_sequence: int | None = None) -> pb.FragmentBatch:
+    """Pack a batch for the wire. With ``first_sequence`` the batch must be single-source."""
+    n = len(batch)
+    message = pb.FragmentBatch(timestamps=batch.timestamp.astype(_LE_U64, copy=False).tobytes())
+    single = n == 0 or bool((batch.source == batch.source[0]).all())
+    if first_sequence is not None:
+        if not single:
+            raise InterfaceError(
+                "first_sequence: only single-source batches carry sequence numbers"
+            )
+        message.first_sequence = first_sequence
+    if single:
+        message.source = int(batch.source[0]) if n else 0
+    else:
+        message.sources = batch.source.astype(_LE_U32, copy=False).tobytes()
+    if n and batch.barrier.any():
+        message.barrier_types = batch.barrier.astype(_LE_U32, copy=False).tobytes()
+    offsets = batch.payload_offsets
+    if n and int(offsets[-1]) > int(offsets[0]):
+        start, stop = int(offsets[0]), int(offsets[-1])
+        message.payload_offsets = (offsets - offsets[0]).astype(_LE_U64, copy=False).tobytes()
+        message.payload = batch.payload[start:stop].tobytes()
+    return message
+
+
+def watermark_from_pb(
+    message: pb.Watermark, limits: BatchLimits = BatchLimits()
+) -> tuple[int, int]:
+    """``(source, watermark)``; every uint64 is a valid watermark."""
+    if limits.sources is not None and message.source not in limits.sources:
+        raise InterfaceError(f"watermark.source: {message.source} is not a declared source")
+    return message.source, message.watermark
+
+
+def end_of_source_from_pb(message: pb.EndOfSource, limits: BatchLimits = BatchLimits()) -> int:
+    if limits.sources is not None and message.source not in limits.sources:
+        raise InterfaceError(f"end_of_source.source: {message.source} is not a declared source")
+    return message.source
+
+
+def slice_batch(batch: FragmentBatch, start: int, stop: int | None = None) -> FragmentBatch:
+    """Fragments ``start:stop`` of a batch, payload offsets rebased to 0 (the new part of a
+    partly resent batch, or one message's worth of a large batch)."""
+    stop = len(batch) if stop is None else stop
+    offsets = batch.payload_offsets[start : stop + 1]
+    base = int(offsets[0])
+    return FragmentBatch(
+        source=batch.source[start:stop],
+        timestamp=batch.timestamp[start:stop],
+        barrier=batch.barrier[start:stop],
+        payload_offsets=offsets - np.uint64(base),
+        payload=batch.payload[base : int(offsets[-1])],
+    )
+
+
+def slice_emitted(emitted: EmittedBatch, start: int, stop: int) -> EmittedBatch:
+    """Rows ``start:stop`` of an emitted batch, payload offsets rebased to 0."""
+    offsets = emitted.payload_offsets[start : stop + 1]
+    base = int(offsets[0])
+    return EmittedBatch(
+        first_seq=emitted.first_seq + start,
+        t=emitted.t[start:stop],
+        source=emitted.source[start:stop],
+        timestamp=emitted.timestamp[start:stop],
+        barrier=emitted.barrier[start:stop],
+        late=emitted.late[start:stop],
+        payload_offsets=offsets - np.uint64(base),
+        payload=emitted.payload[base : int(offsets[-1])],
+    )
+
+
+def emitted_to_pb(
+    emitted: EmittedBatch, *, next_offset: int, high_water_mark: int | None
+) -> pb.OrderedBatch:
+    """Ordered output for ``Subscribe``."""
+    offsets = emitted.payload_offsets
+    start, stop = (int(offsets[0]), int(offsets[-1])) if offsets.shape[0] else (0, 0)
+    message = pb.OrderedBatch(
+        first_offset=emitted.first_seq,
+        sources=emitted.source.astype(_LE_U32, copy=False).tobytes(),
+        timestamps=emitted.timestamp.astype(_LE_U64, copy=False).tobytes(),
+        barrier_types=emitted.barrier.astype(_LE_U32, copy=False).tobytes(),
+        late=emitted.late.astype(np.uint8).tobytes(),
+        emit_times=emitted.t.astype(_LE_F64, copy=False).tobytes(),
+        next_offset=next_offset,
+    )
+    if stop > start:
+        message.payload = emitted.payload[start:stop].tobytes()
+        message.payload_offsets = (offsets - np.uint64(start)).astype(_LE_U64).tobytes()
+    if high_water_mark is not None:
+        message.high_water_mark = high_water_mark
+    return message
+
+
+def emitted_from_pb(message: pb.OrderedBatch) -> EmittedBatch:
+    """What a subscriber received, checked like any input from the network."""
+    timestamp = _packed("timestamps", message.timestamps, _LE_U64, None)
+    n = timestamp.shape[0]
+    if message.payload_offsets:
+        offsets = _packed("payload_offsets", message.payload_offsets, _LE_U64, n + 1)
+        if n and (offsets[0] != 0 or int(offsets[-1]) != len(message.payload)):
+            raise InterfaceError("payload_offsets: do not cover the payload")
+    else:
+        if message.payload:
+            raise InterfaceError("payload: given without payload_offsets")
+        offsets = np.zeros(n + 1, dtype=np.uint64)
+    late = _packed("late", message.late, np.dtype(np.uint8), n)
+    return EmittedBatch(
+        first_seq=message.first_offset,
+        t=_packed("emit_times", message.emit_times, _LE_F64, n),
+        source=_packed("sources", message.sources, _LE_U32, n),
+        timestamp=timestamp,
+        barrier=_packed("barrier_types", message.barrier_types, _LE_U32, n),
+        late=late.astype(np.bool_),
+        payload_offsets=offsets,
+        payload=np.frombuffer(message.payload, dtype=np.uint8),
+    )
+
+
+def config_to_pb(config: OrdererConfig) -> pb.OrdererConfig:
+    message = pb.OrdererConfig(
+        build_window=config.build_window,
+        startup_delay=config.startup_delay,
+        late_policy=config.late_policy,
+        sources=list(config.sources),
+    )
+    if config.barrier_timeout is not None:
+        message.barrier_timeout = config.barrier_timeout
+    if config.source_timeout is not None:
+        message.source_timeout = config.source_timeout
+    return message
+
+
+def config_to_mapping(message: pb.OrdererConfig) -> dict[str, Any]:
+    """The spec-named parameters of a config message (``source_timeout`` ``off`` when unset)."""
+    return {
+        "build_window": message.build_window,
+        "startup_delay": message.startup_delay,
+        "barrier_timeout": (
+            message.barrier_timeout if message.HasField("barrier_timeout") else None
+        ),
+        "source_timeout": message.source_timeout if message.HasField("source_timeout") else "off",
+        "late_policy": message.late_policy,
+        "sources": list(message.sources),
+    }
+
+
+def configure_changes_from_pb(message: pb.ConfigureRequest) -> dict[str, Any]:
+    """The parameters a ``Configure`` sets, by spec name; values are checked when applied
+    (``OrdererConfig`` raises ``ConfigError`` naming the parameter)."""
+    changes: dict[str, Any] = {}
+    for name in ("build_window", "startup_delay", "barrier_timeout", "late_policy"):
+        if message.HasField(name):
+            changes[name] = getattr(message, name)
+    if message.source_timeout_off:
+        if message.HasField("source_timeout"):
+            raise InterfaceError("source_timeout_off: set together with source_timeout")
+        changes["source_timeout"] = None
+    elif message.HasField("source_timeout"):
+        changes["source_timeout"] = message.source_timeout
+    return changes
+
+
+def configure_request(changes: Mapping[str, Any]) -> pb.ConfigureRequest:
+    """A ``ConfigureRequest`` from spec-named keys (snake_case or camelCase). ``source_timeout``
+    ``off`` or None disables dead-source detection."""
+    request = pb.ConfigureRequest()
+    for key, value in changes.items():
+        name = re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+        parsed = OrdererConfig.from_mapping({key: value})  # checks the name and the value
+        if name not in LIVE_PARAMETERS:
+            raise ConfigError(key, value, "cannot be changed while the orderer runs")
+        if name == "source_timeout":
+            if parsed.source_timeout is None:
+                request.source_timeout_off = True
+            else:
+                request.source_timeout = parsed.source_timeout
+        elif name == "barrier_timeout" and parsed.barrier_timeout is None:
+            raise ConfigError(key, value, "must be a number of seconds")
+        else:
+            setattr(request, name, getattr(parsed, name))
+    return request
+
+
+def stats_to_pb(
+    *,
+    counters: Mapping[str, Any],
+    states: Mapping[int, Mapping[str, Any]],
+    next_offset: int,
+    high_water_mark: int | None,
+    queued: int,
+    now: float,
+    run_ended: bool,
+    config: OrdererConfig,
+) -> pb.Stats:
+    """``GetStats`` from ``Orderer.counters()`` and ``Orderer.source_states()``."""
+    missing = counters.get("missing", {})
+    sources = []
+    per_source = counters.get("sources", {})
+    for source in sorted(set(states) | {int(s) for s in per_source}):
+        values = per_source.get(str(source), {})
+        state = states.get(source, {})
+        message = pb.SourceCounters(
+            source=source,
+            missing=int(missing.get(str(source), 0)),
+            queued=int(state.get("queued", 0)),
+            paused=bool(state.get("paused", False)),
+            ended=bool(state.get("ended", False)),
+            dead=bool(state.get("dead", False)),
+            **{name: int(values.get(name, 0)) for name in _SOURCE_COUNTERS},
+        )
+        if state.get("watermark") is not None:
+            message.watermark = int(state["watermark"])
+        sources.append(message)
+    barriers = counters.get("barriers", {})
+    stats = pb.Stats(
+        sources=sources,
+        barriers=pb.BarrierCounters(**{k: int(barriers.get(k, 0)) for k in _BARRIER_COUNTERS}),
+        next_offset=next_offset,
+        queued=queued,
+        now=now,
+        run_ended=run_ended,
+        config=config_to_pb(config),
+    )
+    if high_water_mark is not None:
+        stats.high_water_mark = high_water_mark
+    return stats
+
+
+def stats_to_mapping(stats: pb.Stats) -> dict[str, Any]:
+    """``GetStats`` as plain data: the ``evb replay --stats`` layout (``totals``, ``barriers``,
+    ``missing``, ``sources``) plus the live state of the service."""
+    sources: dict[str, dict[str, Any]] = {}
+    for message in stats.sources:
+        entry: dict[str, Any] = {name: getattr(message, name) for name in _SOURCE_COUNTERS}
+        entry.update(
+            queued=message.queued,
+            paused=message.paused,
+            ended=message.ended,
+            dead=message.dead,
+            watermark=message.watermark if message.HasField("watermark") else None,
+        )
+        sources[str(message.source)] = entry
+    return {
+        "totals": {name: sum(s[name] for s in sources.values()) for name in _TOTALS},
+        "barriers": {name: getattr(stats.barriers, name) for name in _BARRIER_COUNTERS},
+        "missing": {str(m.source): m.missing for m in stats.sources if m.missing},
+        "sources": sources,
+        "next_offset": stats.next_offset,
+        "high_water_mark": stats.high_water_mark if stats.HasField("high_water_mark") else None,
+        "queued": stats.queued,
+        "now": stats.now,
+        "run_ended": stats.run_ended,
+        "config": config_to_mapping(stats.config),
+    }

@@ -1,0 +1,213 @@
+"""pb2 <-> API conversions (orderer/service/convert.py): round trips, and every malformed field
+refused with an ``InterfaceError`` that names it (what the service sends as INVALID_ARGUMENT)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orderer import ConfigError, EmittedBatch, FragmentBatch, InterfaceError, OrdererConfig
+from orderer._proto.evb.v1 import orderer_pb2 as pb
+from orderer.service import convert
+
+LIMITS = convert.BatchLimits(max_payload_bytes=16, sources=frozenset({1, 2}))
+
+
+def _u64(*values: int) -> bytes:
+    return np.asarray(values, dtype="<u8").tobytes()
+
+
+def _u32(*values: int) -> bytes:
+    return np.asarray(values, dtype="<u4").tobytes()
+
+
+def _batch(**fields: object) -> pb.FragmentBatch:
+    base: dict[str, object] = {"source": 1, "timestamps": _u64(10, 20, 30)}
+    base.update(fields)
+    return pb.FragmentBatch(**base)  # type: ignore[arg-type]
+
+
+def test_single_source_batch_round_trip_with_payloads_and_barriers() -> None:
+    batch = FragmentBatch.from_arrays(
+        source=2, timestamp=[5, 7, 7], barrier=[0, 3, 0], payloads=[b"a", b"", b"xyz"]
+    )
+    incoming = convert.batch_from_pb(convert.batch_to_pb(batch, 40), LIMITS)
+    assert incoming.source == 2 and incoming.first_sequence == 40
+    got = incoming.batch
+    assert got.source.tolist() == [2, 2, 2]
+    assert got.timestamp.tolist() == [5, 7, 7]
+    assert got.barrier.tolist() == [0, 3, 0]
+    assert got.payload_offsets.tolist() == [0, 1, 1, 4]
+    assert got.payload.tobytes() == b"axyz"
+
+
+def test_multi_source_batch_carries_no_sequence() -> None:
+    batch = FragmentBatch.from_arrays(source=[1, 2, 1], timestamp=[1, 2, 3])
+    message = convert.batch_to_pb(batch)
+    assert message.sources and not message.first_sequence
+    incoming = convert.batch_from_pb(message, LIMITS)
+    assert incoming.source is None and incoming.first_sequence is None
+    assert incoming.batch.source.tolist() == [1, 2, 1]
+
+
+def test_an_empty_batch_still_names_its_source() -> None:
+    incoming = convert.batch_from_pb(pb.FragmentBatch(source=2, first_sequence=7), LIMITS)
+    assert incoming.source == 2 and incoming.first_sequence == 7 and len(incoming.batch) == 0
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"timestamps": b"\x00" * 12}, "timestamps"),
+        ({"barrier_types": _u32(0, 1)}, "barrier_types"),
+        ({"barrier_types": b"\x00" * 5}, "barrier_types"),
+        ({"source": 0, "sources": _u32(1, 2)}, "sources"),
+        ({"source": 1, "sources": _u32(1, 2, 1)}, "source"),
+        ({"source": 0, "sources": _u32(1, 2, 1), "first_sequence": 3}, "first_sequence"),
+        ({"source": 7}, "source"),
+        ({"source": 0, "sources": _u32(1, 9, 1)}, "sources"),
+        ({"timestamps": _u64(1, 2**64 - 1, 3)}, "timestamps"),
+        ({"payload": b"abc"}, "payload"),
+        ({"payload": b"abc", "payload_offsets": _u64(0, 1, 2)}, "payload_offsets"),
+        ({"payload": b"abc", "payload_offsets": _u64(0, 2, 1, 3)}, "payload_offsets"),
+        ({"payload": b"abc", "payload_offsets": _u64(1, 2, 3, 3)}, "payload_offsets"),
+        ({"payload": b"abc", "payload_offsets": _u64(0, 1, 2, 5)}, "payload_offsets"),
+        ({"payload": b"x" * 20, "payload_offsets": _u64(0, 1, 18, 20)}, "payload"),
+        ({"first_sequence": 2**64 - 2}, "first_sequence"),
+    ],
+)
+def test_malformed_fields_are_named(fields: dict[str, object], named: str) -> None:
+    with pytest.raises(InterfaceError) as caught:
+        convert.batch_from_pb(_batch(**fields), LIMITS)
+    assert caught.value.detail.startswith(f"{named}:"), caught.value.detail
+
+
+def test_payload_limit_and_strict_sources_are_settings() -> None:
+    message = _batch(source=7, payload=b"x" * 20, payload_offsets=_u64(0, 1, 18, 20))
+    incoming = convert.batch_from_pb(message, convert.BatchLimits(max_payload_bytes=17))
+    assert incoming.batch.payload_offsets.tolist() == [0, 1, 18, 20]
+
+
+def test_watermark_and_end_of_source_check_strict_sources() -> None:
+    assert convert.watermark_from_pb(pb.Watermark(source=1, watermark=2**64 - 1), LIMITS) == (
+        1,
+        2**64 - 1,
+    )
+    with pytest.raises(InterfaceError, match=r"^watermark\.source: 5"):
+        convert.watermark_from_pb(pb.Watermark(source=5, watermark=1), LIMITS)
+    with pytest.raises(InterfaceError, match=r"^end_of_source\.source: 5"):
+        convert.end_of_source_from_pb(pb.EndOfSource(source=5), LIMITS)
+
+
+def _emitted(n: int, payload_size: int, first: int = 100) -> EmittedBatch:
+    rng = np.random.default_rng(n)
+    lengths = rng.integers(0, payload_size + 1, n).astype(np.uint64)
+    offsets = np.zeros(n + 1, dtype=np.uint64)
+    np.cumsum(lengths, out=offsets[1:])
+    return EmittedBatch(
+        first_seq=first,
+        t=np.linspace(0.5, 9.5, n),
+        source=rng.integers(0, 5, n).astype(np.uint32),
+        timestamp=np.sort(rng.integers(0, 2**63, n).astype(np.uint64)),
+        barrier=rng.integers(0, 3, n).astype(np.uint32),
+        late=rng.integers(0, 2, n).astype(np.bool_),
+        payload_offsets=offsets,
+        payload=rng.integers(0, 256, int(offsets[-1])).astype(np.uint8),
+    )
+
+
+@settings(max_examples=50, deadline=None)
+@given(n=st.integers(0, 40), payload_size=st.integers(0, 9))
+def test_ordered_batch_round_trip(n: int, payload_size: int) -> None:
+    emitted = _emitted(n, payload_size)
+    message = convert.emitted_to_pb(emitted, next_offset=100 + n, high_water_mark=None)
+    assert not message.HasField("high_water_mark")
+    back = convert.emitted_from_pb(message)
+    assert back.first_seq == 100
+    for column in ("t", "source", "timestamp", "barrier", "late", "payload"):
+        np.testing.assert_array_equal(getattr(back, column), getattr(emitted, column))
+    if payload_size and n:
+        np.testing.assert_array_equal(back.payload_offsets, emitted.payload_offsets)
+
+
+def test_slices_rebase_payload_offsets() -> None:
+    emitted = _emitted(10, 5)
+    part = convert.slice_emitted(emitted, 3, 7)
+    assert part.first_seq == 103 and len(part) == 4
+    assert [part.payload_of(i) for i in range(4)] == [emitted.payload_of(i) for i in range(3, 7)]
+    batch = FragmentBatch.from_arrays(source=1, timestamp=[1, 2, 3], payloads=[b"a", b"bc", b"def"])
+    tail = convert.slice_batch(batch, 1)
+    assert tail.timestamp.tolist() == [2, 3]
+    assert tail.payload_offsets.tolist() == [0, 2, 5] and tail.payload.tobytes() == b"bcdef"
+
+
+def test_configure_request_takes_spec_names_in_both_spellings() -> None:
+    request = convert.configure_request({"buildWindow": 5, "source_timeout": "off"})
+    assert request.build_window == 5.0 and request.source_timeout_off
+    assert convert.configure_changes_from_pb(request) == {
+        "build_window": 5.0,
+        "source_timeout": None,
+    }
+    request = convert.configure_request({"late_policy": "drop", "sourceTimeout": 7})
+    assert convert.configure_changes_from_pb(request) == {
+        "late_policy": "drop",
+        "source_timeout": 7.0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"build_window": -1}, "build_window"),
+        ({"buildWindw": 1}, "buildWindw"),
+        ({"sources": [1, 2]}, "sources"),
+        ({"barrier_timeout": None}, "barrier_timeout"),
+    ],
+)
+def test_configure_request_refuses_what_cannot_change(
+    changes: dict[str, object], named: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        convert.configure_request(changes)
+    assert caught.value.parameter == named
+
+
+def test_configure_with_both_timeouts_is_refused() -> None:
+    request = pb.ConfigureRequest(source_timeout=3, source_timeout_off=True)
+    with pytest.raises(InterfaceError, match=r"^source_timeout_off:"):
+        convert.configure_changes_from_pb(request)
+
+
+def test_stats_in_the_replay_layout() -> None:
+    counters = {
+        "totals": {},
+        "barriers": {"complete": 1, "incomplete": 2, "homogeneous": 3, "heterogeneous": 0},
+        "missing": {"2": 2},
+        "sources": {
+            "1": {"received": 5, "emitted": 4, "late": 1, "max_lateness": 9, "barriers": 1},
+            "2": {"received": 3, "emitted": 3},
+        },
+    }
+    states = {1: {"queued": 1, "watermark": 77, "paused": True}, 2: {"ended": True}}
+    config = OrdererConfig(build_window=3, source_timeout=None, sources=(1, 2))
+    stats = convert.stats_to_pb(
+        counters=counters,
+        states=states,
+        next_offset=7,
+        high_water_mark=None,
+        queued=1,
+        now=1.5,
+        run_ended=False,
+        config=config,
+    )
+    mapping = convert.stats_to_mapping(pb.Stats.FromString(stats.SerializeToString()))
+    assert mapping["totals"]["received"] == 8 and mapping["totals"]["late"] == 1
+    assert mapping["missing"] == {"2": 2}
+    assert mapping["sources"]["1"]["watermark"] == 77 and mapping["sources"]["1"]["paused"]
+    assert mapping["sources"]["2"]["watermark"] is None and mapping["sources"]["2"]["ended"]
+    assert mapping["high_water_mark"] is None and mapping["next_offset"] == 7
+    assert mapping["config"]["source_timeout"] == "off"
+    assert mapping["config"]["barrier_timeout"] is None
+    assert OrdererConfig.from_mapping(mapping["config"]) == config
