@@ -88,6 +88,7 @@ cdef class OrdererCore:
     cdef double _first_arrival
     cdef double _last_flush
     cdef double _last_now            # latest time any call was made at
+    cdef double _settled             # time of the last flush that ran the rules to the end
     cdef bint _has_hwm
     cdef uint64_t _hwm
     cdef uint64_t _queued

@@ -285,6 +285,7 @@ cdef class OrdererCore:
         self._barrier_log = []
         self._last_flush = -INFINITY
         self._last_now = -INFINITY
+        self._settled = -INFINITY
         self._mark_none = True
         self.configure(build_window, startup_delay, barrier_timeout, source_timeout, drop_late,
                        global_xoff, global_xon, queue_xoff, queue_xon)
@@ -525,6 +526,8 @@ cdef class OrdererCore:
             return False
         if not (self._has_first and self._first_arrival + self._startup_delay <= now):
             return True
+        if self._settled != now:
+            return False  # no flush has run the rules at this time yet: not quiescent
         for i in range(self._n_src):
             if i == index:
                 continue
@@ -546,6 +549,7 @@ cdef class OrdererCore:
                 resolved = self._resolve_barriers(now, False)
                 if not popped and not resolved:
                     break
+            self._settled = now
         self._update_flow()
         return 0
 

@@ -198,3 +198,17 @@ def test_emitting_a_few_fragments_does_not_reserve_the_whole_backlog() -> None:
     assert orderer.take_emitted().timestamp.tolist() == [10, 11, 12]
     assert orderer.queued == 100_000 - 3
     assert grown < 1_000_000, f"emitting 3 fragments reserved {grown} bytes"
+
+
+def test_a_run_arriving_as_the_startup_delay_ends_is_taken_one_fragment_at_a_time() -> None:
+    """The first flush that runs the rules happens at this very time: the run may not go in
+    whole (found by the property tests: the second 25 must wait and come out late)."""
+    config = {"build_window": 1.0, "startup_delay": 2.5}
+    orderer = Orderer(config, clock=SimulatedClock())
+    orderer.submit(FragmentBatch.from_arrays(source=3, timestamp=[0]), now=0.0)
+    orderer.submit(FragmentBatch.from_arrays(source=1, timestamp=[2**64 - 997]), now=0.5)
+    orderer.submit(FragmentBatch.from_arrays(source=3, timestamp=[25, 25]), now=2.5)
+    orderer.end_run(now=2.5)
+    out = orderer.take_emitted()
+    assert out.source.tolist() == [3, 3, 1, 3]
+    assert out.late.tolist() == [False, False, False, True]
