@@ -32,6 +32,7 @@ cdef struct Queue:
     size_t arena_len
     size_t arena_cap
     size_t arena_live          # bytes (length prefixes included) of queued fragments
+    double arrival_floor       # no queued fragment arrived before this (set when it was empty)
 
 
 cdef struct Source:
@@ -132,7 +133,8 @@ cdef class OrdererCore:
     cdef int _submit_range(self, double now, const uint32_t *source, const uint64_t *ts,
                            const uint32_t *barrier, const uint64_t *pay_off,
                            const uint8_t *payload, Py_ssize_t start, Py_ssize_t stop) except -1
-    cdef bint _run_goes_in_whole(self, Py_ssize_t index, double now) except -1
+    cdef Py_ssize_t _whole_prefix(self, Py_ssize_t index, double now, const uint64_t *ts,
+                                  Py_ssize_t n) except -1
     cdef int _flush(self, double now) except -1
     cdef int _drain(self, double now) except -1
     cdef bint _pop_round(self, double now, PopMode mode) except -1

@@ -437,6 +437,8 @@ cdef class OrdererCore:
         s.has_prev = True
         s.received += n
         s.ended = False
+        if q.tail == q.head:
+            q.arrival_floor = now
         self._note_arrival(s, now)
         if not self._has_first:
             self._has_first = True
@@ -480,10 +482,10 @@ cdef class OrdererCore:
 
         The contract is one flush after every fragment. A run of one source with non-decreasing
         timestamps and no barrier goes in whole, followed by one flush, whenever that provably
-        emits what per-fragment flushes would (see ``_run_goes_in_whole``); otherwise it goes in
+        emits what per-fragment flushes would (see ``_whole_prefix``); otherwise it goes in
         fragment by fragment until it does. Barriers go in on their own.
         """
-        cdef Py_ssize_t i = start, j, index
+        cdef Py_ssize_t i = start, j, index, take
         cdef uint32_t sid
         cdef Source *s
         while i < stop:
@@ -495,46 +497,76 @@ cdef class OrdererCore:
             index = self._source_index(sid)
             while i < j:
                 s = &self._src[index]
-                if j - i > 1 and self._run_goes_in_whole(index, now):
-                    self._insert_run(s, ts + i, barrier + i, j - i, now, pay_off + i, payload)
-                    i = j
-                else:
-                    self._insert_run(s, ts + i, barrier + i, 1, now, pay_off + i, payload)
-                    i += 1
+                take = self._whole_prefix(index, now, ts + i, j - i) if j - i > 1 else 1
+                self._insert_run(s, ts + i, barrier + i, take, now, pay_off + i, payload)
+                i += take
                 self._flush(now)
         return 0
 
-    cdef bint _run_goes_in_whole(self, Py_ssize_t index, double now) except -1:
-        """Whether a run of ordinary fragments of source ``index`` (non-decreasing timestamps,
-        all arriving at ``now``), inserted whole and flushed once, emits exactly what a flush
-        after each of its fragments would. The state is quiescent (the last flush is done).
+    cdef Py_ssize_t _whole_prefix(self, Py_ssize_t index, double now, const uint64_t *ts,
+                                  Py_ssize_t n) except -1:
+        """How many fragments at the head of a run (ordinary fragments of source ``index``,
+        non-decreasing timestamps, all arriving at ``now``) can go in together with one flush
+        and emit exactly what a flush after each of them would; at least 1.
 
-        - Before the startup delay every flush is empty.
+        Only from a settled state (a flush already ran the rules at ``now``), and never while
+        the source holds a barrier (rare, and subtle: fragment by fragment).
+
+        - Before the startup delay every flush is empty: the whole run.
         - Another source's frontier is *none*: only the window rule can pop, the run's own
           fragments have not waited, and every front that had was popped by the last flush;
-          pending barriers can only lose a participant. Nothing moves until the run ends.
-        - The source's queue is not empty: then its frontier is above the mark, which the other
-          sources fix (their frontiers do not move during the run); each fragment at or below
-          the mark goes out alone and in order, and the queue never empties, so neither the
-          window rule nor any barrier comes into play. Merging them at the end is the same.
-        A source holding a barrier gets the fragment-by-fragment path (rare, and subtle).
+          pending barriers can only lose a participant. Nothing moves: the whole run.
+        - The source's queue is not empty: its frontier is above the mark, which the others fix
+          (their frontiers do not move during the run); each fragment at or below the mark goes
+          out alone and in order, the queue never empties, so neither the window rule nor a
+          barrier comes into play. Merging them at the end is the same: the whole run.
+        - The source is the one everybody waits for (empty, no watermark, not ended), no queue
+          holds a barrier and no queued fragment can have waited the window: each fragment
+          at or below the others' lowest frontier M releases the others' data up to it, then
+          the source is empty again. Merging the strictly increasing prefix at or below M in
+          one go gives the same order (equal timestamps would interleave with other sources
+          differently) and the same late flags.
         """
         cdef Source *s = &self._src[index]
         cdef Source *o
-        cdef Py_ssize_t i
+        cdef Py_ssize_t i, k
+        cdef uint64_t lowest = TS_INF, f
+        cdef bint laggard
         if s.q.n_barriers > 0:
-            return False
+            return 1
         if not (self._has_first and self._first_arrival + self._startup_delay <= now):
-            return True
+            return n
         if self._settled != now:
-            return False  # no flush has run the rules at this time yet: not quiescent
+            return 1  # no flush has run the rules at this time yet: not settled
+        if s.q.tail > s.q.head:
+            for i in range(self._n_src):
+                o = &self._src[i]
+                if i != index and o.q.tail == o.q.head and not o.ended and not o.has_watermark:
+                    return n
+            return n
+        laggard = not s.ended and not s.has_watermark
         for i in range(self._n_src):
             if i == index:
                 continue
             o = &self._src[i]
-            if o.q.tail == o.q.head and not o.ended and not o.has_watermark:
-                return True
-        return s.q.tail > s.q.head
+            if o.q.tail == o.q.head:
+                if not o.ended and not o.has_watermark:
+                    return n  # a frontier is none
+                f = TS_INF if o.ended else o.watermark
+            else:
+                if o.q.n_barriers > 0 or o.q.arrival_floor + self._build_window <= now:
+                    laggard = False
+                f = o.q.ts[o.q.tail - 1]
+                if o.has_watermark and o.watermark > f:
+                    f = o.watermark
+            if f < lowest:
+                lowest = f
+        if not laggard or ts[0] > lowest:
+            return 1
+        k = 1
+        while k < n and ts[k] <= lowest and ts[k] > ts[k - 1]:
+            k += 1
+        return k
 
     # ------------------------------------------------------------ flush
 
