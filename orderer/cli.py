@@ -117,6 +117,8 @@ _SERVE_FLAGS = (
     "max_payload_bytes",
     "strict_sources",
     "stop_grace",
+    "retention_bytes",
+    "retention_seconds",
 )
 
 
@@ -290,6 +292,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="refuse sources not declared in --sources",
     )
     serve.add_argument("--stop-grace", type=float, metavar="S", help="shutdown grace (10 s)")
+    serve.add_argument(
+        "--retention-bytes", type=int, metavar="N", help="ordered-log size kept (all)"
+    )
+    serve.add_argument(
+        "--retention-seconds", type=float, metavar="S", help="ordered-log age kept (all)"
+    )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
     _add_orderer_flags(serve)
     serve.set_defaults(handler=_cmd_serve)

@@ -29,6 +29,7 @@ import math
 import os
 import re
 import signal
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -95,6 +96,12 @@ class ServiceConfig:
     """Most payload bytes per ``OrderedBatch`` (at least one fragment is always sent)."""
     segment_bytes: int = 64 << 20
     """Size at which a log segment file is closed and a new one started."""
+    retention_bytes: int | None = None
+    """Ordered-log retention: delete the oldest sealed segments while the log is larger.
+    None keeps everything. Until consumers commit offsets (the Spark source), retention only
+    spares the segment being written, so size it well above what a consumer lags."""
+    retention_seconds: float | None = None
+    """Ordered-log retention: delete sealed segments older than this; None keeps everything."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
@@ -116,6 +123,16 @@ class ServiceConfig:
                 raise ConfigError(name, value, "must be a positive integer")
         if not math.isfinite(self.stop_grace) or self.stop_grace < 0:
             raise ConfigError("stop_grace", self.stop_grace, "must be >= 0 seconds")
+        if self.retention_bytes is not None and (
+            isinstance(self.retention_bytes, bool)
+            or not isinstance(self.retention_bytes, int)
+            or self.retention_bytes <= 0
+        ):
+            raise ConfigError("retention_bytes", self.retention_bytes, "must be a positive integer")
+        if self.retention_seconds is not None and not (
+            isinstance(self.retention_seconds, int | float) and self.retention_seconds > 0
+        ):
+            raise ConfigError("retention_seconds", self.retention_seconds, "must be > 0 seconds")
 
 
 def _snake(key: str) -> str:
@@ -235,9 +252,15 @@ class OrdererService:
         subscribe_max_fragments: int = 65536,
         subscribe_max_bytes: int = 4 << 20,
         lock: int | None = None,
+        retention_bytes: int | None = None,
+        retention_seconds: float | None = None,
     ) -> None:
         self.limits = limits if limits is not None else convert.BatchLimits()
         self._lock = lock
+        self._retention_bytes = retention_bytes
+        self._retention_seconds = retention_seconds
+        self._next_retention = 0.0
+        self._sealed_seen = 0
         self._orderer: Orderer = recovered.orderer
         self._arrivals = arrivals
         self._ordered = ordered
@@ -303,6 +326,8 @@ class OrdererService:
             ),
             subscribe_max_fragments=service.subscribe_max_fragments,
             subscribe_max_bytes=service.subscribe_max_bytes,
+            retention_bytes=service.retention_bytes,
+            retention_seconds=service.retention_seconds,
         )
 
     # ------------------------------------------------------------------ properties
@@ -511,6 +536,7 @@ class OrdererService:
                     self._notify_output()
                 for stream in self._streams:
                     stream.release(generation)
+                self._apply_retention()
                 still = []
                 for wanted, future in self._durable_waiters:
                     if wanted <= generation:
@@ -523,6 +549,25 @@ class OrdererService:
             self._fail(error)
         finally:
             self._sync_task = None
+
+    def _apply_retention(self) -> None:
+        """Drop old sealed segments of the ordered log (size, age): when a segment was sealed,
+        and at most once a second otherwise (age)."""
+        if self._retention_bytes is None and self._retention_seconds is None:
+            return
+        now = time.monotonic()
+        sealed = self._ordered.sealed_segments
+        if now < self._next_retention and sealed == self._sealed_seen:
+            return
+        self._next_retention = now + 1.0
+        self._sealed_seen = sealed
+        deleted = self._ordered.apply_retention(
+            keep_from_offset=self._durable_offset,
+            max_bytes=self._retention_bytes,
+            max_age_seconds=self._retention_seconds,
+        )
+        for path in deleted:
+            log.info("retention removed %s", path.name)
 
     async def _durable(self, generation: int) -> None:
         if self._synced_generation >= generation:

@@ -129,6 +129,7 @@ class _SegmentedStream:
         self.segment_bytes = segment_bytes
         self.batches: list[_BatchRef] = []
         self.rows = 0
+        self.sealed = 0  # segments closed by this process (a cue for retention)
         self._file: BinaryIO | None = None
         self._sink: pa.PythonFile | None = None
         self._writer: pa.ipc.RecordBatchStreamWriter | None = None
@@ -202,6 +203,7 @@ class _SegmentedStream:
                 os.fsync(self._file.fileno())  # always: a sync racing with this may miss it
             self._dirty = False
             self._file.close()
+            self.sealed += 1
         self._writer = self._sink = self._file = self._segment = None
 
     def sync(self) -> None:
@@ -422,6 +424,11 @@ class OrderedLog:
     def first_offset(self) -> int:
         """Lowest offset still in the log (retention removes older segments)."""
         return self._stream.batches[0].first if self._stream.batches else self._stream.rows
+
+    @property
+    def sealed_segments(self) -> int:
+        """Segments this process has closed; retention has news when it changes."""
+        return self._stream.sealed
 
     @property
     def last_emit_time(self) -> float | None:
