@@ -7,29 +7,34 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.evb-installed
 export OPENBLAS_NUM_THREADS ?= 1
 
-.PHONY: demo test lint bench soak clean
+.PHONY: demo test lint bench soak clean manifests
 
 $(STAMP): pyproject.toml setup.py orderer/_core/core.pyx orderer/_core/core.pxd
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --editable '.[test]'
+	$(PY) -m pip install --quiet --editable '.[test,operator]'
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/evb demo --output-dir demo-output
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check orderer tests
+	$(VENV)/bin/ruff check orderer operator tests tools
 
 test: $(STAMP) lint
 	$(PY) -m pytest -q tests
 
 bench: $(STAMP)
 	$(PY) tests/bench/bench_orderer.py --json bench-output/orderer.json
+	$(PY) tests/bench/bench_service.py --json bench-output/service.json
 
 # Long randomised runs of the property tests (many more scenarios than `make test`).
 soak: $(STAMP)
 	EVB_SOAK=1 $(PY) -m pytest -q tests/orderer/test_property.py
+
+# The generated CRD (from operator/evb_operator/crd.py) and manifests/ (the chart, rendered).
+manifests: $(STAMP)
+	$(PY) tools/generate_manifests.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info orderer/_core/*.c orderer/_core/*.so demo-output bench-output

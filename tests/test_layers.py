@@ -76,3 +76,21 @@ def test_grpc_stays_at_the_network_edge() -> None:
         )
         if uses_grpc:
             assert relative in allowed, f"{relative} imports grpc or the stubs"
+
+
+def test_kopf_stays_in_the_operator_and_the_operator_reaches_the_orderer_through_its_client() -> (
+    None
+):
+    """kopf only in ``operator/``; there, only the glue (``handlers``, ``kube``) imports it, the
+    builders stay pure; the operator talks to the orderer only through ``orderer.client`` (no
+    grpc of its own)."""
+    for path in sorted((REPO / "orderer").rglob("*.py")):
+        assert "kopf" not in {n.split(".")[0] for n in _imports(path)}, path
+    glue = {"handlers.py", "kube.py"}
+    for path in sorted((REPO / "operator" / "evb_operator").glob("*.py")):
+        names = _imports(path)
+        roots = {name.split(".")[0] for name in names}
+        if path.name not in glue:
+            assert not roots & {"kopf", "aiohttp", "grpc"}, f"{path.name} imports {roots}"
+        assert "grpc" not in roots, path.name
+        assert not {n for n in names if n.startswith(("orderer._proto", "orderer.service"))}, path

@@ -1,0 +1,35 @@
+# The evb image: the orderer (`evb serve`) and the operator (`kopf run -m evb_operator.handlers`).
+#   docker build -t evb:0.1.0 .
+# Two stages: the build stage compiles the Cython core and generates the gRPC stubs into a wheel;
+# the runtime stage installs that wheel (with the operator's dependencies) and nothing else, and
+# runs as an unprivileged user with no shell history, caches or compilers.
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends build-essential \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY pyproject.toml setup.py README.md ./
+COPY proto/ proto/
+COPY orderer/ orderer/
+COPY operator/ operator/
+RUN pip wheel --no-cache-dir --wheel-dir /wheels '.[operator]'
+
+FROM ${PYTHON_IMAGE}
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    OPENBLAS_NUM_THREADS=1
+COPY --from=build /wheels /wheels
+RUN pip install --no-cache-dir --no-index --find-links /wheels 'evb[operator]' \
+    && rm -rf /wheels \
+    && groupadd --system --gid 10001 evb \
+    && useradd --system --uid 10001 --gid evb --home-dir /nonexistent --shell /usr/sbin/nologin evb \
+    && mkdir -p /data && chown evb:evb /data
+USER 10001:10001
+WORKDIR /data
+EXPOSE 50051 9090 8080
+# The operator's Deployment overrides this with `kopf run -m evb_operator.handlers ...`.
+ENTRYPOINT ["evb"]
+CMD ["serve", "--listen", "[::]:50051", "--data-dir", "/data", "--metrics-port", "9090"]

@@ -1,0 +1,58 @@
+"""Names, ports, labels, annotations and environment variables shared by the operator's modules
+(STYLE 3: names come from template constants, never spelled twice)."""
+
+from __future__ import annotations
+
+from evb_operator import crd
+
+API_VERSION = f"{crd.GROUP}/{crd.VERSION}"
+
+ORDERER_NAME = "{name}-orderer"
+"""StatefulSet, Service and NetworkPolicy of an EventBuilder's orderer."""
+CONFIG_NAME = "{name}-orderer-config"
+"""ConfigMap holding the ``evb serve --config`` file."""
+SPARK_NAME = "{name}-spark"
+"""SparkApplication of the Spark job."""
+
+ENDPOINT = "{orderer}.{namespace}.svc:{port}"
+"""The orderer's gRPC address as the operator and the Spark job reach it."""
+
+GRPC_PORT = 50051
+METRICS_PORT = 9090
+
+CONFIG_FILE = "evb.yaml"
+CONFIG_DIR = "/etc/evb/config"
+DATA_DIR = "/data"
+TLS_DIR = "/etc/evb/tls"
+SPARK_JOB_FILE = "local:///opt/evb/orderer/spark/job.py"
+"""The Spark job inside the Spark image (``Dockerfile.spark``); the job is issue 4's."""
+STOP_GRACE_SECONDS = 10.0
+TERMINATION_GRACE_SECONDS = 30
+"""The pod's terminationGracePeriodSeconds; the server's stop grace stays below it."""
+RUN_AS_USER = 10001
+
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_PART_OF = "app.kubernetes.io/part-of"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "evb-operator"
+
+ANNOTATION_ENDPOINT_OVERRIDE = f"{crd.GROUP}/endpoint-override"
+"""Per-EventBuilder gRPC address used instead of the Service's; honoured only when the operator
+runs with ``EVB_ALLOW_ENDPOINT_OVERRIDE=1`` (tests, port-forwards), never by default: whoever may
+edit an EventBuilder must not be able to point the operator at any address."""
+
+ENV_ALLOW_ENDPOINT_OVERRIDE = "EVB_ALLOW_ENDPOINT_OVERRIDE"
+ENV_ORDERER_IMAGE = "EVB_ORDERER_IMAGE"
+"""Default orderer image (the chart sets it to the operator's own image)."""
+ENV_SPARK_IMAGE = "EVB_SPARK_IMAGE"
+"""Default Spark job image."""
+ENV_STATS_INTERVAL = "EVB_STATS_INTERVAL"
+"""Seconds between two status updates from GetStats (default 10)."""
+DEFAULT_ORDERER_IMAGE = "evb:0.1.0"
+"""Built by ``docker build -t evb:0.1.0 .``; the chart passes its own image instead."""
+DEFAULT_SPARK_IMAGE = "evb-spark:0.1.0"
+"""Built by ``docker build -f Dockerfile.spark -t evb-spark:0.1.0 .``."""
+ENV_OPERATOR_NAMESPACE = "EVB_OPERATOR_NAMESPACE"
+"""The operator's own namespace (downward API): a NetworkPolicy lets the operator in from it."""

@@ -1,0 +1,614 @@
+"""The ``EventBuilder`` CustomResourceDefinition as Python data: the one source of truth.
+
+``charts/evb-operator/crds/eventbuilders.evb.io.yaml`` is generated from :func:`build_crd`
+(``python tools/generate_manifests.py``; a test fails when the file is stale), and the operator
+reads the same :data:`SPEC_SCHEMA` at run time to complete a spec with its defaults and check it
+(:mod:`evb_operator.validation`), so a spec the operator accepts is one the API server accepts.
+
+Every CEL rule (``x-kubernetes-validations``) is declared as a :class:`Rule` together with its
+Python twin, evaluated by the operator on the defaulted spec: the API server enforces the CEL,
+the operator enforces the twin where no API server did (and tests hold the two to the same cases).
+Transition rules (those that read ``oldSelf``) have no twin: only the API server sees the old
+object.
+
+The orderer's parameters are named as :meth:`orderer.config.OrdererConfig.to_mapping` spells them
+with ``camel=True``; ``tests/operator/test_crd.py`` checks the schema against the dataclass fields.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "GROUP",
+    "KIND",
+    "LIVE_FIELDS",
+    "PLURAL",
+    "RULES",
+    "SHORT_NAME",
+    "SPEC_SCHEMA",
+    "STATUS_SCHEMA",
+    "VERSION",
+    "Rule",
+    "build_crd",
+]
+
+GROUP = "evb.io"
+VERSION = "v1alpha1"
+KIND = "EventBuilder"
+PLURAL = "eventbuilders"
+SINGULAR = "eventbuilder"
+SHORT_NAME = "evb"
+
+LIVE_FIELDS = ("buildWindow", "startupDelay", "barrierTimeout", "sourceTimeout", "latePolicy")
+"""Spec fields the operator pushes to a running orderer through ``Configure`` (no restart)."""
+
+MAX_SECONDS = 86400.0
+"""Upper bound of every duration in the spec (one day): a larger value is a typo."""
+
+_QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
+    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+_SPARK_MEMORY_PATTERN = r"^[0-9]+([kKmMgGtT][bB]?)?$"
+
+
+# ----------------------------------------------------------------------------- schema helpers
+
+
+def _number(
+    description: str,
+    *,
+    minimum: float,
+    exclusive: bool = False,
+    maximum: float = MAX_SECONDS,
+    default: float | None = None,
+) -> dict[str, Any]:
+    schema: dict[str, Any] = {
+        "type": "number",
+        "description": description,
+        "minimum": minimum,
+        "maximum": maximum,
+    }
+    if exclusive:
+        schema["exclusiveMinimum"] = True
+    if default is not None:
+        schema["default"] = default
+    return schema
+
+
+def _integer(
+    description: str, *, minimum: int, maximum: int | None = None, default: int | None = None
+) -> dict[str, Any]:
+    schema: dict[str, Any] = {
+        "type": "integer",
+        "format": "int64",
+        "description": description,
+        "minimum": minimum,
+    }
+    if maximum is not None:
+        schema["maximum"] = maximum
+    if default is not None:
+        schema["default"] = default
+    return schema
+
+
+def _string(description: str, **more: Any) -> dict[str, Any]:
+    return {"type": "string", "description": description, **more}
+
+
+def _object(
+    description: str,
+    properties: dict[str, Any],
+    *,
+    required: list[str] | None = None,
+    default: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "description": description}
+    if default is not None:
+        schema["default"] = default
+    schema["properties"] = properties
+    if required:
+        schema["required"] = required
+    return schema
+
+
+def _quantity(description: str, **more: Any) -> dict[str, Any]:
+    return {
+        "description": description,
+        "anyOf": [{"type": "integer"}, {"type": "string"}],
+        "pattern": _QUANTITY_PATTERN,
+        "x-kubernetes-int-or-string": True,
+        **more,
+    }
+
+
+def _resources(description: str, default: dict[str, Any]) -> dict[str, Any]:
+    quantities = {"type": "object", "additionalProperties": _quantity("A quantity.")}
+    return _object(
+        description,
+        {
+            "requests": {**quantities, "description": "Minimum resources (cpu, memory)."},
+            "limits": {**quantities, "description": "Maximum resources (cpu, memory)."},
+        },
+        default=default,
+    )
+
+
+# ----------------------------------------------------------------------------- CEL rules
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One ``x-kubernetes-validations`` entry and its Python twin."""
+
+    path: tuple[str, ...]
+    """Where the rule sits, as property names from ``spec`` (``()`` is the spec itself)."""
+    cel: str
+    """The CEL expression the API server evaluates (``self`` is the object at ``path``)."""
+    message: str
+    """What the user is told when the rule fails."""
+    check: Callable[[Mapping[str, Any]], bool] | None = None
+    """The same rule in Python over the defaulted object at ``path``; None for transition rules
+    (they read ``oldSelf``, which only the API server has)."""
+    field_path: str | None = None
+    """The CEL ``fieldPath`` (relative to ``path``, ``.barrierTimeout``) a failure names."""
+
+    @property
+    def field(self) -> str:
+        """The field path a failure is reported under (``spec.barrierTimeout``)."""
+        return ".".join(("spec", *self.path)) + (self.field_path or "")
+
+    def entry(self) -> dict[str, str]:
+        entry = {"rule": self.cel, "message": self.message}
+        if self.field_path is not None:
+            entry["fieldPath"] = self.field_path
+        return entry
+
+
+def _at_most(low: str, high: str) -> Callable[[Mapping[str, Any]], bool]:
+    return lambda obj: low not in obj or high not in obj or obj[low] <= obj[high]
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        path=(),
+        cel="!has(self.barrierTimeout) || !has(self.buildWindow)"
+        " || self.barrierTimeout >= self.buildWindow",
+        message="barrierTimeout must be >= buildWindow (a barrier waits at least one window)",
+        check=lambda spec: (
+            "barrierTimeout" not in spec
+            or "buildWindow" not in spec
+            or spec["barrierTimeout"] >= spec["buildWindow"]
+        ),
+        field_path=".barrierTimeout",
+    ),
+    Rule(
+        path=("flowControl",),
+        cel="!has(self.globalXon) || !has(self.globalXoff) || self.globalXon <= self.globalXoff",
+        message="globalXon must be <= globalXoff",
+        check=_at_most("globalXon", "globalXoff"),
+        field_path=".globalXon",
+    ),
+    Rule(
+        path=("flowControl",),
+        cel="!has(self.queueXon) || !has(self.queueXoff) || self.queueXon <= self.queueXoff",
+        message="queueXon must be <= queueXoff",
+        check=_at_most("queueXon", "queueXoff"),
+        field_path=".queueXon",
+    ),
+    Rule(
+        path=("flowControl",),
+        cel="self == oldSelf",
+        message="flowControl cannot change during a run (the orderer replays its log with it)",
+    ),
+    Rule(
+        path=("sources",),
+        cel="self == oldSelf",
+        message="sources cannot change during a run; create a new EventBuilder",
+    ),
+    Rule(
+        path=("state",),
+        cel="oldSelf != 'Ended' || self == 'Ended'",
+        message="an ended run cannot be resumed; create a new EventBuilder",
+    ),
+    Rule(
+        path=("storage",),
+        cel="self == oldSelf",
+        message="storage cannot change (a StatefulSet's volume claims are immutable)",
+    ),
+)
+
+
+# ----------------------------------------------------------------------------- the schema
+
+
+def _spec_schema() -> dict[str, Any]:
+    flow_control = _object(
+        "Bounded memory: when sources are paused (XOFF) and resumed (XON), in queued fragments."
+        " Defaults are NSCLDAQ's.",
+        {
+            "globalXoff": _integer(
+                "Pause sources above this many fragments queued in all.",
+                minimum=1,
+                default=4_000_000,
+            ),
+            "globalXon": _integer(
+                "... and resume them below this many.", minimum=1, default=3_000_000
+            ),
+            "queueXoff": _integer(
+                "Pause a source whose own queue holds more than this many fragments.",
+                minimum=1,
+                default=400_000,
+            ),
+            "queueXon": _integer("... and resume it below this many.", minimum=1, default=50_000),
+        },
+        default={},
+    )
+    orderer = _object(
+        "The orderer's pod: image, resources and service settings. A change rolls the pod (the"
+        " orderer recovers its run from its logs).",
+        {
+            "image": _string(
+                "Orderer image; default: the operator's own image (one image holds both).",
+                minLength=1,
+            ),
+            "imagePullPolicy": _string(
+                "Image pull policy.", enum=["Always", "IfNotPresent", "Never"]
+            ),
+            "resources": _resources(
+                "Orderer container resources.",
+                default={"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
+            ),
+            "fsync": _string(
+                "When the logs are forced to disk: always, batch (group commit before acks),"
+                " never.",
+                enum=["always", "batch", "never"],
+                default="batch",
+            ),
+            "maxPayloadBytes": _integer(
+                "Largest payload of one fragment; larger ones are refused.",
+                minimum=1,
+                maximum=1 << 30,
+                default=1 << 20,
+            ),
+            "strictSources": {
+                "type": "boolean",
+                "description": "Refuse data from sources not listed in spec.sources.",
+                "default": False,
+            },
+            "retentionBytes": _integer(
+                "Ordered-log retention by size, in bytes; unset keeps everything.", minimum=1
+            ),
+            "retentionSeconds": _number(
+                "Ordered-log retention by age, in seconds; unset keeps everything.",
+                minimum=0,
+                exclusive=True,
+                maximum=365 * MAX_SECONDS,
+            ),
+        },
+        default={},
+    )
+    storage = _object(
+        "The volume of the orderer's arrival and ordered logs (immutable).",
+        {
+            "size": _quantity("Size of the volume claim.", default="10Gi"),
+            "storageClassName": _string(
+                "Storage class of the claim; unset: the cluster's default.", minLength=1
+            ),
+            "retainOnDelete": {
+                "type": "boolean",
+                "description": "Keep the volume claim (and the logs) when the EventBuilder is"
+                " deleted.",
+                "default": False,
+            },
+        },
+        default={},
+    )
+    spark = _object(
+        "The Spark job that reads the ordered output from the orderer's Service and builds"
+        " events. Unset: no SparkApplication (the orderer runs alone).",
+        {
+            "image": _string(
+                "Spark job image (evb installed on a Spark base); default: the operator's.",
+                minLength=1,
+            ),
+            "imagePullPolicy": _string(
+                "Image pull policy.", enum=["Always", "IfNotPresent", "Never"]
+            ),
+            "sparkVersion": _string("Spark version of the image.", minLength=1, default="3.5.3"),
+            "serviceAccount": _string(
+                "Service account of the driver (it creates the executor pods).",
+                minLength=1,
+                default="spark",
+            ),
+            "dt": _integer(
+                "Glom window in timestamp ticks: fragments within dt of an event's first one"
+                " are built into it.",
+                minimum=1,
+            ),
+            "timestampPolicy": _string(
+                "Timestamp of a built event: its earliest, latest or average fragment's.",
+                enum=["earliest", "latest", "average"],
+                default="earliest",
+            ),
+            "driver": _object(
+                "Spark driver size.",
+                {
+                    "cores": _integer("Driver cores.", minimum=1, maximum=64, default=1),
+                    "memory": _string(
+                        "Driver memory (Spark notation: 512m, 2g).",
+                        pattern=_SPARK_MEMORY_PATTERN,
+                        default="1g",
+                    ),
+                },
+                default={},
+            ),
+            "executors": _object(
+                "Spark executors.",
+                {
+                    "instances": _integer(
+                        "Number of executors.", minimum=1, maximum=1000, default=2
+                    ),
+                    "cores": _integer("Cores per executor.", minimum=1, maximum=64, default=1),
+                    "memory": _string(
+                        "Memory per executor (Spark notation: 512m, 2g).",
+                        pattern=_SPARK_MEMORY_PATTERN,
+                        default="2g",
+                    ),
+                },
+                default={},
+            ),
+            "output": _object(
+                "Where the built events go.",
+                {
+                    "path": _string(
+                        "Output location (a Hadoop path: s3a://bucket/run1, file:///data/out).",
+                        minLength=1,
+                    ),
+                    "format": _string(
+                        "Output format.", enum=["parquet", "json"], default="parquet"
+                    ),
+                },
+                required=["path"],
+            ),
+            "sparkConf": {
+                "type": "object",
+                "description": "Spark configuration passed through as is (spark.* keys).",
+                "additionalProperties": {"type": "string"},
+            },
+        },
+        required=["dt", "output"],
+    )
+    properties: dict[str, Any] = {
+        "state": _string(
+            "Running, or Ended: the orderer ends the run (drains every queue, EndRun) and the"
+            " Spark job finishes reading. An ended run cannot be resumed.",
+            enum=["Running", "Ended"],
+            default="Running",
+        ),
+        "sources": {
+            "type": "array",
+            "description": "Source ids declared from the start; a declared source that never"
+            " sends holds the output back (immutable).",
+            "items": _integer("A source id.", minimum=0, maximum=2**32 - 1),
+            "maxItems": 65536,
+            "x-kubernetes-list-type": "set",
+        },
+        "buildWindow": _number(
+            "Seconds a fragment may wait for the other sources (window rule). Live.",
+            minimum=0,
+            exclusive=True,
+            default=20.0,
+        ),
+        "startupDelay": _number(
+            "Seconds after the first fragment before anything is emitted. Live.",
+            minimum=0,
+            default=2.0,
+        ),
+        "barrierTimeout": _number(
+            "Seconds a barrier waits for the other sources; unset: 4 x buildWindow. Live.",
+            minimum=0,
+            exclusive=True,
+        ),
+        "sourceTimeout": _number(
+            "Seconds of silence after which a source is dead; 0 disables dead-source"
+            " detection (the spec's off). Live.",
+            minimum=0,
+            default=60.0,
+        ),
+        "latePolicy": _string(
+            "emit: late fragments go out flagged late; drop: counted, not emitted. Live.",
+            enum=["emit", "drop"],
+            default="emit",
+        ),
+        "flowControl": flow_control,
+        "storage": storage,
+        "orderer": orderer,
+        "tls": _object(
+            "TLS material of the orderer's gRPC endpoint: a kubernetes.io/tls Secret, mounted"
+            " read-only at /etc/evb/tls. evb serve does not terminate TLS yet (the TLS"
+            " condition says so); the endpoint stays plaintext until it does.",
+            {"secretName": _string("Name of the Secret (tls.crt, tls.key).", minLength=1)},
+            required=["secretName"],
+        ),
+        "networkPolicy": _object(
+            "A NetworkPolicy admitting gRPC and metrics traffic to the orderer only from this"
+            " namespace and the listed peers.",
+            {
+                "enabled": {
+                    "type": "boolean",
+                    "description": "Create the NetworkPolicy.",
+                    "default": False,
+                },
+                "from": {
+                    "type": "array",
+                    "description": "More NetworkPolicyPeers allowed in (e.g. the data sources'"
+                    " namespace).",
+                    "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                },
+            },
+            default={},
+        ),
+        "alerts": _object(
+            "When the operator posts Warning Events.",
+            {
+                "lateBurst": _integer(
+                    "Late fragments between two status updates that make a LateDataBurst Event.",
+                    minimum=1,
+                    default=1000,
+                ),
+            },
+            default={},
+        ),
+        "spark": spark,
+    }
+    schema = _object(
+        "An event builder: one orderer merging the data sources by timestamp, and the Spark job"
+        " building events from its output.",
+        properties,
+        default={},
+    )
+    _attach_rules(schema)
+    return schema
+
+
+def _attach_rules(spec_schema: dict[str, Any]) -> None:
+    for rule in RULES:
+        node = spec_schema
+        for name in rule.path:
+            node = node["properties"][name]
+        node.setdefault("x-kubernetes-validations", []).append(rule.entry())
+
+
+def _status_schema() -> dict[str, Any]:
+    counter = {"type": "integer", "format": "int64", "minimum": 0}
+    condition = {
+        "type": "object",
+        "required": ["type", "status"],
+        "properties": {
+            "type": {"type": "string"},
+            "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+            "reason": {"type": "string"},
+            "message": {"type": "string"},
+            "lastTransitionTime": {"type": "string", "format": "date-time"},
+        },
+    }
+    return {
+        "type": "object",
+        "description": "What the operator observed (from the orderer's GetStats and the"
+        " SparkApplication).",
+        "properties": {
+            "phase": {
+                "type": "string",
+                "enum": ["Pending", "Running", "Ended", "Completed", "Failed", "Invalid"],
+                "description": "Pending (orderer not reachable yet), Running, Ended (EndRun"
+                " done), Completed (Spark finished), Failed (Spark failed), Invalid (spec"
+                " rejected: see the Valid condition).",
+            },
+            "endpoint": {"type": "string", "description": "gRPC address of the orderer."},
+            "window": {"type": "number", "description": "buildWindow in force in the orderer."},
+            "fragments": {**counter, "description": "Fragments received."},
+            "emitted": {**counter, "description": "Fragments emitted."},
+            "late": {**counter, "description": "Late fragments (emitted flagged or dropped)."},
+            "dropped": {**counter, "description": "Late fragments dropped (latePolicy drop)."},
+            "queued": {**counter, "description": "Fragments waiting in the orderer's queues."},
+            "nextOffset": {**counter, "description": "Offset of the next ordered fragment."},
+            "highWaterMark": {
+                "type": "string",
+                "description": "Largest timestamp emitted (uint64, as a string).",
+            },
+            "sources": {**counter, "description": "Sources known to the orderer."},
+            "deadSources": {**counter, "description": "Sources declared dead."},
+            "pausedSources": {**counter, "description": "Sources paused by flow control."},
+            "barriers": {
+                "type": "object",
+                "properties": {
+                    name: counter
+                    for name in ("complete", "incomplete", "homogeneous", "heterogeneous")
+                },
+            },
+            "missing": {
+                "type": "object",
+                "description": "Per source id: barriers it missed.",
+                "additionalProperties": counter,
+            },
+            "runEnded": {"type": "boolean", "description": "The orderer ended the run."},
+            "spark": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "state": {"type": "string"},
+                    "errorMessage": {"type": "string"},
+                },
+            },
+            "lastUpdate": {"type": "string", "format": "date-time"},
+            "conditions": {
+                "type": "array",
+                "items": condition,
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["type"],
+            },
+        },
+    }
+
+
+SPEC_SCHEMA: dict[str, Any] = _spec_schema()
+STATUS_SCHEMA: dict[str, Any] = _status_schema()
+
+PRINTER_COLUMNS: list[dict[str, Any]] = [
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Window", "type": "number", "jsonPath": ".status.window"},
+    {"name": "Fragments", "type": "integer", "jsonPath": ".status.fragments"},
+    {"name": "Late", "type": "integer", "jsonPath": ".status.late"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+def build_crd() -> dict[str, Any]:
+    """The whole CustomResourceDefinition manifest."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{PLURAL}.{GROUP}",
+            "labels": {"app.kubernetes.io/part-of": "evb"},
+        },
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": [SHORT_NAME],
+                "categories": ["evb"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": copy.deepcopy(PRINTER_COLUMNS),
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "EventBuilder: a Kubernetes-native event builder.",
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": copy.deepcopy(SPEC_SCHEMA),
+                                "status": copy.deepcopy(STATUS_SCHEMA),
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }

@@ -1,0 +1,441 @@
+"""The kopf glue of the evb operator: ``kopf run -m evb_operator.handlers``.
+
+Glue only (STYLE "For evb" 9): every handler validates (:mod:`~evb_operator.validation`), builds
+(:mod:`~evb_operator.specs`, :mod:`~evb_operator.status`), adopts, creates or patches through
+:mod:`~evb_operator.kube`, calls the orderer through :mod:`orderer.client`, and patches the
+status. Errors are translated here, once: an invalid spec becomes ``kopf.PermanentError`` with a
+``Valid=False`` condition (no retry loop); an unreachable orderer or API server becomes
+``kopf.TemporaryError(delay=...)``.
+
+What happens when:
+
+- create / resume / update: the children exist (created under fixed names if absent, never
+  replaced); an invalid spec is reported instead;
+- ``spec.buildWindow``, ``startupDelay``, ``barrierTimeout``, ``sourceTimeout``,
+  ``latePolicy`` change: ``Configure`` on the live orderer, no child touched;
+- ``spec.orderer`` changes (image, resources, service settings): the StatefulSet's pod template
+  is patched, which rolls the pod (the orderer recovers its run from its logs);
+- ``spec.spark`` changes: the SparkApplication's spec is patched;
+- ``spec.state`` becomes ``Ended``: ``EndRun``; the Spark job reads to the end and finishes;
+- every ``EVB_STATS_INTERVAL`` seconds: status from ``GetStats`` and the SparkApplication, and
+  Events for incomplete barriers, bursts of late data, an unreachable orderer, Spark's end;
+- delete: the SparkApplication first (it stops reading), then the orderer's children (the
+  garbage collector would too, through the owner references, in no particular order).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from evb_operator import constants as c
+from evb_operator import crd, kube, specs, validation
+from evb_operator import status as evb_status
+from orderer import client as orderer_client
+from orderer.errors import ConfigError, EvbError, InterfaceError
+
+RESOURCE = (crd.GROUP, crd.VERSION, crd.PLURAL)
+STATS_INTERVAL = float(os.environ.get(c.ENV_STATS_INTERVAL, "10"))
+RPC_TIMEOUT = min(5.0, STATS_INTERVAL)
+"""Seconds a GetStats may take: an unreachable orderer must not stall the status timer."""
+CONTROL_TIMEOUT = 30.0
+"""Seconds a Configure or EndRun may take (EndRun drains every queue and syncs the logs)."""
+RETRY_DELAY = 10.0
+
+
+# ----------------------------------------------------------------------------- plumbing
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _namespaced(namespace: str | None) -> str:
+    """EventBuilders are namespaced: kopf's ``namespace`` is never None for them."""
+    if namespace is None:
+        raise kopf.PermanentError("an EventBuilder without a namespace")
+    return namespace
+
+
+def _endpoint(name: str, namespace: str, annotations: Mapping[str, str]) -> str:
+    override = annotations.get(c.ANNOTATION_ENDPOINT_OVERRIDE)
+    if override and os.environ.get(c.ENV_ALLOW_ENDPOINT_OVERRIDE) == "1":
+        return override
+    return specs.orderer_endpoint(name, namespace)
+
+
+def _validate(
+    spec: Mapping[str, Any], patch: kopf.Patch, old_status: Mapping[str, Any]
+) -> validation.ValidSpec:
+    """The valid spec, or the Invalid status and a PermanentError (reported once)."""
+    try:
+        return validation.validate(spec)
+    except validation.InvalidSpec as error:
+        patch.status.update(
+            evb_status.invalid(old_status, field=error.field, message=error.message, now=_now())
+        )
+        raise kopf.PermanentError(f"invalid spec: {error}") from None
+
+
+def _valid_or_none(spec: Mapping[str, Any]) -> validation.ValidSpec | None:
+    try:
+        return validation.validate(spec)
+    except validation.InvalidSpec:
+        return None  # the create/update handler reports it
+
+
+def _kube_error(error: kube.KubeError) -> kopf.TemporaryError | kopf.PermanentError:
+    if error.status == 422:  # the API server refuses an object we built: retrying cannot help
+        return kopf.PermanentError(f"Kubernetes API: {error}")
+    return kopf.TemporaryError(f"Kubernetes API: {error}", delay=RETRY_DELAY * 3)
+
+
+def _orderer_error(error: EvbError) -> kopf.TemporaryError | kopf.PermanentError:
+    if isinstance(error, ConfigError | InterfaceError):
+        return kopf.PermanentError(f"the orderer refused: {error}")
+    return kopf.TemporaryError(f"orderer unreachable: {error}", delay=RETRY_DELAY)
+
+
+def _children(
+    name: str, namespace: str, valid: validation.ValidSpec, labels: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    return specs.build_children(
+        name,
+        namespace,
+        valid,
+        orderer_image=os.environ.get(c.ENV_ORDERER_IMAGE, c.DEFAULT_ORDERER_IMAGE),
+        spark_image=os.environ.get(c.ENV_SPARK_IMAGE, c.DEFAULT_SPARK_IMAGE),
+        operator_namespace=os.environ.get(c.ENV_OPERATOR_NAMESPACE),
+        labels=labels,
+    )
+
+
+def _child(children: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
+    return next((child for child in children if child["kind"] == kind), None)
+
+
+# ----------------------------------------------------------------------------- activities
+
+
+@kopf.on.startup()
+def configure_operator(settings: kopf.OperatorSettings, **_: Any) -> None:
+    """Progress and the last handled spec in annotations under evb.io (the status subresource
+    holds only what the CRD declares), and our own finalizer name."""
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=crd.GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=crd.GROUP, key="last-handled-configuration"
+    )
+    settings.persistence.finalizer = f"{crd.GROUP}/finalizer"
+    settings.posting.level = logging.WARNING  # Events: our notices and handler failures only
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """In-cluster service account, else the kubeconfig; the children's client uses the same."""
+    info = kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+    if info is not None:
+        kube.connect(info)
+    return info
+
+
+@kopf.on.cleanup()
+async def close_sessions(**_: Any) -> None:
+    await kube.disconnect()
+
+
+# ----------------------------------------------------------------------------- lifecycle
+
+
+@kopf.on.resume(*RESOURCE)
+@kopf.on.create(*RESOURCE)
+@kopf.on.update(*RESOURCE)
+async def reconcile(
+    body: kopf.Body,
+    spec: kopf.Spec,
+    name: str,
+    namespace: str | None,
+    labels: kopf.Labels,
+    annotations: kopf.Annotations,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    logger: kopf.Logger,
+    **_: Any,
+) -> None:
+    """Validate, build, adopt, create what is absent; the children are never replaced."""
+    namespace = _namespaced(namespace)
+    valid = _validate(spec, patch, status)
+    children = _children(name, namespace, valid, dict(labels))
+    kopf.adopt(children, owner=body)
+    for child in children:
+        try:
+            created = await kube.current().create(child)
+        except kube.KubeError as error:
+            raise _kube_error(error) from None
+        if created:
+            logger.info("created %s %s", child["kind"], child["metadata"]["name"])
+    patch.status["conditions"] = evb_status.set_condition(
+        status.get("conditions"),
+        type="Valid",
+        status=True,
+        reason="Accepted",
+        message="the spec is valid",
+        now=_now(),
+    )
+    patch.status["endpoint"] = _endpoint(name, namespace, annotations)
+    if status.get("phase") in (None, "Invalid"):
+        patch.status["phase"] = "Pending"
+
+
+@kopf.on.field(*RESOURCE, field="spec.buildWindow", param="buildWindow")
+@kopf.on.field(*RESOURCE, field="spec.startupDelay", param="startupDelay")
+@kopf.on.field(*RESOURCE, field="spec.barrierTimeout", param="barrierTimeout")
+@kopf.on.field(*RESOURCE, field="spec.sourceTimeout", param="sourceTimeout")
+@kopf.on.field(*RESOURCE, field="spec.latePolicy", param="latePolicy")
+async def configure_live(
+    *,
+    param: str = "",
+    reason: str,
+    spec: kopf.Spec,
+    name: str,
+    namespace: str | None,
+    annotations: kopf.Annotations,
+    patch: kopf.Patch,
+    logger: kopf.Logger,
+    **_: Any,
+) -> None:
+    """Push one live parameter to the running orderer (``Configure``): no restart, no child
+    touched. At creation the ConfigMap already holds it."""
+    namespace = _namespaced(namespace)
+    if reason == "create":
+        return
+    valid = _valid_or_none(spec)
+    if valid is None:
+        return
+    wanted = valid.orderer.to_mapping(camel=True)
+    value = wanted[param]
+    if param == "barrierTimeout" and value is None:  # unset: back to 4 x buildWindow, now
+        value = valid.orderer.effective_barrier_timeout
+    endpoint = _endpoint(name, namespace, annotations)
+    try:
+        config = await orderer_client.configure_async(
+            endpoint, {param: value}, timeout=CONTROL_TIMEOUT
+        )
+    except EvbError as error:
+        raise _orderer_error(error) from None
+    logger.info("configured %s=%r live at %s", param, value, endpoint)
+    patch.status["window"] = float(config["build_window"])
+
+
+@kopf.on.field(*RESOURCE, field="spec.orderer")
+async def roll_orderer(
+    reason: str,
+    spec: kopf.Spec,
+    name: str,
+    namespace: str | None,
+    labels: kopf.Labels,
+    logger: kopf.Logger,
+    **_: Any,
+) -> None:
+    """Image, resources or service settings changed: a new pod template (rolls the pod)."""
+    namespace = _namespaced(namespace)
+    if reason == "create":
+        return
+    valid = _valid_or_none(spec)
+    if valid is None:
+        return
+    statefulset = _child(_children(name, namespace, valid, dict(labels)), "StatefulSet")
+    assert statefulset is not None
+    try:
+        await kube.current().patch(
+            "apps/v1",
+            "StatefulSet",
+            namespace,
+            statefulset["metadata"]["name"],
+            [{"op": "replace", "path": "/spec/template", "value": statefulset["spec"]["template"]}],
+        )
+    except kube.KubeError as error:
+        raise _kube_error(error) from None
+    logger.info("patched the orderer's pod template")
+
+
+@kopf.on.field(*RESOURCE, field="spec.spark")
+async def update_spark(
+    reason: str,
+    old: Any,
+    new: Any,
+    spec: kopf.Spec,
+    name: str,
+    namespace: str | None,
+    labels: kopf.Labels,
+    logger: kopf.Logger,
+    **_: Any,
+) -> None:
+    """The Spark section changed: patch the SparkApplication (created by ``reconcile`` when the
+    section appears; deleted when it goes)."""
+    namespace = _namespaced(namespace)
+    if reason == "create" or old is None:
+        return
+    valid = _valid_or_none(spec)
+    if valid is None:
+        return
+    spark_name = c.SPARK_NAME.format(name=name)
+    try:
+        if new is None:
+            await kube.current().delete(
+                specs.SPARK_API_VERSION, "SparkApplication", namespace, spark_name
+            )
+            return
+        app = _child(_children(name, namespace, valid, dict(labels)), "SparkApplication")
+        assert app is not None
+        await kube.current().patch(
+            specs.SPARK_API_VERSION,
+            "SparkApplication",
+            namespace,
+            spark_name,
+            [{"op": "replace", "path": "/spec", "value": app["spec"]}],
+        )
+    except kube.KubeError as error:
+        raise _kube_error(error) from None
+    logger.info("patched the SparkApplication")
+
+
+@kopf.on.field(*RESOURCE, field="spec.networkPolicy")
+async def update_network_policy(
+    reason: str,
+    spec: kopf.Spec,
+    name: str,
+    namespace: str | None,
+    labels: kopf.Labels,
+    **_: Any,
+) -> None:
+    """Enabled: patch its rules (``reconcile`` creates it); disabled: delete it."""
+    namespace = _namespaced(namespace)
+    if reason == "create":
+        return
+    valid = _valid_or_none(spec)
+    if valid is None:
+        return
+    policy_name = c.ORDERER_NAME.format(name=name)
+    try:
+        if not valid.spec["networkPolicy"]["enabled"]:
+            await kube.current().delete(
+                "networking.k8s.io/v1", "NetworkPolicy", namespace, policy_name
+            )
+            return
+        policy = _child(_children(name, namespace, valid, dict(labels)), "NetworkPolicy")
+        assert policy is not None
+        await kube.current().patch(
+            "networking.k8s.io/v1",
+            "NetworkPolicy",
+            namespace,
+            policy_name,
+            [{"op": "replace", "path": "/spec", "value": policy["spec"]}],
+        )
+    except kube.KubeError as error:
+        raise _kube_error(error) from None
+
+
+@kopf.on.field(*RESOURCE, field="spec.state")
+async def end_run(
+    new: Any,
+    name: str,
+    namespace: str | None,
+    annotations: kopf.Annotations,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    logger: kopf.Logger,
+    **_: Any,
+) -> None:
+    """``state: Ended``: the orderer's end of run (drain every queue); the Spark job then reads
+    to the last offset and finishes."""
+    namespace = _namespaced(namespace)
+    if new != "Ended":
+        return
+    endpoint = _endpoint(name, namespace, annotations)
+    try:
+        last = await orderer_client.end_run_async(endpoint, timeout=CONTROL_TIMEOUT)
+    except EvbError as error:
+        raise _orderer_error(error) from None
+    logger.info("ended the run at %s: %d fragments in order", endpoint, last)
+    patch.status["runEnded"] = True
+    patch.status["nextOffset"] = last
+    if status.get("phase") not in ("Completed", "Failed"):
+        patch.status["phase"] = "Ended"
+    patch.status["conditions"] = evb_status.set_condition(
+        status.get("conditions"),
+        type="RunEnded",
+        status=True,
+        reason="EndRun",
+        message=f"the run ended at offset {last}",
+        now=_now(),
+    )
+
+
+@kopf.timer(*RESOURCE, interval=STATS_INTERVAL, initial_delay=min(STATS_INTERVAL, 2.0))
+async def refresh_status(
+    body: kopf.Body,
+    spec: kopf.Spec,
+    name: str,
+    namespace: str | None,
+    annotations: kopf.Annotations,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    logger: kopf.Logger,
+    **_: Any,
+) -> None:
+    """Status from ``GetStats`` and the SparkApplication; Events for what needs attention."""
+    namespace = _namespaced(namespace)
+    valid = _valid_or_none(spec)
+    if valid is None:
+        return
+    endpoint = _endpoint(name, namespace, annotations)
+    stats: dict[str, Any] | None = None
+    error: str | None = None
+    try:
+        stats = await orderer_client.get_stats_async(endpoint, timeout=RPC_TIMEOUT)
+    except EvbError as failure:
+        error = str(failure)
+    spark = None
+    if valid.has_spark:
+        try:
+            spark = await kube.current().get(
+                specs.SPARK_API_VERSION,
+                "SparkApplication",
+                namespace,
+                c.SPARK_NAME.format(name=name),
+            )
+        except kube.KubeError as failure:
+            logger.warning("cannot read the SparkApplication: %s", failure)
+    new, notices = evb_status.observe(
+        status, valid=valid, endpoint=endpoint, stats=stats, error=error, spark=spark, now=_now()
+    )
+    patch.status.update(new)
+    for notice in notices:
+        kopf.event(body, type=notice.type, reason=notice.reason, message=notice.message)
+
+
+@kopf.on.delete(*RESOURCE, retries=5, backoff=5)
+async def delete_children(
+    spec: kopf.Spec, name: str, namespace: str | None, logger: kopf.Logger, **_: Any
+) -> None:
+    """The Spark job first (it stops reading), then the orderer and its configuration."""
+    namespace = _namespaced(namespace)
+    order = [
+        (specs.SPARK_API_VERSION, "SparkApplication", c.SPARK_NAME),
+        ("networking.k8s.io/v1", "NetworkPolicy", c.ORDERER_NAME),
+        ("apps/v1", "StatefulSet", c.ORDERER_NAME),
+        ("v1", "Service", c.ORDERER_NAME),
+        ("v1", "ConfigMap", c.CONFIG_NAME),
+    ]
+    for api_version, kind, template in order:
+        child = template.format(name=name)
+        try:
+            if await kube.current().delete(api_version, kind, namespace, child):
+                logger.info("deleted %s %s", kind, child)
+        except kube.KubeError as error:
+            raise _kube_error(error) from None

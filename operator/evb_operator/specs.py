@@ -1,0 +1,415 @@
+"""Pure ``build_<kind>_spec`` functions: the whole manifest of every child of an EventBuilder.
+
+Called by :mod:`evb_operator.handlers` (which then adopts and creates them) and by the tests,
+which validate every object built here against the Kubernetes 1.32 schemas and the
+SparkApplication CRD without any API server. No API calls, no clock, no environment: what a
+function returns depends on its arguments only.
+
+The children, all named after the EventBuilder (``constants``):
+
+- ConfigMap ``<name>-orderer-config``: the ``evb serve --config`` file, the configuration the run
+  *starts* with. It is written once: live changes (``Configure``) are recorded in the orderer's
+  arrival log, which a restarted orderer replays from this starting point, so rewriting it would
+  make the replay diverge from the ordered log.
+- StatefulSet ``<name>-orderer`` of one pod, its logs on a volume claim; the service settings are
+  command-line flags (they win over the file), so changing them, the image or the resources
+  changes the pod template and rolls the pod.
+- Service ``<name>-orderer``: gRPC 50051 (data sources, the Spark job, the operator), metrics 9090.
+- SparkApplication ``<name>-spark`` (``sparkoperator.k8s.io/v1beta2``) running the Spark job
+  against the Service.
+- NetworkPolicy ``<name>-orderer``, when ``spec.networkPolicy.enabled``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from evb_operator import constants as c
+from evb_operator.validation import ValidSpec
+
+__all__ = [
+    "build_children",
+    "build_configmap_spec",
+    "build_networkpolicy_spec",
+    "build_service_spec",
+    "build_sparkapplication_spec",
+    "build_statefulset_spec",
+    "labels_for",
+    "orderer_endpoint",
+    "serve_args",
+    "serve_config",
+]
+
+SPARK_API_VERSION = "sparkoperator.k8s.io/v1beta2"
+
+RESTRICTED_CONTAINER: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+"""The Pod Security Standard "restricted" for a container, plus a read-only root."""
+
+
+def labels_for(name: str, component: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Labels of a child: ``extra`` (the EventBuilder's own labels) under the standard ones."""
+    return {
+        **(extra or {}),
+        **selector_labels(name, component),
+        c.LABEL_PART_OF: "evb",
+        c.LABEL_MANAGED_BY: c.MANAGED_BY,
+    }
+
+
+def selector_labels(name: str, component: str) -> dict[str, str]:
+    return {c.LABEL_NAME: "evb", c.LABEL_INSTANCE: name, c.LABEL_COMPONENT: component}
+
+
+def orderer_endpoint(name: str, namespace: str) -> str:
+    """The gRPC address of an EventBuilder's orderer inside the cluster."""
+    orderer = c.ORDERER_NAME.format(name=name)
+    return c.ENDPOINT.format(orderer=orderer, namespace=namespace, port=c.GRPC_PORT)
+
+
+# ----------------------------------------------------------------------------- orderer
+
+
+def serve_config(valid: ValidSpec) -> dict[str, Any]:
+    """The ``evb serve --config`` mapping: the orderer's parameters (camelCase, as the CR spells
+    them) and the fixed service settings of the pod."""
+    ordering = {k: v for k, v in valid.orderer.to_mapping(camel=True).items() if v is not None}
+    return {
+        **ordering,
+        "listen": f"[::]:{c.GRPC_PORT}",
+        "dataDir": c.DATA_DIR,
+        "metricsPort": c.METRICS_PORT,
+        "stopGrace": c.STOP_GRACE_SECONDS,
+    }
+
+
+def serve_args(valid: ValidSpec) -> list[str]:
+    """``evb serve`` arguments: the config file, then the service settings a user may change
+    (flags win over the file; a change rolls the pod)."""
+    orderer = valid.spec["orderer"]
+    args = [
+        "serve",
+        "--config",
+        f"{c.CONFIG_DIR}/{c.CONFIG_FILE}",
+        "--fsync",
+        orderer["fsync"],
+        "--max-payload-bytes",
+        str(orderer["maxPayloadBytes"]),
+        "--strict-sources" if orderer["strictSources"] else "--no-strict-sources",
+    ]
+    if "retentionBytes" in orderer:
+        args += ["--retention-bytes", str(orderer["retentionBytes"])]
+    if "retentionSeconds" in orderer:
+        args += ["--retention-seconds", repr(float(orderer["retentionSeconds"]))]
+    return args
+
+
+def build_configmap_spec(
+    name: str, namespace: str, valid: ValidSpec, *, labels: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    text = yaml.safe_dump(serve_config(valid), sort_keys=False, default_flow_style=False)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": c.CONFIG_NAME.format(name=name),
+            "namespace": namespace,
+            "labels": labels_for(name, "orderer", labels),
+        },
+        "data": {c.CONFIG_FILE: text},
+    }
+
+
+def build_statefulset_spec(
+    name: str,
+    namespace: str,
+    valid: ValidSpec,
+    *,
+    default_image: str,
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """One orderer pod with its logs on a volume claim, restricted security context, gRPC
+    health probes, and no Kubernetes API token (the orderer never calls the API)."""
+    spec = valid.spec
+    orderer_spec = spec["orderer"]
+    storage = spec["storage"]
+    orderer = c.ORDERER_NAME.format(name=name)
+    pod_labels = labels_for(name, "orderer", labels)
+    container: dict[str, Any] = {
+        "name": "orderer",
+        "image": orderer_spec.get("image", default_image),
+        "command": ["evb"],
+        "args": serve_args(valid),
+        "ports": [
+            {"name": "grpc", "containerPort": c.GRPC_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": c.METRICS_PORT, "protocol": "TCP"},
+        ],
+        "env": [{"name": "OPENBLAS_NUM_THREADS", "value": "1"}],
+        "readinessProbe": {"grpc": {"port": c.GRPC_PORT}, "periodSeconds": 5},
+        "livenessProbe": {
+            "grpc": {"port": c.GRPC_PORT},
+            "initialDelaySeconds": 10,
+            "periodSeconds": 10,
+            "failureThreshold": 6,
+        },
+        "resources": orderer_spec["resources"],
+        "securityContext": dict(RESTRICTED_CONTAINER),
+        "volumeMounts": [
+            {"name": "config", "mountPath": c.CONFIG_DIR, "readOnly": True},
+            {"name": "data", "mountPath": c.DATA_DIR},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+    if "imagePullPolicy" in orderer_spec:
+        container["imagePullPolicy"] = orderer_spec["imagePullPolicy"]
+    volumes: list[dict[str, Any]] = [
+        {"name": "config", "configMap": {"name": c.CONFIG_NAME.format(name=name)}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+    ]
+    if "tls" in spec:
+        container["volumeMounts"].append({"name": "tls", "mountPath": c.TLS_DIR, "readOnly": True})
+        volumes.append(
+            {
+                "name": "tls",
+                "secret": {"secretName": spec["tls"]["secretName"], "defaultMode": 0o440},
+            }
+        )
+    claim: dict[str, Any] = {
+        "metadata": {"name": "data", "labels": pod_labels},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": storage["size"]}},
+        },
+    }
+    if "storageClassName" in storage:
+        claim["spec"]["storageClassName"] = storage["storageClassName"]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": orderer, "namespace": namespace, "labels": pod_labels},
+        "spec": {
+            "replicas": 1,
+            "serviceName": orderer,
+            "selector": {"matchLabels": selector_labels(name, "orderer")},
+            "podManagementPolicy": "OrderedReady",
+            "updateStrategy": {"type": "RollingUpdate"},
+            "persistentVolumeClaimRetentionPolicy": {
+                "whenDeleted": "Retain" if storage["retainOnDelete"] else "Delete",
+                "whenScaled": "Retain",
+            },
+            "template": {
+                "metadata": {"labels": pod_labels},
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "terminationGracePeriodSeconds": c.TERMINATION_GRACE_SECONDS,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": c.RUN_AS_USER,
+                        "runAsGroup": c.RUN_AS_USER,
+                        "fsGroup": c.RUN_AS_USER,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [container],
+                    "volumes": volumes,
+                },
+            },
+            "volumeClaimTemplates": [claim],
+        },
+    }
+
+
+def build_service_spec(
+    name: str, namespace: str, *, labels: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": c.ORDERER_NAME.format(name=name),
+            "namespace": namespace,
+            "labels": labels_for(name, "orderer", labels),
+        },
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(name, "orderer"),
+            "ports": [
+                {
+                    "name": "grpc",
+                    "port": c.GRPC_PORT,
+                    "targetPort": "grpc",
+                    "protocol": "TCP",
+                    "appProtocol": "grpc",
+                },
+                {
+                    "name": "metrics",
+                    "port": c.METRICS_PORT,
+                    "targetPort": "metrics",
+                    "protocol": "TCP",
+                    "appProtocol": "http",
+                },
+            ],
+        },
+    }
+
+
+def build_networkpolicy_spec(
+    name: str,
+    namespace: str,
+    valid: ValidSpec,
+    *,
+    operator_namespace: str | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Ingress to the orderer only from pods of its own namespace, the operator's namespace and
+    the peers listed in ``spec.networkPolicy.from``."""
+    peers: list[dict[str, Any]] = [{"podSelector": {}}]
+    if operator_namespace and operator_namespace != namespace:
+        peers.append(
+            {
+                "namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": operator_namespace}
+                }
+            }
+        )
+    peers += [dict(peer) for peer in valid.spec["networkPolicy"].get("from", [])]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": c.ORDERER_NAME.format(name=name),
+            "namespace": namespace,
+            "labels": labels_for(name, "orderer", labels),
+        },
+        "spec": {
+            "podSelector": {"matchLabels": selector_labels(name, "orderer")},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": peers,
+                    "ports": [
+                        {"protocol": "TCP", "port": c.GRPC_PORT},
+                        {"protocol": "TCP", "port": c.METRICS_PORT},
+                    ],
+                }
+            ],
+        },
+    }
+
+
+# ----------------------------------------------------------------------------- spark
+
+
+def spark_arguments(name: str, namespace: str, spark: Mapping[str, Any]) -> list[str]:
+    """Arguments of the Spark job (issue 4): where to read, how to build, where to write."""
+    return [
+        "--target",
+        orderer_endpoint(name, namespace),
+        "--dt",
+        str(spark["dt"]),
+        "--timestamp-policy",
+        spark["timestampPolicy"],
+        "--output",
+        spark["output"]["path"],
+        "--format",
+        spark["output"]["format"],
+    ]
+
+
+def build_sparkapplication_spec(
+    name: str,
+    namespace: str,
+    valid: ValidSpec,
+    *,
+    default_image: str,
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The Spark job as a ``SparkApplication``; it reads the orderer's Service until the end of
+    the run, so it finishes by itself once the run ended."""
+    spark = valid.spec["spark"]
+    pod_labels = labels_for(name, "spark", labels)
+    spec: dict[str, Any] = {
+        "type": "Python",
+        "pythonVersion": "3",
+        "mode": "cluster",
+        "image": spark.get("image", default_image),
+        "mainApplicationFile": c.SPARK_JOB_FILE,
+        "arguments": spark_arguments(name, namespace, spark),
+        "sparkVersion": spark["sparkVersion"],
+        "restartPolicy": {
+            "type": "OnFailure",
+            "onFailureRetries": 3,
+            "onFailureRetryInterval": 10,
+            "onSubmissionFailureRetries": 5,
+            "onSubmissionFailureRetryInterval": 20,
+        },
+        "driver": {
+            "cores": spark["driver"]["cores"],
+            "memory": spark["driver"]["memory"],
+            "serviceAccount": spark["serviceAccount"],
+            "labels": pod_labels,
+        },
+        "executor": {
+            "instances": spark["executors"]["instances"],
+            "cores": spark["executors"]["cores"],
+            "memory": spark["executors"]["memory"],
+            "labels": pod_labels,
+        },
+    }
+    if "imagePullPolicy" in spark:
+        spec["imagePullPolicy"] = spark["imagePullPolicy"]
+    if spark.get("sparkConf"):
+        spec["sparkConf"] = dict(spark["sparkConf"])
+    return {
+        "apiVersion": SPARK_API_VERSION,
+        "kind": "SparkApplication",
+        "metadata": {
+            "name": c.SPARK_NAME.format(name=name),
+            "namespace": namespace,
+            "labels": pod_labels,
+        },
+        "spec": spec,
+    }
+
+
+# ----------------------------------------------------------------------------- all of them
+
+
+def build_children(
+    name: str,
+    namespace: str,
+    valid: ValidSpec,
+    *,
+    orderer_image: str,
+    spark_image: str,
+    operator_namespace: str | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """Every child, in creation order: configuration before the pod that mounts it, the
+    orderer before the job that reads it."""
+    children = [
+        build_configmap_spec(name, namespace, valid, labels=labels),
+        build_service_spec(name, namespace, labels=labels),
+        build_statefulset_spec(name, namespace, valid, default_image=orderer_image, labels=labels),
+    ]
+    if valid.spec["networkPolicy"]["enabled"]:
+        children.append(
+            build_networkpolicy_spec(
+                name, namespace, valid, operator_namespace=operator_namespace, labels=labels
+            )
+        )
+    if valid.has_spark:
+        children.append(
+            build_sparkapplication_spec(
+                name, namespace, valid, default_image=spark_image, labels=labels
+            )
+        )
+    return children

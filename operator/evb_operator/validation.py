@@ -1,0 +1,121 @@
+"""An EventBuilder spec checked and completed, or :class:`InvalidSpec` naming the field.
+
+Called by every handler before it acts (:mod:`evb_operator.handlers` turns :class:`InvalidSpec`
+into ``kopf.PermanentError`` and a ``Valid=False`` status condition: a bad spec is reported
+once, never retried in a loop). The API server normally rejects such specs already (the CRD's
+schema and CEL rules); the operator checks again because it cannot know that one did (an
+emulator, an older cluster, a schema edited by hand), and because the orderer's own rules
+(:class:`~orderer.config.OrdererConfig`) are the final word on the orderer's parameters.
+
+Pure: no I/O. The schema and the rules come from :mod:`evb_operator.crd`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+
+from evb_operator import crd
+from orderer.config import OrdererConfig
+from orderer.errors import ConfigError
+
+__all__ = ["InvalidSpec", "ValidSpec", "orderer_config", "validate", "with_defaults"]
+
+
+class InvalidSpec(ValueError):
+    """The spec cannot be reconciled; ``field`` is its path (``spec.barrierTimeout``)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ValidSpec:
+    """A spec with every default filled in, and the orderer configuration it means."""
+
+    spec: dict[str, Any]
+    """The spec as the API server would store it (CRD defaults applied)."""
+    orderer: OrdererConfig
+    """The orderer's parameters (``evb serve --config``)."""
+
+    @property
+    def has_spark(self) -> bool:
+        return "spark" in self.spec
+
+
+def with_defaults(schema: Mapping[str, Any], value: Any) -> Any:
+    """``value`` completed with the schema's ``default`` values, as the API server does: a
+    missing property with a default gets it (then its own defaults), recursively; a copy."""
+    value = copy.deepcopy(value)
+    if isinstance(value, dict) and "properties" in schema:
+        for name, prop in schema["properties"].items():
+            if name not in value and "default" in prop:
+                value[name] = copy.deepcopy(prop["default"])
+            if name in value:
+                value[name] = with_defaults(prop, value[name])
+    elif isinstance(value, list) and "items" in schema:
+        value = [with_defaults(schema["items"], item) for item in value]
+    return value
+
+
+_VALIDATOR = jsonschema.Draft4Validator(crd.SPEC_SCHEMA)
+"""OpenAPI v3.0 schema objects are JSON Schema draft 4 plus extensions (``x-kubernetes-*``),
+which a draft-4 validator ignores."""
+
+
+def _path(parts: Any) -> str:
+    out = "spec"
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def orderer_config(spec: Mapping[str, Any]) -> OrdererConfig:
+    """The orderer's configuration from a defaulted spec. ``sourceTimeout: 0`` is the spec's
+    ``off``; an unset ``barrierTimeout`` stays unset (4 x buildWindow)."""
+    mapping: dict[str, Any] = {
+        name: spec[name]
+        for name in ("buildWindow", "startupDelay", "barrierTimeout", "latePolicy", "sources")
+        if name in spec
+    }
+    if "sourceTimeout" in spec:
+        mapping["sourceTimeout"] = "off" if spec["sourceTimeout"] == 0 else spec["sourceTimeout"]
+    if "flowControl" in spec:
+        mapping["flowControl"] = dict(spec["flowControl"])
+    try:
+        return OrdererConfig.from_mapping(mapping)
+    except ConfigError as error:
+        raise InvalidSpec(_path(_camel_path(error.parameter)), error.why) from None
+
+
+def _camel_path(name: str) -> list[str]:
+    return [_camel_field(part) for part in name.split(".")]
+
+
+def _camel_field(part: str) -> str:
+    head, *rest = part.split("_")
+    return head + "".join(word.capitalize() for word in rest)
+
+
+def validate(spec: Mapping[str, Any] | None) -> ValidSpec:
+    """Defaults, schema, CEL twins, then the orderer's own checks; the first failure raises."""
+    full = with_defaults(crd.SPEC_SCHEMA, dict(spec or {}))
+    errors = sorted(_VALIDATOR.iter_errors(full), key=lambda e: [str(p) for p in e.path])
+    if errors:
+        error = errors[0]
+        raise InvalidSpec(_path(error.path), error.message)
+    for rule in crd.RULES:
+        if rule.check is None:
+            continue
+        node: Any = full
+        for name in rule.path:
+            node = node.get(name) if isinstance(node, Mapping) else None
+        if isinstance(node, Mapping) and not rule.check(node):
+            raise InvalidSpec(rule.field, rule.message)
+    return ValidSpec(spec=full, orderer=orderer_config(full))

@@ -1,0 +1,1124 @@
+"""Benchmark of the gRPC service: ingest to durable ordered log, a bare gRPC peer, latency, memory.
+
+Not a pytest test: run it as ``python tests/bench/bench_service.py [--fragments N]`` (with the
+repository on ``PYTHONPATH``, or from the checkout). Every figure comes from one run on one
+synthetic data set (:mod:`orderer.synthetic`: 16 sources, per-source increasing timestamps
+interleaved in arrival order, batches of 1000 fragments with 32-byte payloads), generated and
+encoded up front and never timed. The servers run in subprocesses on 127.0.0.1; this process is
+the sender (one asyncio loop, a few ``Submit`` streams on their own channels, the sources spread
+over them), so on a two-core machine the server gets one core and the sender the other.
+
+The sender writes pre-encoded ``SubmitRequest`` messages (bytes, no serialiser) on raw stubs:
+what the server can take, not what a client costs. ``1b`` sends the same batches through the
+client library (:class:`orderer.client.AsyncSourceClient`, which encodes, numbers and keeps them
+until acknowledged) to show what a data source gets.
+
+1. ingest -> order -> durable log: ``evb serve`` (fresh data directory, ``--fsync batch``,
+   ``--build-window 1``, ``--startup-delay 0``, the 16 sources declared), every batch, then an
+   end of source per source so that everything drains; timed from the first write to the moment
+   ``GetStats`` shows every fragment emitted and durable (``next_offset``);
+2. the peer baseline: a bare ``grpc.aio`` server (``--bare-server``, this file) on the same proto
+   whose ``Submit`` only parses the messages, counts the fragments and acknowledges (one ack per
+   source per wake-up, like evb); the same sender; the ratio evb / bare;
+3. latency at paced loads (``--latency-points RATE@N,...``: N fragments per message, RATE in
+   all; the first, 1 M/s in messages of 250, has every source send every 4 ms), each on a fresh
+   server: the same fragments re-cut into messages of N per source, each written at the
+   production time of its last fragment, ``--latency-seconds`` of that schedule (a sender that
+   falls behind gives up at three times that; what it sent still counts). After the run the
+   arrival log and the ordered log (:mod:`orderer.service.storage`) give per fragment arrival and
+   emission times on the server's clock (matched per source in order, timestamps checked). The
+   send times of this process are put on the server's clock with ``GetStats.now`` (offset from
+   the fastest of a few round trips); a ``Subscribe`` in this process records when output is
+   delivered. Arrival -> emission is the orderer waiting for the other sources (the emitting
+   flush runs at the arrival time of the batch that releases a fragment, so the server's own
+   processing never shows there); send -> arrival is transport and server backlog; emission ->
+   delivered is the group commit and ``Subscribe``. The first ``--latency-warmup`` seconds of a
+   point are left out (a fresh server's first messages);
+4. memory under a stalled source: a 17th declared source never sends, the build window is long
+   (``--stall-window``), the others stream for ``--stall-seconds`` honouring flow control (XOFF
+   stops a source's writes until XON); the server's ``VmRSS`` is sampled. Then the stalled source
+   ends (one flush releases the backlog up to the others' mark), then every source ends.
+
+``--json PATH`` writes the figures as JSON. ``--profile py-spy|cprofile`` profiles the server of
+phase 1 (``--profile-out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import gc
+import json
+import os
+import resource
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+try:
+    import orderer  # noqa: F401
+except ImportError:  # run from a checkout without PYTHONPATH
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import grpc
+import numpy as np
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from orderer._proto.evb.v1 import orderer_pb2 as pb
+from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
+from orderer.batch import FragmentBatch
+from orderer.service import convert
+from orderer.synthetic import SyntheticRun, iter_batches
+
+TARGET_THROUGHPUT = 3e6
+TARGET_RATIO = 0.6
+TARGET_P99 = 0.020
+ROOT = Path(__file__).resolve().parents[2]
+SUBMIT = "/evb.v1.Orderer/Submit"
+STATS = "/evb.v1.Orderer/GetStats"
+SUBSCRIBE = "/evb.v1.Orderer/Subscribe"
+START_TIMEOUT = 60.0
+OPTIONS = [
+    ("grpc.max_receive_message_length", 64 << 20),
+    ("grpc.max_send_message_length", 64 << 20),
+]
+
+
+# ---------------------------------------------------------------------------------- data
+
+
+@dataclasses.dataclass
+class Message:
+    """One pre-encoded ``SubmitRequest`` of one source."""
+
+    source: int
+    count: int
+    data: bytes
+    at: float  # when to send it, seconds from the start of the run (paced phases)
+
+
+@dataclasses.dataclass
+class Data:
+    sources: tuple[int, ...]
+    fragments: int
+    payload_size: int
+    rate: float  # fragments/s of all sources together, in timestamp time
+    batches: list[Message]  # the batches of the run, in arrival order
+    timestamps: dict[int, np.ndarray]  # each source's timestamps, in its order
+    payloads: dict[int, np.ndarray]  # each source's payloads, packed
+    origin: int  # timestamp at time 0
+    tick_rate: float
+
+
+def _encode(batch: FragmentBatch, first: int) -> bytes:
+    return pb.SubmitRequest(batch=convert.batch_to_pb(batch, first)).SerializeToString()
+
+
+def generate(args: argparse.Namespace) -> Data:
+    """The run: synthetic batches in arrival order, encoded once."""
+    spec = SyntheticRun(
+        n_sources=args.sources,
+        fragments_per_source=max(1, args.fragments // args.sources),
+        rate=args.data_rate / args.sources,
+        jitter=args.jitter,
+        batch_size=args.batch,
+        barriers=False,
+        end_of_source=False,
+        payload_size=args.payload,
+        seed=args.seed,
+    )
+    batches: list[Message] = []
+    sequence: Counter[int] = Counter()
+    parts: dict[int, list[FragmentBatch]] = defaultdict(list)
+    for t, batch in iter_batches(spec):
+        source = int(batch.source[0])
+        batches.append(Message(source, len(batch), _encode(batch, sequence[source]), t))
+        sequence[source] += len(batch)
+        parts[source].append(batch)
+    return Data(
+        sources=spec.source_ids,
+        fragments=sum(m.count for m in batches),
+        payload_size=args.payload,
+        rate=args.data_rate,
+        batches=batches,
+        timestamps={s: np.concatenate([c.timestamp for c in p]) for s, p in parts.items()},
+        payloads={s: np.concatenate([c.payload for c in p]) for s, p in parts.items()},
+        origin=spec.timestamp_origin,
+        tick_rate=spec.tick_rate,
+    )
+
+
+def paced_messages(data: Data, rate: float, batch: int, seconds: float) -> list[Message]:
+    """The same fragments re-cut into messages of ``batch`` per source, each to be sent at the
+    production time of its last fragment with time scaled to ``rate`` fragments/s in all;
+    ``seconds`` of that schedule, in send order."""
+    scale = data.rate / rate
+    size = data.payload_size
+    messages = []
+    for source in data.sources:
+        timestamps, payload = data.timestamps[source], data.payloads[source]
+        for start in range(0, len(timestamps), batch):
+            stop = min(start + batch, len(timestamps))
+            at = scale * float(timestamps[stop - 1] - data.origin) / data.tick_rate
+            if at > seconds:
+                break
+            n = stop - start
+            part = FragmentBatch(
+                source=np.full(n, source, dtype=np.uint32),
+                timestamp=timestamps[start:stop],
+                barrier=np.zeros(n, dtype=np.uint32),
+                payload_offsets=np.arange(n + 1, dtype=np.uint64) * np.uint64(size),
+                payload=payload[start * size : stop * size],
+            )
+            messages.append(Message(source, n, _encode(part, start), at))
+    messages.sort(key=lambda m: (m.at, m.source))
+    return messages
+
+
+def _control(kind: str, source: int) -> bytes:
+    if kind == "end":
+        return pb.SubmitRequest(end_of_source=pb.EndOfSource(source=source)).SerializeToString()
+    raise ValueError(kind)
+
+
+# ---------------------------------------------------------------------------------- processes
+
+
+def _environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    return env
+
+
+class Server:
+    """A server subprocess that prints ``... listening on HOST:PORT`` first."""
+
+    def __init__(self, argv: list[str], log_path: Path) -> None:
+        with log_path.open("w") as log:
+            self.process = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=log, text=True, env=_environment()
+            )
+        self.log_path = log_path
+        assert self.process.stdout is not None
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.process.stdout, selectors.EVENT_READ)
+            ready = selector.select(START_TIMEOUT)
+        line = self.process.stdout.readline() if ready else ""
+        if "listening on" not in line:
+            self.kill()
+            raise SystemExit(f"server did not start ({line!r}); see {log_path}")
+        self.target = "127.0.0.1:" + line.rsplit(":", 1)[1].strip()
+        self.pid = self.process.pid
+
+    def rss(self) -> int:
+        """Resident set size in bytes (``VmRSS``); 0 once gone."""
+        try:
+            with open(f"/proc/{self.pid}/status", encoding="ascii") as status:
+                for line in status:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return 0
+
+    def cpu(self) -> float:
+        """User + system CPU seconds of the process, all its threads."""
+        try:
+            with open(f"/proc/{self.pid}/stat", encoding="ascii") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except OSError:
+            return 0.0
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(30)
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(120)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return int(self.process.returncode)
+
+
+def start_evb(
+    data_dir: Path,
+    log_path: Path,
+    sources: tuple[int, ...],
+    build_window: float,
+    profile: str | None = None,
+    profile_out: Path | None = None,
+) -> Server:
+    flags = [
+        "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir),
+        "--build-window", str(build_window), "--startup-delay", "0",
+        "--sources", ",".join(map(str, sources)), "--stop-grace", "2", "--log-level", "warning",
+    ]
+    python = [sys.executable]
+    if profile == "cprofile":
+        assert profile_out is not None
+        python += ["-m", "cProfile", "-o", str(profile_out)]
+    return Server([*python, "-m", "orderer.cli", *flags], log_path)
+
+
+def start_bare(log_path: Path) -> Server:
+    return Server([sys.executable, str(Path(__file__).resolve()), "--bare-server"], log_path)
+
+
+class PySpy:
+    """``py-spy record`` attached to a process, collapsed stacks, until stopped."""
+
+    def __init__(self, pid: int, out: Path) -> None:
+        exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+        self.out = out
+        self.process = subprocess.Popen(
+            [exe, "record", "--pid", str(pid), "--rate", "250", "--format", "raw",
+             "--output", str(out), "--nonblocking"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        time.sleep(0.5)  # attached before the sending starts
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+def summarise_collapsed(path: Path, top: int = 25) -> list[tuple[str, float, float]]:
+    """(function, self %, inclusive %) of the heaviest functions of a collapsed-stack file."""
+    own: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    total = 0
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        total += count
+        frames = [f.split(" (", 1)[0] + " (" + f.split(" (", 1)[1].split(":")[0] + ")"
+                  if " (" in f else f for f in stack.split(";")]
+        own[frames[-1]] += count
+        for frame in set(frames):
+            inclusive[frame] += count
+    if not total:
+        return []
+    rows = sorted(inclusive, key=lambda f: -inclusive[f])[:top]
+    return [(f, 100 * own[f] / total, 100 * inclusive[f] / total) for f in rows]
+
+
+# ---------------------------------------------------------------------------------- sender
+
+
+@dataclasses.dataclass
+class Sent:
+    seconds: float  # first write to every fragment emitted and durable
+    writes_seconds: float  # first write to the last write
+    fragments: int
+    wire_bytes: int
+    sender_cpu: float
+    server_cpu: float
+    started: float = 0.0  # time.monotonic() of the start
+    send_times: list[float] | None = None  # per message, paced phases
+    xoff_at: float | None = None
+    xoff_events: int = 0
+
+
+class StreamState:
+    """One ``Submit`` stream: its sources' pause states, the acks seen."""
+
+    def __init__(self) -> None:
+        self.paused: set[int] = set()
+        self.resumed = asyncio.Event()
+        self.acked: dict[int, int] = {}
+        self.xoff_events = 0
+        self.first_xoff: float | None = None
+
+    async def read(self, call: Any) -> None:
+        async for reply in call:
+            item = reply.WhichOneof("item")
+            if item == "ack":
+                self.acked[reply.ack.source] = reply.ack.durable_sequence
+            elif item == "flow_control":
+                source, paused = reply.flow_control.source, reply.flow_control.paused
+                if paused:
+                    self.paused.add(source)
+                    self.xoff_events += 1
+                    if self.first_xoff is None:
+                        self.first_xoff = time.monotonic()
+                else:
+                    self.paused.discard(source)
+                    self.resumed.set()
+
+
+def _cpu_self() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def stats(channel: grpc.aio.Channel) -> pb.Stats:
+    call = channel.unary_unary(
+        STATS,
+        request_serializer=pb.GetStatsRequest.SerializeToString,
+        response_deserializer=pb.Stats.FromString,
+    )
+    return await call(pb.GetStatsRequest(), timeout=30, wait_for_ready=True)
+
+
+async def _end_sources(channel: grpc.aio.Channel, sources: list[int]) -> None:
+    """End of source for each of ``sources`` on a stream of its own; returns once durable."""
+    call = channel.stream_stream(
+        SUBMIT, request_serializer=None, response_deserializer=pb.SubmitReply.FromString
+    )()
+    for source in sources:
+        await call.write(_control("end", source))
+    await call.done_writing()
+    async for _ in call:
+        pass
+
+
+async def wait_offset(channel: grpc.aio.Channel, wanted: int, timeout: float = 300.0) -> float:
+    """Poll ``GetStats`` until ``next_offset`` (durable output) reaches ``wanted``; the time."""
+    give_up = time.monotonic() + timeout
+    while True:
+        reply = await stats(channel)
+        if reply.next_offset >= wanted:
+            return time.monotonic()
+        if time.monotonic() > give_up:
+            raise SystemExit(f"output stuck at {reply.next_offset} of {wanted}")
+        await asyncio.sleep(0.002)
+
+
+async def send(
+    target: str,
+    messages: list[Message],
+    sources: tuple[int, ...],
+    server: Server,
+    *,
+    streams: int,
+    paced: bool = False,
+    honour_flow: bool = False,
+    deadline: float | None = None,
+    end_sources: bool = True,
+    expect: int | None = None,
+) -> Sent:
+    """Write ``messages`` on ``streams`` Submit streams (source ``s`` on stream ``i % streams``
+    for the i-th source), then end every source and close the streams; return once ``GetStats``
+    shows ``expect`` fragments of durable output (default: all of them)."""
+    stream_of = {source: i % streams for i, source in enumerate(sources)}
+    queues: list[list[int]] = [[] for _ in range(streams)]
+    for index, message in enumerate(messages):
+        queues[stream_of[message.source]].append(index)
+    channels = [grpc.aio.insecure_channel(target, options=OPTIONS) for _ in range(streams)]
+    control = grpc.aio.insecure_channel(target, options=OPTIONS)
+    try:
+        await stats(control)  # connected and serving
+        for channel in channels:
+            await channel.channel_ready()
+        submits = [
+            ch.stream_stream(SUBMIT, request_serializer=None,
+                             response_deserializer=pb.SubmitReply.FromString)
+            for ch in channels
+        ]
+        calls = [submit() for submit in submits]
+        states = [StreamState() for _ in range(streams)]
+        readers = [asyncio.create_task(s.read(c)) for s, c in zip(states, calls, strict=True)]
+        send_times = [0.0] * len(messages)
+        written = [0] * streams
+        stop_at = None if deadline is None else time.monotonic() + deadline
+        gc.collect()
+        cpu0, server_cpu0 = _cpu_self(), server.cpu()
+        start = time.monotonic()
+
+        async def writer(i: int) -> None:
+            call, state = calls[i], states[i]
+            for index in queues[i]:
+                message = messages[index]
+                if paced:
+                    delay = start + message.at - time.monotonic()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                if honour_flow:
+                    while message.source in state.paused:
+                        state.resumed.clear()
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(state.resumed.wait(), 0.05)
+                        if stop_at is not None and time.monotonic() > stop_at:
+                            break
+                if stop_at is not None and time.monotonic() > stop_at:
+                    break
+                send_times[index] = time.monotonic()
+                await call.write(message.data)
+                written[i] += message.count
+            if end_sources:
+                for source, stream in stream_of.items():
+                    if stream == i:
+                        await call.write(_control("end", source))
+            await call.done_writing()
+
+        await asyncio.gather(*(writer(i) for i in range(streams)))
+        writes_done = time.monotonic()
+        total = sum(written)
+        done = await wait_offset(control, total if expect is None else expect)
+        cpu1, server_cpu1 = _cpu_self(), server.cpu()
+        for reader in readers:
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                await asyncio.wait_for(reader, 60)
+        xoffs = [s.first_xoff for s in states if s.first_xoff is not None]
+        return Sent(
+            seconds=done - start,
+            writes_seconds=writes_done - start,
+            fragments=total,
+            wire_bytes=sum(
+                len(messages[k].data) for q in queues for k in q if send_times[k]
+            ),
+            sender_cpu=cpu1 - cpu0,
+            server_cpu=server_cpu1 - server_cpu0,
+            started=start,
+            send_times=send_times if paced else None,
+            xoff_at=min(xoffs) - start if xoffs else None,
+            xoff_events=sum(s.xoff_events for s in states),
+        )
+    finally:
+        for channel in [*channels, control]:
+            await channel.close()
+
+
+async def send_with_client(
+    target: str, data: Data, server: Server, *, streams: int, batches: list[FragmentBatch]
+) -> Sent:
+    """Phase 1b: the same batches through ``AsyncSourceClient`` (one client per stream)."""
+    from orderer.client import AsyncSourceClient
+
+    sources = data.sources
+    stream_of = {source: i % streams for i, source in enumerate(sources)}
+    clients = [
+        AsyncSourceClient(
+            target,
+            sources=[s for s in sources if stream_of[s] == i],
+            batch_size=max(len(b) for b in batches),
+            linger=None,
+        )
+        for i in range(streams)
+    ]
+    control = grpc.aio.insecure_channel(target, options=OPTIONS)
+    try:
+        for client in clients:
+            await client.start()
+        for client in clients:  # the hellos are answered: every source knows its sequence
+            for source in client._next_seq:
+                while client.next_sequence(source) is None:
+                    await asyncio.sleep(0.001)
+        gc.collect()
+        cpu0, server_cpu0 = _cpu_self(), server.cpu()
+        start = time.monotonic()
+
+        async def feed(i: int) -> None:
+            client = clients[i]
+            for batch in batches:
+                if stream_of[int(batch.source[0])] == i:
+                    await client.send_fragments(batch)
+                    await asyncio.sleep(0)  # a producer yields: the writer ships meanwhile
+            for source, stream in stream_of.items():
+                if stream == i:
+                    await client.end_source(source)
+
+        await asyncio.gather(*(feed(i) for i in range(streams)))
+        writes_done = time.monotonic()
+        done = await wait_offset(control, data.fragments)
+        cpu1, server_cpu1 = _cpu_self(), server.cpu()
+        for client in clients:
+            await client.close()
+        return Sent(
+            seconds=done - start,
+            writes_seconds=writes_done - start,
+            fragments=data.fragments,
+            wire_bytes=sum(len(m.data) for m in data.batches),
+            sender_cpu=cpu1 - cpu0,
+            server_cpu=server_cpu1 - server_cpu0,
+        )
+    finally:
+        for client in clients:
+            await client.abort()
+        await control.close()
+
+
+# ---------------------------------------------------------------------------------- phases
+
+
+def _throughput(sent: Sent, payload_size: int) -> dict[str, Any]:
+    return {
+        "fragments": sent.fragments,
+        "seconds": sent.seconds,
+        "writes_seconds": sent.writes_seconds,
+        "fragments_per_s": sent.fragments / sent.seconds,
+        "payload_mb_per_s": sent.fragments * payload_size / sent.seconds / 1e6,
+        "wire_mb_per_s": sent.wire_bytes / sent.seconds / 1e6,
+        "server_cpu_s": sent.server_cpu,
+        "sender_cpu_s": sent.sender_cpu,
+        "server_cpu_us_per_1000": 1e9 * sent.server_cpu / sent.fragments,
+    }
+
+
+def phase_ingest(args: argparse.Namespace, data: Data, work: Path) -> dict[str, Any]:
+    """1. evb serve, raw stubs, everything, ends; until durable."""
+    best: dict[str, Any] | None = None
+    for attempt in range(args.repeat):
+        data_dir = work / f"ingest-{attempt}"
+        profile = args.profile if attempt == 0 else None
+        profile_out = args.profile_out if profile else None
+        server = start_evb(data_dir, work / f"ingest-{attempt}.log", data.sources,
+                           args.build_window, profile, profile_out)
+        spy = PySpy(server.pid, args.profile_out) if profile == "py-spy" else None
+        try:
+            sent = asyncio.run(send(server.target, data.batches, data.sources, server,
+                                    streams=args.streams))
+        finally:
+            if spy is not None:
+                spy.stop()
+            server.stop()
+        figures = _throughput(sent, data.payload_size)
+        figures["data_dir_bytes"] = sum(p.stat().st_size for p in data_dir.rglob("*.arrow"))
+        shutil.rmtree(data_dir, ignore_errors=True)
+        if best is None or figures["fragments_per_s"] > best["fragments_per_s"]:
+            best = figures
+    assert best is not None
+    if args.profile:
+        best["profile"] = str(args.profile_out)
+        if args.profile == "py-spy" and args.profile_out.exists():
+            best["profile_top"] = summarise_collapsed(args.profile_out)
+    return best
+
+
+def phase_client(args: argparse.Namespace, data: Data, work: Path) -> dict[str, Any]:
+    """1b. The same through the client library."""
+    data_dir = work / "client"
+    server = start_evb(data_dir, work / "client.log", data.sources, args.build_window)
+    batches = []
+    for message in data.batches:
+        request = pb.SubmitRequest.FromString(message.data)
+        batches.append(convert.batch_from_pb(request.batch).batch)
+    try:
+        sent = asyncio.run(send_with_client(server.target, data, server,
+                                            streams=args.streams, batches=batches))
+    finally:
+        server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+    return _throughput(sent, data.payload_size)
+
+
+def phase_bare(args: argparse.Namespace, data: Data, work: Path) -> dict[str, Any]:
+    """2. The bare grpc.aio peer, same sender."""
+    best: dict[str, Any] | None = None
+    for attempt in range(args.repeat):
+        server = start_bare(work / f"bare-{attempt}.log")
+        try:
+            sent = asyncio.run(send(server.target, data.batches, data.sources, server,
+                                    streams=args.streams))
+        finally:
+            server.stop()
+        figures = _throughput(sent, data.payload_size)
+        if best is None or figures["fragments_per_s"] > best["fragments_per_s"]:
+            best = figures
+    assert best is not None
+    return best
+
+
+async def _clock_offset(target: str, samples: int = 20) -> tuple[float, float]:
+    """``server clock - time.monotonic()`` from the fastest GetStats round trip, and that RTT
+    (the offset is good to half of it)."""
+    best = (0.0, float("inf"))
+    async with grpc.aio.insecure_channel(target, options=OPTIONS) as channel:
+        for _ in range(samples):
+            t0 = time.monotonic()
+            reply = await stats(channel)
+            t1 = time.monotonic()
+            if t1 - t0 < best[1]:
+                best = (reply.now - (t0 + t1) / 2, t1 - t0)
+    return best
+
+
+async def _subscribe(target: str, record: list[tuple[float, int, int]]) -> None:
+    """Receive the ordered output from offset 0 until cancelled; (time, first offset, count)."""
+    async with grpc.aio.insecure_channel(target, options=OPTIONS) as channel:
+        call = channel.unary_stream(
+            SUBSCRIBE,
+            request_serializer=pb.SubscribeRequest.SerializeToString,
+            response_deserializer=pb.OrderedBatch.FromString,
+        )(pb.SubscribeRequest(from_offset=0), wait_for_ready=True)
+        async for message in call:
+            record.append((time.monotonic(), message.first_offset, len(message.timestamps) // 8))
+
+
+def _per_source_rank(source: np.ndarray) -> np.ndarray:
+    """Position of each row among the rows of its source (rows in their order)."""
+    order = np.argsort(source, kind="stable")
+    ranks = np.empty(len(source), dtype=np.int64)
+    sorted_sources = source[order]
+    starts = np.flatnonzero(np.r_[True, sorted_sources[1:] != sorted_sources[:-1]])
+    lengths = np.diff(np.r_[starts, len(source)])
+    ranks[order] = np.arange(len(source)) - np.repeat(starts, lengths)
+    return ranks
+
+
+def _quantiles(values: np.ndarray) -> dict[str, float]:
+    """Quantiles in ms of what is known (NaN: not measured, e.g. never delivered)."""
+    values = values[~np.isnan(values)]
+    if not len(values):
+        return {name: float("nan") for name in ("p50_ms", "p99_ms", "p999_ms", "max_ms")}
+    p50, p99, p999 = np.quantile(values, [0.5, 0.99, 0.999])
+    return {"p50_ms": 1e3 * float(p50), "p99_ms": 1e3 * float(p99),
+            "p999_ms": 1e3 * float(p999), "max_ms": 1e3 * float(values.max()),
+            "mean_ms": 1e3 * float(values.mean()), "min_ms": 1e3 * float(values.min()),
+            "count": len(values)}
+
+
+def _parse_points(text: str) -> list[tuple[float, int]]:
+    points = []
+    for part in text.split(","):
+        rate, _, batch = part.strip().partition("@")
+        points.append((float(rate), int(batch)))
+    return points
+
+
+def phase_latency(args: argparse.Namespace, data: Data, work: Path) -> list[dict[str, Any]]:
+    """3. Paced loads (``--latency-points``), each on a fresh server."""
+    return [
+        latency_point(args, data, work, rate, batch)
+        for rate, batch in _parse_points(args.latency_points)
+    ]
+
+
+def latency_point(
+    args: argparse.Namespace, data: Data, work: Path, rate: float, batch: int
+) -> dict[str, Any]:
+    """One paced load; latencies from the logs, the send times and a subscriber."""
+    from orderer.service.storage import ArrivalKind, ArrivalLog, OrderedLog
+
+    messages = paced_messages(data, rate, batch, args.latency_seconds)
+    data_dir = work / "latency"
+    server = start_evb(data_dir, work / f"latency-{rate:g}-{batch}.log", data.sources,
+                       args.build_window)
+    delivered: list[tuple[float, int, int]] = []
+
+    async def run() -> tuple[Sent, float, float]:
+        offset, rtt = await _clock_offset(server.target)
+        subscriber = asyncio.create_task(_subscribe(server.target, delivered))
+        sent = await send(server.target, messages, data.sources, server, streams=args.streams,
+                          paced=True, deadline=args.latency_seconds * 3)
+        try:
+            while not delivered or delivered[-1][1] + delivered[-1][2] < sent.fragments:
+                await asyncio.sleep(0.01)
+        finally:
+            subscriber.cancel()
+            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+                await subscriber
+        return sent, offset, rtt
+
+    try:
+        sent, offset, rtt = asyncio.run(run())
+    finally:
+        server.stop()
+    assert sent.send_times is not None
+    send_times = np.asarray(sent.send_times)
+    was_sent = send_times > 0
+    counts = np.asarray([m.count for m in messages])[was_sent]
+    total = int(counts.sum())
+    # arrival and emission per fragment, matched per source in order
+    arrivals = ArrivalLog.open(data_dir / "arrivals")
+    columns: dict[str, list[np.ndarray]] = defaultdict(list)
+    for record in arrivals.batches():
+        keep = record.column("kind").to_numpy() == ArrivalKind.FRAGMENT
+        for name in ("t", "source", "value"):
+            columns[name].append(record.column(name).to_numpy()[keep])
+    arrivals.close()
+    a_t, a_source, a_ts = (np.concatenate(columns[k]) for k in ("t", "source", "value"))
+    ordered = OrderedLog.open(data_dir / "ordered")
+    out = ordered.read(0, ordered.next_offset)
+    ordered.close()
+    shutil.rmtree(data_dir, ignore_errors=True)
+    if len(out) != total or len(a_t) != total:
+        raise SystemExit(f"latency: {len(a_t)} arrived, {len(out)} emitted of {total} sent")
+    # the k-th fragment of a source to arrive is its k-th emitted (nothing is late here) and
+    # its k-th sent (a source is on one stream, whose messages go out in order)
+    o_order = np.argsort(out.source.astype(np.int64) << 32 | _per_source_rank(out.source))
+    a_order = np.argsort(a_source.astype(np.int64) << 32 | _per_source_rank(a_source))
+    if not np.array_equal(a_ts[a_order], out.timestamp[o_order]):
+        raise SystemExit("latency: arrival and ordered logs do not match per source")
+    arrival = np.empty(total)
+    arrival[o_order] = a_t[a_order]  # everything indexed by output offset from here
+    emit = out.t
+    s_source = np.repeat([m.source for m, ok in zip(messages, was_sent, strict=True) if ok],
+                         counts)
+    s_time = np.repeat(send_times[was_sent] + offset, counts)  # on the server's clock
+    sent_at = np.empty(total)
+    sent_at[o_order] = s_time[np.argsort(s_source.astype(np.int64) << 32
+                                         | _per_source_rank(s_source))]
+    recv = np.full(total, np.nan)
+    for when, first, n in delivered:
+        recv[first : first + n] = when + offset
+    lag = send_times[was_sent] - sent.started - np.asarray([m.at for m in messages])[was_sent]
+    # the first moments of a fresh server (connections, first segments, lazy imports) are
+    # not the steady state: left out of the figures, their worst reported on its own
+    steady = sent_at >= sent.started + offset + args.latency_warmup
+    warm = {"arrival": arrival[~steady], "sent": sent_at[~steady]}
+    arrival, emit, sent_at, recv = arrival[steady], emit[steady], sent_at[steady], recv[steady]
+    return {
+        "offered_fragments_per_s": rate,
+        "message_fragments": batch,
+        "messages_per_s": rate / batch,
+        "source_interval_ms": 1e3 * batch * len(data.sources) / rate,
+        "seconds_of_schedule": args.latency_seconds,
+        "messages": int(was_sent.sum()),
+        "messages_not_sent_by_the_deadline": int((~was_sent).sum()),
+        "fragments": total,
+        "writes_seconds": sent.writes_seconds,
+        "achieved_fragments_per_s": total / sent.writes_seconds,
+        "late": int(out.late.sum()),
+        "clock_rtt_ms": 1e3 * rtt,
+        "server_cpu_s": sent.server_cpu,
+        "sender_lag_p50_ms": 1e3 * float(np.quantile(lag, 0.5)),
+        "sender_lag_max_ms": 1e3 * float(lag.max()),
+        "warmup_seconds": args.latency_warmup,
+        "warmup_fragments_left_out": len(warm["sent"]),
+        "warmup_send_to_arrival_max_ms": (
+            1e3 * float((warm["arrival"] - warm["sent"]).max()) if len(warm["sent"]) else 0.0
+        ),
+        "arrival_to_emission": _quantiles(emit - arrival),
+        "send_to_arrival": _quantiles(arrival - sent_at),
+        "send_to_emission": _quantiles(emit - sent_at),
+        "emission_to_delivered": _quantiles(recv - emit),
+        "send_to_delivered": _quantiles(recv - sent_at),
+    }
+
+
+def phase_stall(args: argparse.Namespace, data: Data, work: Path) -> dict[str, Any]:
+    """4. A declared source never sends; the others stream; RSS sampled."""
+    silent = max(data.sources) + 1
+    data_dir = work / "stall"
+    server = start_evb(data_dir, work / "stall.log", (*data.sources, silent), args.stall_window)
+    samples: list[tuple[float, int, int]] = []  # (seconds, rss, queued)
+
+    async def run() -> dict[str, Any]:
+        baseline = server.rss()
+        stop = asyncio.Event()
+        start = time.monotonic()
+        queued = [0]
+
+        async def sample() -> None:
+            async with grpc.aio.insecure_channel(server.target, options=OPTIONS) as channel:
+                tick = 0
+                while not stop.is_set():
+                    if tick % 10 == 0:
+                        with contextlib.suppress(grpc.aio.AioRpcError):
+                            queued[0] = (await stats(channel)).queued
+                    samples.append((time.monotonic() - start, server.rss(), queued[0]))
+                    tick += 1
+                    await asyncio.sleep(0.05)
+
+        sampler = asyncio.create_task(sample())
+        sent = await send(server.target, data.batches, data.sources, server,
+                          streams=args.streams, honour_flow=True, deadline=args.stall_seconds,
+                          end_sources=False, expect=0)
+        streamed = time.monotonic() - start
+        end_rss = server.rss()
+        async with grpc.aio.insecure_channel(server.target, options=OPTIONS) as channel:
+            before = await stats(channel)
+            peak_during = max((s[1] for s in samples), default=0)
+            # the stalled source ends: one flush emits everything up to the mark the others
+            # now fix (their fragments above it stay queued); returns once that is durable
+            drain_start = time.monotonic()
+            await _end_sources(channel, [silent])
+            drained = time.monotonic() - drain_start
+            released = await stats(channel)
+            # ... and once every source has ended, everything is out
+            await _end_sources(channel, list(data.sources))
+            await wait_offset(channel, sent.fragments, timeout=120)
+            finished = time.monotonic() - drain_start
+            after = await stats(channel)
+        stop.set()
+        await sampler
+        peak_all = max((s[1] for s in samples), default=0)
+        return {
+            "rss_peak_with_drain_mb": peak_all / 2**20,
+            "stall_seconds": args.stall_seconds,
+            "build_window": args.stall_window,
+            "streamed_seconds": streamed,
+            "fragments_sent": sent.fragments,
+            "xoff_after_s": sent.xoff_at,
+            "xoff_messages": sent.xoff_events,
+            "queued_at_end": int(before.queued),
+            "paused_sources_at_end": sum(1 for s in before.sources if s.paused),
+            "rss_baseline_mb": baseline / 2**20,
+            "rss_peak_mb": peak_during / 2**20,
+            "rss_end_of_stall_mb": end_rss / 2**20,
+            "rss_after_drain_mb": server.rss() / 2**20,
+            "drain_seconds": drained,
+            "emitted_by_the_release": int(released.next_offset),
+            "queued_after_release": int(released.queued),
+            "all_out_seconds": finished,
+            "emitted_at_the_end": int(after.next_offset),
+        }
+
+    try:
+        figures = asyncio.run(run())
+    finally:
+        server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+    # the RSS curve, thinned to about one point a second
+    step = max(1, len(samples) // max(1, int(samples[-1][0]) if samples else 1))
+    figures["rss_curve_mb"] = [
+        [round(t, 2), round(rss / 2**20, 1), queued] for t, rss, queued in samples[::step]
+    ]
+    streamed = figures["streamed_seconds"]
+    half = [s[1] for s in samples if streamed / 2 <= s[0] <= streamed]
+    figures["rss_peak_second_half_mb"] = max(half, default=0) / 2**20
+    return figures
+
+
+# ---------------------------------------------------------------------------------- bare peer
+
+
+class BareServicer(pb_grpc.OrdererServicer):
+    """Parses, counts and acknowledges; nothing else."""
+
+    def __init__(self) -> None:
+        self.fragments = 0
+
+    async def Submit(self, request_iterator: Any, context: Any) -> Any:
+        acks: dict[int, int] = {}
+        wake = asyncio.Event()
+        reading = [True]
+
+        async def read() -> None:
+            async for request in request_iterator:
+                if request.WhichOneof("item") == "batch":
+                    batch = request.batch
+                    n = len(batch.timestamps) >> 3
+                    self.fragments += n
+                    acks[batch.source] = batch.first_sequence + n
+                    wake.set()
+            reading[0] = False
+            wake.set()
+
+        reader = asyncio.create_task(read())
+        try:
+            while True:
+                if acks:
+                    source, sequence = acks.popitem()
+                    yield pb.SubmitReply(ack=pb.Ack(source=source, durable_sequence=sequence))
+                elif not reading[0]:
+                    return
+                else:
+                    wake.clear()
+                    await wake.wait()
+        finally:
+            reader.cancel()
+
+    async def GetStats(self, request: Any, context: Any) -> pb.Stats:
+        return pb.Stats(next_offset=self.fragments, now=time.monotonic())
+
+
+async def _bare_server() -> None:
+    server = grpc.aio.server(options=OPTIONS)
+    pb_grpc.add_OrdererServicer_to_server(BareServicer(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    print(f"bare server: listening on 127.0.0.1:{port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    await server.stop(1)
+
+
+# ---------------------------------------------------------------------------------- report
+
+
+def _rate(value: float) -> str:
+    return f"{value / 1e6:,.2f} M/s"
+
+
+def report(figures: dict[str, Any], console: Console) -> None:
+    table = Table(title="evb service benchmark", box=box.SIMPLE_HEAD, title_justify="left")
+    table.add_column("what")
+    table.add_column("figure", justify="right")
+    table.add_column("target", justify="right")
+    table.add_column("", justify="center")
+
+    def row(what: str, figure: str, target: str = "", ok: bool | None = None) -> None:
+        mark = "" if ok is None else ("[green]ok[/green]" if ok else "[red]below[/red]")
+        table.add_row(what, figure, target, mark)
+
+    ingest, bare = figures.get("ingest"), figures.get("bare")
+    if ingest:
+        fps = ingest["fragments_per_s"]
+        row(f"1. evb serve, raw stubs: {ingest['fragments']:,} fragments", _rate(fps),
+            _rate(TARGET_THROUGHPUT), fps >= TARGET_THROUGHPUT)
+        row("   to durable output", f"{ingest['seconds']:.2f} s")
+        row("   payload / on the wire",
+            f"{ingest['payload_mb_per_s']:.0f} / {ingest['wire_mb_per_s']:.0f} MB/s")
+        row("   server CPU per 1000 fragments", f"{ingest['server_cpu_us_per_1000']:.0f} us")
+    client = figures.get("client")
+    if client:
+        row("1b. evb serve, orderer.client", _rate(client["fragments_per_s"]))
+        row("   sender CPU / server CPU",
+            f"{client['sender_cpu_s']:.1f} / {client['server_cpu_s']:.1f} s")
+    if bare:
+        row("2. bare grpc.aio peer", _rate(bare["fragments_per_s"]))
+        row("   server CPU per 1000 fragments", f"{bare['server_cpu_us_per_1000']:.0f} us")
+    if ingest and bare:
+        ratio = ingest["fragments_per_s"] / bare["fragments_per_s"]
+        figures["ratio_evb_over_bare"] = ratio
+        row("   ratio evb / bare", f"{ratio:.2f}", f"{TARGET_RATIO:g}", ratio >= TARGET_RATIO)
+    for k, point in enumerate(figures.get("latency_points", [])):
+        row(f"3{'abcdefgh'[k]}. paced {_rate(point['offered_fragments_per_s'])}, "
+            f"{point['message_fragments']} / message (a source every "
+            f"{point['source_interval_ms']:.0f} ms)", "")
+        lag = point["sender_lag_max_ms"]
+        row("   achieved; sender behind its schedule by",
+            f"{_rate(point['achieved_fragments_per_s'])}; {lag:,.0f} ms")
+        for name in ("arrival_to_emission", "send_to_arrival", "send_to_emission",
+                     "emission_to_delivered", "send_to_delivered"):
+            q = point[name]
+            target = f"p99 {1e3 * TARGET_P99:g} ms" if name == "arrival_to_emission" else ""
+            ok = q["p99_ms"] < 1e3 * TARGET_P99 if target else None
+            row(f"   {name.replace('_', ' ')} p50 / p99 / max",
+                f"{q['p50_ms']:,.1f} / {q['p99_ms']:,.1f} / {q['max_ms']:,.1f} ms", target, ok)
+    stall = figures.get("stall")
+    if stall:
+        row(f"4. stalled source, {stall['stall_seconds']:g} s streaming", "")
+        row("   fragments taken in / queued at the end",
+            f"{stall['fragments_sent']:,} / {stall['queued_at_end']:,}")
+        xoff = stall["xoff_after_s"]
+        row("   first XOFF after", "none" if xoff is None else f"{xoff:.2f} s")
+        row("   RSS baseline / peak / end of stall",
+            f"{stall['rss_baseline_mb']:.0f} / {stall['rss_peak_mb']:.0f} / "
+            f"{stall['rss_end_of_stall_mb']:.0f} MB")
+        row("   the source ends: backlog emitted and durable",
+            f"{stall['emitted_by_the_release']:,} in {stall['drain_seconds']:.2f} s")
+    console.print(table)
+    top = (ingest or {}).get("profile_top")
+    if top:
+        profile = Table(title="where the server's time goes (py-spy, phase 1)",
+                        box=box.SIMPLE_HEAD, title_justify="left")
+        profile.add_column("function")
+        profile.add_column("self %", justify="right")
+        profile.add_column("incl %", justify="right")
+        for function, own, incl in top:
+            profile.add_row(function, f"{own:.1f}", f"{incl:.1f}")
+        console.print(profile)
+
+
+# ---------------------------------------------------------------------------------- main
+
+
+PHASES = ("ingest", "client", "bare", "latency", "stall")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fragments", type=int, default=8_000_000,
+                        help="fragments in total for phases 1 and 2 (8,000,000)")
+    parser.add_argument("--sources", type=int, default=16, help="sources (16)")
+    parser.add_argument("--batch", type=int, default=1000, help="fragments per batch (1000)")
+    parser.add_argument("--payload", type=int, default=32, help="payload bytes (32)")
+    parser.add_argument("--jitter", type=float, default=0.0005,
+                        help="mean network jitter of a batch in the arrival order, s (0.0005)")
+    parser.add_argument("--streams", type=int, default=4, help="Submit streams (4)")
+    parser.add_argument("--build-window", type=float, default=1.0, help="seconds (1)")
+    parser.add_argument("--repeat", type=int, default=1, help="best of N for 1 and 2 (1)")
+    parser.add_argument("--data-rate", type=float, default=1e6,
+                        help="fragments/s of all sources in the data's timestamps (1e6)")
+    parser.add_argument("--latency-seconds", type=float, default=5.0,
+                        help="seconds of the data sent paced in phase 3 (5)")
+    parser.add_argument("--latency-warmup", type=float, default=0.5,
+                        help="seconds at the start of each point left out of its figures (0.5)")
+    parser.add_argument("--latency-points", default="1e6@250,1e6@1000,0.5e6@1000",
+                        help="phase 3 loads, RATE@FRAGMENTS_PER_MESSAGE, the first the target "
+                        "(1e6@250: every source sends every 4 ms)")
+    parser.add_argument("--stall-seconds", type=float, default=10.0,
+                        help="seconds the others stream while a source stalls (10)")
+    parser.add_argument("--stall-window", type=float, default=3600.0,
+                        help="build window of phase 4, s (3600: only flow control bounds it)")
+    parser.add_argument("--phases", default=",".join(PHASES),
+                        help=f"which phases ({','.join(PHASES)})")
+    parser.add_argument("--profile", choices=["py-spy", "cprofile"],
+                        help="profile the server of phase 1")
+    parser.add_argument("--profile-out", type=Path, default=Path("bench-output/service.prof"))
+    parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the figures here")
+    parser.add_argument("--bare-server", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.bare_server:
+        asyncio.run(_bare_server())
+        return 0
+    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    unknown = set(phases) - set(PHASES)
+    if unknown:
+        parser.error(f"--phases: unknown {sorted(unknown)}")
+    console = Console(width=max(Console().width, 110))
+    console.print(f"generating {args.fragments:,} fragments ...")
+    data = generate(args)
+    figures: dict[str, Any] = {
+        "sources": len(data.sources),
+        "fragments": data.fragments,
+        "batch": args.batch,
+        "payload_bytes": args.payload,
+        "streams": args.streams,
+        "build_window": args.build_window,
+        "sender": "raw stubs, pre-encoded SubmitRequest bytes (1b: orderer.client)",
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
+    }
+    if args.profile:
+        args.profile_out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="evb-bench-service-"))
+    try:
+        steps = [
+            ("ingest", "1. ingest -> durable ordered log (evb serve) ...", phase_ingest),
+            ("client", "1b. the same through orderer.client ...", phase_client),
+            ("bare", "2. bare grpc.aio peer ...", phase_bare),
+            ("latency", "3. latency at a paced load ...", phase_latency),
+            ("stall", "4. memory under a stalled source ...", phase_stall),
+        ]
+        for name, title, phase in steps:
+            if name in phases:
+                console.print(title)
+                figures[name] = phase(args, data, work)
+                if name == "latency":
+                    figures["latency_points"] = figures["latency"]
+                    figures["latency"] = figures["latency_points"][0]
+                if args.json:  # a later phase that fails leaves the earlier figures
+                    args.json.parent.mkdir(parents=True, exist_ok=True)
+                    args.json.write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    report(figures, console)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""Smoke test of ``tests/bench/bench_service.py``: it runs end to end on tiny sizes and exits 0.
+
+The figures themselves are not checked (they depend on the machine); only that every phase ran
+against real servers (``evb serve`` and the bare peer, each a subprocess) and the JSON has them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).with_name("bench_service.py")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bench_service_runs_on_tiny_sizes(tmp_path: Path) -> None:
+    figures_path = tmp_path / "figures.json"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    result = subprocess.run(
+        [
+            sys.executable, str(BENCH), "--fragments", "16000", "--streams", "2",
+            "--latency-points", "1e5@100,5e4@200", "--latency-seconds", "0.3",
+            "--latency-warmup", "0", "--stall-seconds", "1", "--json", str(figures_path),
+        ],
+        capture_output=True, text=True, timeout=120, env=env, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(figures_path.read_text(encoding="utf-8"))
+    for phase in ("ingest", "client", "bare"):
+        assert figures[phase]["fragments"] == 16_000
+        assert figures[phase]["fragments_per_s"] > 0
+        assert figures[phase]["payload_mb_per_s"] > 0
+    assert figures["ratio_evb_over_bare"] > 0
+    assert len(figures["latency_points"]) == 2
+    latency = figures["latency"]
+    assert latency["fragments"] > 0
+    for name in ("arrival_to_emission", "send_to_arrival", "send_to_delivered"):
+        assert latency[name]["p99_ms"] >= latency[name]["p50_ms"] >= 0
+    stall = figures["stall"]
+    assert stall["rss_peak_mb"] > 0
+    assert stall["emitted_at_the_end"] == stall["fragments_sent"] > 0
+    assert "evb service benchmark" in result.stdout

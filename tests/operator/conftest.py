@@ -1,0 +1,91 @@
+"""Fixtures of the operator tests: the package importable from a plain checkout, the example
+EventBuilders, and validators for Kubernetes objects (kubernetes-validate, k8s 1.32) and for the
+SparkApplication CRD of ``shared/schemas`` (beside this repository)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO / "operator") not in sys.path:  # installed packages win; a plain checkout works too
+    sys.path.append(str(REPO / "operator"))
+
+SCHEMAS = Path(os.environ.get("EVB_SCHEMAS_DIR", REPO.parent / "shared" / "schemas"))
+SPARK_CRD = SCHEMAS / "sparkoperator.k8s.io_sparkapplications.yaml"
+EXAMPLES = REPO / "manifests" / "examples"
+KUBERNETES_VERSION = "1.32"
+
+
+def example_files() -> list[Path]:
+    return sorted(EXAMPLES.glob("*.yaml"))
+
+
+def load_example(path: Path) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text())
+
+
+def validate_builtin(obj: dict[str, Any]) -> None:
+    """Validate a built-in kind against the Kubernetes 1.32 schema, strictly (no unknown
+    fields)."""
+    import kubernetes_validate
+
+    try:
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as error:
+        where = "/".join(str(p) for p in error.path)
+        raise AssertionError(f"{obj['kind']} {where}: {error.message}") from None
+
+
+def unknown_fields(obj: Any, schema: dict[str, Any], path: str = "") -> list[str]:
+    """Fields the API server would prune: a structural schema does not reject unknown fields,
+    it drops them silently, so a typo would pass a plain JSON-schema validation."""
+    found: list[str] = []
+    if isinstance(obj, dict) and schema.get("type") == "object":
+        if schema.get("x-kubernetes-preserve-unknown-fields"):
+            return found
+        properties = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        for key, value in obj.items():
+            if properties is not None and key in properties:
+                found += unknown_fields(value, properties[key], f"{path}.{key}")
+            elif isinstance(extra, dict):
+                found += unknown_fields(value, extra, f"{path}.{key}")
+            elif properties is not None and not (path == "" and key in ("apiVersion", "kind")):
+                found.append(f"{path}.{key}")
+    elif isinstance(obj, list) and isinstance(schema.get("items"), dict):
+        for index, item in enumerate(obj):
+            found += unknown_fields(item, schema["items"], f"{path}[{index}]")
+    return found
+
+
+def _spark_validator() -> Any:
+    import jsonschema
+
+    if not SPARK_CRD.is_file():
+        raise RuntimeError(f"SparkApplication CRD not found at {SPARK_CRD}; set EVB_SCHEMAS_DIR")
+    crd = yaml.safe_load(SPARK_CRD.read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1beta2"]
+    return jsonschema.Draft4Validator(version["schema"]["openAPIV3Schema"])
+
+
+@pytest.fixture(scope="session")
+def validate_spark() -> Callable[[dict[str, Any]], None]:
+    """Validate a SparkApplication against the Kubeflow Spark operator's published schema."""
+    validator = _spark_validator()
+
+    def validate(obj: dict[str, Any]) -> None:
+        errors = sorted(validator.iter_errors(obj), key=lambda e: list(map(str, e.path)))
+        assert not errors, [f"{'/'.join(map(str, e.path))}: {e.message}" for e in errors]
+        unknown = [
+            p for p in unknown_fields(obj, validator.schema) if not p.startswith(".metadata")
+        ]
+        assert not unknown, f"fields the API server would drop: {unknown}"
+
+    return validate

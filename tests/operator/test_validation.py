@@ -1,0 +1,107 @@
+"""``evb_operator/validation.py``: defaults as the API server applies them, every invalid spec
+refused with the field named, the CR spelling mapped onto OrdererConfig."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from evb_operator import crd, validation
+from evb_operator.validation import InvalidSpec
+from orderer.config import OrdererConfig
+from tests.operator.conftest import example_files, load_example, unknown_fields
+
+
+def test_an_empty_spec_gets_every_default() -> None:
+    valid = validation.validate({})
+    assert valid.orderer == OrdererConfig()
+    spec = valid.spec
+    assert spec["state"] == "Running"
+    assert spec["storage"] == {"size": "10Gi", "retainOnDelete": False}
+    assert spec["orderer"]["fsync"] == "batch"
+    assert spec["orderer"]["resources"]["requests"] == {"cpu": "1", "memory": "1Gi"}
+    assert spec["networkPolicy"] == {"enabled": False}
+    assert spec["alerts"] == {"lateBurst": 1000}
+    assert not valid.has_spark
+
+
+def test_defaults_fill_nested_objects_and_keep_given_values() -> None:
+    spec = {
+        "flowControl": {"queueXoff": 10, "queueXon": 5},
+        "spark": {"dt": 9, "output": {"path": "x"}},
+    }
+    valid = validation.validate(spec)
+    assert valid.orderer.flow_control.queue_xoff == 10
+    assert valid.orderer.flow_control.global_xoff == 4_000_000
+    spark = valid.spec["spark"]
+    assert spark["executors"] == {"instances": 2, "cores": 1, "memory": "2g"}
+    assert spark["output"] == {"path": "x", "format": "parquet"}
+    assert spec == {
+        "flowControl": {"queueXoff": 10, "queueXon": 5},
+        "spark": {"dt": 9, "output": {"path": "x"}},
+    }
+
+
+def test_source_timeout_zero_is_off() -> None:
+    assert validation.validate({"sourceTimeout": 0}).orderer.source_timeout is None
+    assert validation.validate({"sourceTimeout": 7.5}).orderer.source_timeout == 7.5
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"buildWindow": 0}, "spec.buildWindow"),
+        ({"buildWindow": "5"}, "spec.buildWindow"),
+        ({"startupDelay": -1}, "spec.startupDelay"),
+        ({"buildWindow": 10, "barrierTimeout": 5}, "spec.barrierTimeout"),
+        ({"sourceTimeout": -2}, "spec.sourceTimeout"),
+        ({"latePolicy": "keep"}, "spec.latePolicy"),
+        ({"state": "Paused"}, "spec.state"),
+        ({"sources": [1, 1]}, "spec.sources"),
+        ({"sources": [2**32]}, "spec.sources[0]"),
+        ({"flowControl": {"globalXon": 5, "globalXoff": 4}}, "spec.flowControl.globalXon"),
+        ({"flowControl": {"queueXoff": 0}}, "spec.flowControl.queueXoff"),
+        ({"storage": {"size": "lots"}}, "spec.storage.size"),
+        ({"orderer": {"fsync": "sometimes"}}, "spec.orderer.fsync"),
+        (
+            {"orderer": {"resources": {"limits": {"memory": "a lot"}}}},
+            "spec.orderer.resources.limits.memory",
+        ),
+        ({"spark": {"output": {"path": "x"}}}, "spec.spark"),
+        ({"spark": {"dt": 0, "output": {"path": "x"}}}, "spec.spark.dt"),
+        ({"spark": {"dt": 5, "output": {"path": ""}}}, "spec.spark.output.path"),
+        (
+            {"spark": {"dt": 5, "output": {"path": "x"}, "executors": {"memory": "lots"}}},
+            "spec.spark.executors.memory",
+        ),
+        ({"tls": {}}, "spec.tls"),
+    ],
+)
+def test_an_invalid_spec_names_its_field(spec: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidSpec) as caught:
+        validation.validate(spec)
+    assert caught.value.field == field
+    assert str(caught.value).startswith(field)
+
+
+def test_the_orderer_has_the_last_word() -> None:
+    # the schema allows what OrdererConfig refuses? then OrdererConfig's message wins
+    with pytest.raises(InvalidSpec, match="unique"):
+        validation.orderer_config({"sources": [3, 3]})
+
+
+@pytest.mark.parametrize("path", example_files(), ids=lambda p: p.name)
+def test_the_examples_are_valid(path: Path) -> None:
+    example = load_example(path)
+    assert example["apiVersion"] == f"{crd.GROUP}/{crd.VERSION}"
+    assert example["kind"] == crd.KIND
+    validation.validate(example["spec"])
+    # and against the CRD's own schema, defaulted as the API server would
+    (version,) = crd.build_crd()["spec"]["versions"]
+    schema = version["schema"]["openAPIV3Schema"]
+    defaulted = validation.with_defaults(schema, example)
+    jsonschema.Draft4Validator(schema).validate(defaulted)
+    assert unknown_fields(example, schema) == []
