@@ -303,8 +303,10 @@ class PySpy:
                 self.process.kill()
 
 
-def summarise_collapsed(path: Path, top: int = 25) -> list[tuple[str, float, float]]:
-    """(function, self %, inclusive %) of the heaviest functions of a collapsed-stack file."""
+def summarise_collapsed(path: Path, top: int = 20) -> list[tuple[str, float, float]]:
+    """(function, self %, inclusive %) of the functions with the most samples of their own in a
+    collapsed-stack file, as shares of all samples; functions of threads other than the main
+    one (the fsync worker, gRPC's poller) are marked ``[thread]``."""
     own: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
     total = 0
@@ -314,15 +316,18 @@ def summarise_collapsed(path: Path, top: int = 25) -> list[tuple[str, float, flo
             continue
         count = int(count_text)
         total += count
-        frames = [f.split(" (", 1)[0] + " (" + f.split(" (", 1)[1].split(":")[0] + ")"
-                  if " (" in f else f for f in stack.split(";")]
+        main = stack.startswith("_run_module_as_main")
+        frames = [
+            ("" if main else "[thread] ") + frame.rsplit(":", 1)[0] + ")"
+            if ":" in frame else frame
+            for frame in stack.split(";")
+        ]
         own[frames[-1]] += count
         for frame in set(frames):
             inclusive[frame] += count
     if not total:
         return []
-    rows = sorted(inclusive, key=lambda f: -inclusive[f])[:top]
-    return [(f, 100 * own[f] / total, 100 * inclusive[f] / total) for f in rows]
+    return [(f, 100 * n / total, 100 * inclusive[f] / total) for f, n in own.most_common(top)]
 
 
 # ---------------------------------------------------------------------------------- sender
@@ -598,6 +603,7 @@ def phase_ingest(args: argparse.Namespace, data: Data, work: Path) -> dict[str, 
         figures = _throughput(sent, data.payload_size)
         figures["data_dir_bytes"] = sum(p.stat().st_size for p in data_dir.rglob("*.arrow"))
         shutil.rmtree(data_dir, ignore_errors=True)
+        os.sync()  # the next run does not start under the writeback of this one
         if best is None or figures["fragments_per_s"] > best["fragments_per_s"]:
             best = figures
     assert best is not None
@@ -610,19 +616,27 @@ def phase_ingest(args: argparse.Namespace, data: Data, work: Path) -> dict[str, 
 
 def phase_client(args: argparse.Namespace, data: Data, work: Path) -> dict[str, Any]:
     """1b. The same through the client library."""
-    data_dir = work / "client"
-    server = start_evb(data_dir, work / "client.log", data.sources, args.build_window)
     batches = []
     for message in data.batches:
         request = pb.SubmitRequest.FromString(message.data)
         batches.append(convert.batch_from_pb(request.batch).batch)
-    try:
-        sent = asyncio.run(send_with_client(server.target, data, server,
-                                            streams=args.streams, batches=batches))
-    finally:
-        server.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
-    return _throughput(sent, data.payload_size)
+    best: dict[str, Any] | None = None
+    for attempt in range(args.repeat):
+        data_dir = work / f"client-{attempt}"
+        server = start_evb(data_dir, work / f"client-{attempt}.log", data.sources,
+                           args.build_window)
+        try:
+            sent = asyncio.run(send_with_client(server.target, data, server,
+                                                streams=args.streams, batches=batches))
+        finally:
+            server.stop()
+            shutil.rmtree(data_dir, ignore_errors=True)
+            os.sync()
+        figures = _throughput(sent, data.payload_size)
+        if best is None or figures["fragments_per_s"] > best["fragments_per_s"]:
+            best = figures
+    assert best is not None
+    return best
 
 
 def phase_bare(args: argparse.Namespace, data: Data, work: Path) -> dict[str, Any]:
@@ -666,6 +680,35 @@ async def _subscribe(target: str, record: list[tuple[float, int, int]]) -> None:
         )(pb.SubscribeRequest(from_offset=0), wait_for_ready=True)
         async for message in call:
             record.append((time.monotonic(), message.first_offset, len(message.timestamps) // 8))
+
+
+class _Pinger:
+    """``GetStats`` round trips every 10 ms while in the block; ``worst`` is the longest (how
+    long the server's loop left a caller waiting)."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.worst = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        async with grpc.aio.insecure_channel(self.target, options=OPTIONS) as channel:
+            while True:
+                t0 = time.monotonic()
+                await stats(channel)
+                self.worst = max(self.worst, time.monotonic() - t0)
+                await asyncio.sleep(0.01)
+
+    async def __aenter__(self) -> _Pinger:
+        self._task = asyncio.create_task(self._run())
+        await asyncio.sleep(0.05)  # connected
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
 
 
 def _per_source_rank(source: np.ndarray) -> np.ndarray:
@@ -755,6 +798,7 @@ def latency_point(
     out = ordered.read(0, ordered.next_offset)
     ordered.close()
     shutil.rmtree(data_dir, ignore_errors=True)
+    os.sync()
     if len(out) != total or len(a_t) != total:
         raise SystemExit(f"latency: {len(a_t)} arrived, {len(out)} emitted of {total} sent")
     # the k-th fragment of a source to arrive is its k-th emitted (nothing is late here) and
@@ -844,9 +888,11 @@ def phase_stall(args: argparse.Namespace, data: Data, work: Path) -> dict[str, A
             before = await stats(channel)
             peak_during = max((s[1] for s in samples), default=0)
             # the stalled source ends: one flush emits everything up to the mark the others
-            # now fix (their fragments above it stay queued); returns once that is durable
+            # now fix (their fragments above it stay queued); returns once that is durable.
+            # GetStats pings meanwhile tell how long the server's loop does not answer.
             drain_start = time.monotonic()
-            await _end_sources(channel, [silent])
+            async with _Pinger(server.target) as drain_ping:
+                await _end_sources(channel, [silent])
             drained = time.monotonic() - drain_start
             released = await stats(channel)
             # ... and once every source has ended, everything is out
@@ -854,11 +900,25 @@ def phase_stall(args: argparse.Namespace, data: Data, work: Path) -> dict[str, A
             await wait_offset(channel, sent.fragments, timeout=120)
             finished = time.monotonic() - drain_start
             after = await stats(channel)
+            # a consumer then reads the run back with Subscribe
+            record: list[tuple[float, int, int]] = []
+            read_start = time.monotonic()
+            async with _Pinger(server.target) as read_ping:
+                reader = asyncio.create_task(_subscribe(server.target, record))
+                while not record or record[-1][1] + record[-1][2] < sent.fragments:
+                    if reader.done():
+                        reader.result()
+                        raise SystemExit("stall: Subscribe ended early")
+                    await asyncio.sleep(0.01)
+                reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+                    await reader
+            read_back = time.monotonic() - read_start
         stop.set()
         await sampler
         peak_all = max((s[1] for s in samples), default=0)
         return {
-            "rss_peak_with_drain_mb": peak_all / 2**20,
+            "rss_peak_with_release_and_read_back_mb": peak_all / 2**20,
             "stall_seconds": args.stall_seconds,
             "build_window": args.stall_window,
             "streamed_seconds": streamed,
@@ -870,12 +930,16 @@ def phase_stall(args: argparse.Namespace, data: Data, work: Path) -> dict[str, A
             "rss_baseline_mb": baseline / 2**20,
             "rss_peak_mb": peak_during / 2**20,
             "rss_end_of_stall_mb": end_rss / 2**20,
-            "rss_after_drain_mb": server.rss() / 2**20,
+            "rss_after_read_back_mb": server.rss() / 2**20,
             "drain_seconds": drained,
             "emitted_by_the_release": int(released.next_offset),
             "queued_after_release": int(released.queued),
             "all_out_seconds": finished,
             "emitted_at_the_end": int(after.next_offset),
+            "release_stats_rtt_max_ms": 1e3 * drain_ping.worst,
+            "read_back_seconds": read_back,
+            "read_back_replies": len(record),
+            "read_back_stats_rtt_max_ms": 1e3 * read_ping.worst,
         }
 
     try:
@@ -883,6 +947,7 @@ def phase_stall(args: argparse.Namespace, data: Data, work: Path) -> dict[str, A
     finally:
         server.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
+        os.sync()
     # the RSS curve, thinned to about one point a second
     step = max(1, len(samples) // max(1, int(samples[-1][0]) if samples else 1))
     figures["rss_curve_mb"] = [
@@ -1016,6 +1081,12 @@ def report(figures: dict[str, Any], console: Console) -> None:
             f"{stall['rss_end_of_stall_mb']:.0f} MB")
         row("   the source ends: backlog emitted and durable",
             f"{stall['emitted_by_the_release']:,} in {stall['drain_seconds']:.2f} s")
+        row("   GetStats unanswered meanwhile, at most",
+            f"{stall['release_stats_rtt_max_ms']:,.0f} ms")
+        row("   RSS peak with the release and the read back",
+            f"{stall['rss_peak_with_release_and_read_back_mb']:.0f} MB")
+        row("   read back with Subscribe; GetStats at most",
+            f"{stall['read_back_seconds']:.2f} s; {stall['read_back_stats_rtt_max_ms']:,.0f} ms")
     console.print(table)
     top = (ingest or {}).get("profile_top")
     if top:
@@ -1046,7 +1117,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="mean network jitter of a batch in the arrival order, s (0.0005)")
     parser.add_argument("--streams", type=int, default=4, help="Submit streams (4)")
     parser.add_argument("--build-window", type=float, default=1.0, help="seconds (1)")
-    parser.add_argument("--repeat", type=int, default=1, help="best of N for 1 and 2 (1)")
+    parser.add_argument("--repeat", type=int, default=2, help="best of N for 1, 1b, 2 (2)")
     parser.add_argument("--data-rate", type=float, default=1e6,
                         help="fragments/s of all sources in the data's timestamps (1e6)")
     parser.add_argument("--latency-seconds", type=float, default=5.0,

@@ -22,7 +22,7 @@ def test_bench_service_runs_on_tiny_sizes(tmp_path: Path) -> None:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     result = subprocess.run(
         [
-            sys.executable, str(BENCH), "--fragments", "16000", "--streams", "2",
+            sys.executable, str(BENCH), "--fragments", "16000", "--streams", "2", "--repeat", "1",
             "--latency-points", "1e5@100,5e4@200", "--latency-seconds", "0.3",
             "--latency-warmup", "0", "--stall-seconds", "1", "--json", str(figures_path),
         ],
