@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -95,6 +95,8 @@ ORDERED_SCHEMA = pa.schema(
 )
 
 _SEGMENT_DIGITS = 20
+APPEND_CHUNK = 65536
+"""Most rows per record batch of the ordered log (what one read has to load at most)."""
 
 
 @dataclass(slots=True)
@@ -130,8 +132,8 @@ class _SegmentedStream:
         self.batches: list[_BatchRef] = []
         self.rows = 0
         self.sealed = 0  # segments closed by this process (a cue for retention)
-        self._file: BinaryIO | None = None
-        self._sink: pa.PythonFile | None = None
+        self._file: pa.OSFile | None = None
+        self._sink: pa.OSFile | None = None
         self._writer: pa.ipc.RecordBatchStreamWriter | None = None
         self._segment: Path | None = None
         self._dirty = False
@@ -190,8 +192,10 @@ class _SegmentedStream:
 
     def _open_segment(self) -> None:
         self._segment = self.directory / f"{self.prefix}-{self.rows:0{_SEGMENT_DIGITS}d}.arrow"
-        self._file = self._segment.open("xb", buffering=0)
-        self._sink = pa.PythonFile(self._file, mode="w")
+        if self._segment.exists():
+            raise InternalOrdererError(f"{self._segment} exists already")
+        # a native file: Arrow writes straight to the descriptor, without a Python layer
+        self._file = self._sink = pa.OSFile(str(self._segment), "wb")
         self._writer = pa.ipc.new_stream(self._sink, self.schema)
         _fsync_directory(self.directory)
 
@@ -444,20 +448,21 @@ class OrderedLog:
                 f"ordered log at offset {self.next_offset} was handed offset {emitted.first_seq}"
             )
         first = emitted.first_seq
-        self._stream.append(
-            pa.record_batch(
-                [
-                    pa.array(np.arange(first, first + n, dtype=np.uint64)),
-                    pa.array(emitted.t),
-                    pa.array(emitted.source),
-                    pa.array(emitted.timestamp),
-                    pa.array(emitted.barrier),
-                    pa.array(emitted.late),
-                    _binary_column(emitted.payload_offsets, emitted.payload, n),
-                ],
-                schema=ORDERED_SCHEMA,
-            )
+        whole = pa.record_batch(
+            [
+                pa.array(np.arange(first, first + n, dtype=np.uint64)),
+                pa.array(emitted.t),
+                pa.array(emitted.source),
+                pa.array(emitted.timestamp),
+                pa.array(emitted.barrier),
+                pa.array(emitted.late),
+                _binary_column(emitted.payload_offsets, emitted.payload, n),
+            ],
+            schema=ORDERED_SCHEMA,
         )
+        # bounded record batches: a reader of a few fragments never loads a whole backlog
+        for start in range(0, n, APPEND_CHUNK):
+            self._stream.append(whole.slice(start, APPEND_CHUNK))
         self._last_t = float(emitted.t[-1])
 
     def read(self, from_offset: int, max_fragments: int = 65536) -> EmittedBatch:

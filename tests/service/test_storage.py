@@ -209,3 +209,17 @@ def test_fsync_policies_are_named(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         FsyncPolicy("sometimes")
     shutil.rmtree(tmp_path / "always")
+
+
+def test_a_large_append_is_stored_in_bounded_record_batches(tmp_path: Path) -> None:
+    from orderer.service.storage import APPEND_CHUNK
+
+    log = OrderedLog.open(tmp_path / "ordered")
+    orderer = Orderer({"startup_delay": 0}, clock=SimulatedClock())
+    n = 2 * APPEND_CHUNK + 10
+    orderer.submit(FragmentBatch.from_arrays(source=1, timestamp=np.arange(n)), now=0.0)
+    log.append(orderer.take_emitted())
+    assert [ref.rows for ref in log._stream.batches] == [APPEND_CHUNK, APPEND_CHUNK, 10]
+    part = log.read(APPEND_CHUNK - 5, 20)
+    assert part.first_seq == APPEND_CHUNK - 5
+    assert part.timestamp.tolist() == list(range(APPEND_CHUNK - 5, APPEND_CHUNK + 15))
