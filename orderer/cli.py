@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from orderer.config import OrdererConfig, parse_source_timeout
+from orderer.config import OrdererConfig, parse_source_timeout, snake_case
 from orderer.errors import ConfigError, InterfaceError, RecordError, ServiceUnavailable
 
 EXIT_BAD_INPUT = 2
@@ -100,13 +99,10 @@ def _load_yaml(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError("--config", str(path), "must hold a mapping of parameters")
     for key, value in data.items():
-        if _snake(str(key)) == "source_timeout" and value is False:
+        if snake_case(str(key)) == "source_timeout" and value is False:
             data[key] = "off"  # YAML 1.1 reads an unquoted `off` as false
     return {str(key): value for key, value in data.items()}
 
-
-def _snake(key: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
 
 
 _SERVE_FLAGS = (
@@ -134,7 +130,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         {name: getattr(args, name) for name in _SERVE_FLAGS if getattr(args, name) is not None}
     )
     for name, value in flags.items():  # a flag wins over the file, whatever its spelling
-        for key in [key for key in values if _snake(key) == name]:
+        for key in [key for key in values if snake_case(key) == name]:
             del values[key]
         values[name] = value
     config, service = configs_from_mapping(values)

@@ -16,13 +16,14 @@ from typing import Any
 
 from orderer.errors import ConfigError
 
-__all__ = ["LATE_POLICIES", "FlowControl", "OrdererConfig"]
+__all__ = ["LATE_POLICIES", "FlowControl", "OrdererConfig", "snake_case"]
 
 LATE_POLICIES = ("emit", "drop")
 _MAX_SOURCE_ID = 2**32 - 1
 
 
-def _snake(key: str) -> str:
+def snake_case(key: str) -> str:
+    """``buildWindow`` -> ``build_window``: CR spec spelling to parameter names."""
     return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
 
 
@@ -125,7 +126,7 @@ class OrdererConfig:
         known = {f.name for f in fields(cls)}
         values: dict[str, Any] = {}
         for key, value in mapping.items():
-            name = _snake(key)
+            name = snake_case(key)
             if name not in known:
                 raise ConfigError(key, value, f"unknown parameter; expected one of {sorted(known)}")
             values[name] = value
@@ -188,7 +189,7 @@ def _flow_control(value: Any) -> FlowControl:
     known = {f.name for f in fields(FlowControl)}
     values = {}
     for key, item in value.items():
-        name = _snake(key)
+        name = snake_case(key)
         if name not in known:
             raise ConfigError(
                 f"flow_control.{key}", item, f"unknown; expected one of {sorted(known)}"

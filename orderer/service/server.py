@@ -27,7 +27,6 @@ import fcntl
 import logging
 import math
 import os
-import re
 import signal
 import time
 from collections import deque
@@ -46,7 +45,7 @@ from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
 from orderer.api import Orderer
 from orderer.batch import EmittedBatch, FragmentBatch
 from orderer.clock import MonotonicClock
-from orderer.config import OrdererConfig
+from orderer.config import OrdererConfig, snake_case
 from orderer.errors import ConfigError, EvbError, InterfaceError, ServiceUnavailable
 from orderer.service import convert
 from orderer.service.metrics import MetricsSnapshot, RateMeter, ServiceMetrics
@@ -135,9 +134,6 @@ class ServiceConfig:
             raise ConfigError("retention_seconds", self.retention_seconds, "must be > 0 seconds")
 
 
-def _snake(key: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
-
 
 def configs_from_mapping(mapping: Mapping[str, Any]) -> tuple[OrdererConfig, ServiceConfig]:
     """Split a YAML/CR-style mapping (camelCase or snake_case keys) into the orderer's parameters
@@ -146,8 +142,8 @@ def configs_from_mapping(mapping: Mapping[str, Any]) -> tuple[OrdererConfig, Ser
     service: dict[str, Any] = {}
     ordering: dict[str, Any] = {}
     for key, value in mapping.items():
-        if _snake(key) in service_names:
-            service[_snake(key)] = value
+        if snake_case(key) in service_names:
+            service[snake_case(key)] = value
         else:
             ordering[key] = value
     return OrdererConfig.from_mapping(ordering), ServiceConfig(**service)
