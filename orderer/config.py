@@ -16,9 +16,29 @@ from typing import Any
 
 from orderer.errors import ConfigError
 
-__all__ = ["LATE_POLICIES", "FlowControl", "OrdererConfig", "snake_case"]
+__all__ = [
+    "LATE_POLICIES",
+    "LIVE_PARAMETERS",
+    "SOURCE_COUNTERS",
+    "TOTAL_COUNTERS",
+    "FlowControl",
+    "OrdererConfig",
+    "snake_case",
+]
 
 LATE_POLICIES = ("emit", "drop")
+LIVE_PARAMETERS = (
+    "build_window",
+    "startup_delay",
+    "barrier_timeout",
+    "source_timeout",
+    "late_policy",
+)
+"""The parameters a running orderer may change (``Configure``, the operator's live edits)."""
+TOTAL_COUNTERS = ("received", "emitted", "late", "dropped", "duplicates", "out_of_order")
+"""Counters of ORDERING.md that are summed into ``totals``."""
+SOURCE_COUNTERS = (*TOTAL_COUNTERS, "max_lateness", "barriers")
+"""Counters of ORDERING.md kept per source."""
 _MAX_SOURCE_ID = 2**32 - 1
 
 

@@ -22,6 +22,7 @@ from rich.table import Table
 
 from orderer.batch import EmittedBatch, FragmentBatch
 from orderer.client import OrderedStreamReader, SourceClient, get_stats
+from orderer.config import SOURCE_COUNTERS
 from orderer.replay import END, FRAGMENT, WATERMARK, RecordColumns, read_records, write_emitted
 from orderer.synthetic import SyntheticRun, iter_batches
 
@@ -192,23 +193,11 @@ def tail(
     return printed
 
 
-_COUNTER_COLUMNS = (
-    "received",
-    "emitted",
-    "late",
-    "dropped",
-    "duplicates",
-    "out_of_order",
-    "max_lateness",
-    "barriers",
-)
-
-
 def stats_table(stats: dict[str, Any]) -> Table:
     """The per-source counters of ``GetStats`` as a rich table."""
     table = Table(title="evb orderer", title_justify="left")
     table.add_column("source", justify="right")
-    for name in _COUNTER_COLUMNS:
+    for name in SOURCE_COUNTERS:
         table.add_column(name.replace("_", " "), justify="right")
     table.add_column("missing", justify="right")
     table.add_column("queued", justify="right")
@@ -219,7 +208,7 @@ def stats_table(stats: dict[str, Any]) -> Table:
         state = [name for name in ("paused", "ended", "dead") if values.get(name)]
         table.add_row(
             source,
-            *(f"{values[name]:,}" for name in _COUNTER_COLUMNS),
+            *(f"{values[name]:,}" for name in SOURCE_COUNTERS),
             f"{missing.get(source, 0):,}",
             f"{values['queued']:,}",
             ", ".join(state) or "live",
@@ -228,7 +217,7 @@ def stats_table(stats: dict[str, Any]) -> Table:
     totals = stats["totals"]
     table.add_row(
         "total",
-        *(f"{totals[name]:,}" if name in totals else "" for name in _COUNTER_COLUMNS),
+        *(f"{totals[name]:,}" if name in totals else "" for name in SOURCE_COUNTERS),
         "",
         f"{stats['queued']:,}",
         "run ended" if stats["run_ended"] else "",

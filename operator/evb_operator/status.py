@@ -14,16 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from evb_operator.validation import ValidSpec
+from orderer.config import LIVE_PARAMETERS
 
 __all__ = ["Notice", "invalid", "observe", "set_condition"]
 
-LIVE_PARAMETERS = (
-    "build_window",
-    "startup_delay",
-    "barrier_timeout",
-    "source_timeout",
-    "late_policy",
-)
 SPARK_DONE = {"COMPLETED": "Completed", "FAILED": "Failed", "SUBMISSION_FAILED": "Failed"}
 FINAL_PHASES = ("Ended", "Completed", "Failed")
 

@@ -539,10 +539,6 @@ cdef class OrdererCore:
         if self._settled != now:
             return 1  # no flush has run the rules at this time yet: not settled
         if s.q.tail > s.q.head:
-            for i in range(self._n_src):
-                o = &self._src[i]
-                if i != index and o.q.tail == o.q.head and not o.ended and not o.has_watermark:
-                    return n
             return n
         laggard = not s.ended and not s.has_watermark
         for i in range(self._n_src):

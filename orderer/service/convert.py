@@ -22,11 +22,10 @@ import numpy.typing as npt
 
 from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer.batch import EmittedBatch, FragmentBatch
-from orderer.config import OrdererConfig
+from orderer.config import LIVE_PARAMETERS, SOURCE_COUNTERS, TOTAL_COUNTERS, OrdererConfig
 from orderer.errors import ConfigError, InterfaceError
 
 __all__ = [
-    "LIVE_PARAMETERS",
     "BatchLimits",
     "IncomingBatch",
     "batch_from_pb",
@@ -54,26 +53,7 @@ _LE_U64 = np.dtype("<u8")
 _LE_F64 = np.dtype("<f8")
 _EMPTY_BYTES = np.zeros(0, dtype=np.uint8)
 
-LIVE_PARAMETERS = (
-    "build_window",
-    "startup_delay",
-    "barrier_timeout",
-    "source_timeout",
-    "late_policy",
-)
-"""The parameters ``Configure`` may change while the orderer runs."""
 
-_SOURCE_COUNTERS = (
-    "received",
-    "emitted",
-    "late",
-    "dropped",
-    "duplicates",
-    "out_of_order",
-    "max_lateness",
-    "barriers",
-)
-_TOTALS = ("received", "emitted", "late", "dropped", "duplicates", "out_of_order")
 _BARRIER_COUNTERS = ("complete", "incomplete", "homogeneous", "heterogeneous")
 
 
@@ -400,7 +380,7 @@ def stats_to_pb(
             paused=bool(state.get("paused", False)),
             ended=bool(state.get("ended", False)),
             dead=bool(state.get("dead", False)),
-            **{name: int(values.get(name, 0)) for name in _SOURCE_COUNTERS},
+            **{name: int(values.get(name, 0)) for name in SOURCE_COUNTERS},
         )
         if state.get("watermark") is not None:
             message.watermark = int(state["watermark"])
@@ -425,7 +405,7 @@ def stats_to_mapping(stats: pb.Stats) -> dict[str, Any]:
     ``missing``, ``sources``) plus the live state of the service."""
     sources: dict[str, dict[str, Any]] = {}
     for message in stats.sources:
-        entry: dict[str, Any] = {name: getattr(message, name) for name in _SOURCE_COUNTERS}
+        entry: dict[str, Any] = {name: getattr(message, name) for name in SOURCE_COUNTERS}
         entry.update(
             queued=message.queued,
             paused=message.paused,
@@ -435,7 +415,7 @@ def stats_to_mapping(stats: pb.Stats) -> dict[str, Any]:
         )
         sources[str(message.source)] = entry
     return {
-        "totals": {name: sum(s[name] for s in sources.values()) for name in _TOTALS},
+        "totals": {name: sum(s[name] for s in sources.values()) for name in TOTAL_COUNTERS},
         "barriers": {name: getattr(stats.barriers, name) for name in _BARRIER_COUNTERS},
         "missing": {str(m.source): m.missing for m in stats.sources if m.missing},
         "sources": sources,

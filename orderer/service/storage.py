@@ -566,9 +566,9 @@ def recover(config: OrdererConfig, arrivals: ArrivalLog, ordered: OrderedLog) ->
     written: it is appended now. A fresh directory gives a fresh orderer at time 0.
     """
     last_t = 0.0
-    for ref in reversed(arrivals._stream.batches):
-        last_t = float(arrivals._stream.read_batch(ref).column("t")[-1].as_py())
-        break
+    if arrivals._stream.batches:
+        last = arrivals._stream.read_batch(arrivals._stream.batches[-1])
+        last_t = float(last.column("t")[-1].as_py())
     resume = max(last_t, ordered.last_emit_time or 0.0)
     orderer = Orderer(config, clock=MonotonicClock(start=resume))
     next_sequence: dict[int, int] = {}

@@ -14,8 +14,7 @@ import pytest
 import yaml
 
 from evb_operator import crd
-from orderer.config import FlowControl, OrdererConfig
-from orderer.service.convert import LIVE_PARAMETERS
+from orderer.config import LIVE_PARAMETERS, FlowControl, OrdererConfig
 from tests.operator.conftest import REPO
 
 
