@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
+import json
 import logging
 import math
 import os
@@ -43,13 +45,28 @@ from grpc_reflection.v1alpha import reflection
 from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
 from orderer.api import Orderer
-from orderer.batch import EmittedBatch, FragmentBatch
+from orderer.batch import EmittedBatch
 from orderer.clock import MonotonicClock
 from orderer.config import OrdererConfig, snake_case
-from orderer.errors import ConfigError, EvbError, InterfaceError, ServiceUnavailable
+from orderer.errors import (
+    ConfigError,
+    EvbError,
+    InterfaceError,
+    InternalOrdererError,
+    ServiceUnavailable,
+)
 from orderer.service import convert
+from orderer.service.intake import Intake
 from orderer.service.metrics import MetricsSnapshot, RateMeter, ServiceMetrics
-from orderer.service.storage import ArrivalLog, FsyncPolicy, OrderedLog, Recovered, recover
+from orderer.service.storage import (
+    ArrivalKind,
+    ArrivalLog,
+    ArrivalRows,
+    FsyncPolicy,
+    OrderedLog,
+    Recovered,
+    recover,
+)
 
 __all__ = [
     "SERVICE_NAME",
@@ -65,6 +82,17 @@ __all__ = [
 log = logging.getLogger("evb.service")
 
 SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["Orderer"].full_name
+
+STORAGE_RETRY = 1.0
+"""Seconds between attempts to write to a log volume that refused a write (full, quota)."""
+
+_RETRYABLE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def _retryable(error: OSError) -> bool:
+    """Errors that more space cures; anything else (EIO, a failed fsync) is not retried, since
+    after it the kernel no longer says what reached the disk."""
+    return error.errno in _RETRYABLE
 
 
 @dataclass(frozen=True)
@@ -280,8 +308,16 @@ class OrdererService:
         self._timer_at: float | None = None
         self._closed = False
         self.failed: BaseException | None = None
+        """A storage error the service cannot get over: it takes no more input (exit, restart)."""
         self.failure = asyncio.Event()
+        self.degraded: OSError | None = None
+        """The log volume refuses writes (full): input is refused until a retry succeeds."""
+        self.health_changed = asyncio.Event()
+        self._unwritten_arrivals: deque[tuple[float, ArrivalRows]] = deque()
+        self._unwritten_output: deque[EmittedBatch] = deque()
         self._ingest = RateMeter()
+        self._intake = Intake()
+        self._intake_scheduled = False
         for flow in self._orderer.take_flow_signals():
             self._paused[flow.source] = flow.paused
         self._orderer.take_barrier_log()
@@ -376,6 +412,7 @@ class OrdererService:
         self._timer = self._timer_at = None
         if self._closed or self.failed:
             return
+        self.take_intake()
         try:
             self._orderer.advance(self._tick(at_least=deadline))
             self._after_call()
@@ -385,21 +422,20 @@ class OrdererService:
     # ------------------------------------------------------------------ input
 
     def _check_open(self) -> None:
-        if self.failed is not None:
-            raise ServiceUnavailable(f"the orderer's storage failed ({self.failed}); retry later")
-        if self._closed:
-            raise ServiceUnavailable("the orderer is shutting down; reconnect and resend")
+        if self.failed is not None or self.degraded is not None or self._closed:
+            raise self._unavailable()
 
     def open_stream(self) -> SubmitStream:
         stream = SubmitStream()
         self._streams.add(stream)
-        if self._closed or self.failed:
-            stream.finish(ServiceUnavailable("the orderer is shutting down"))
+        if self._closed or self.failed or self.degraded:
+            stream.finish(self._unavailable())
         return stream
 
     def finish_stream(self, stream: SubmitStream) -> None:
         """The client closed its side: the call ends OK once everything it sent is durable, so
         a client knows its watermarks and ends (which get no ack) are safe too."""
+        self.take_intake()
         stream.owe_ack(self._written_generation, _END_OF_STREAM, 0)
         stream.finish()
         stream.release(self._synced_generation)
@@ -414,15 +450,15 @@ class OrdererService:
                 stream.signal(source, True)
 
     def submit(self, stream: SubmitStream, incoming: convert.IncomingBatch) -> None:
-        """A checked batch from ``stream``: deduplicated, taken in, logged, ack owed."""
+        """A checked batch from ``stream``: deduplicated, then into the intake, ack owed."""
         self._check_open()
         batch = incoming.batch
         n = len(batch)
         if incoming.source is None or incoming.first_sequence is None:
             for source in np.unique(batch.source).tolist():
                 self._speaks_for(stream, source)
-            if n:
-                self._take_in(batch, None)
+            self._intake.add_batch(batch, None)
+            self._intake_soon()
             return
         source, first = incoming.source, incoming.first_sequence
         self._speaks_for(stream, source)
@@ -434,48 +470,63 @@ class OrdererService:
             )
         if n and first + n > expected:  # something new
             new = batch if first == expected else convert.slice_batch(batch, expected - first)
-            self._take_in(new, expected)
+            self._intake.add_batch(new, expected)
             self._next_sequence[source] = first + n
-        stream.owe_ack(self._written_generation, source, self._next_sequence.get(source, 0))
-        stream.release(self._synced_generation)
-
-    def _take_in(self, batch: FragmentBatch, first_sequence: int | None) -> None:
-        now = self._tick()
-        self._orderer.submit(batch, now=now)  # a bad batch raises here and changes nothing
-        self._logged(lambda: self._arrivals.append_batch(now, batch, first_sequence))
-        self._ingest.add(now, len(batch))
-        self._run_ended = False
+        self._intake.owe_ack(stream, source, self._next_sequence.get(source, 0))
+        self._intake_soon()
 
     def watermark(self, stream: SubmitStream, source: int, watermark: int) -> None:
         self._check_open()
         self._speaks_for(stream, source)
-        now = self._tick()
-        self._orderer.watermark(source, watermark, now=now)
-        self._logged(lambda: self._arrivals.append_watermark(now, source, watermark))
+        self._intake.add_watermark(source, watermark)
+        self._intake_soon()
 
     def end_source(self, stream: SubmitStream, source: int) -> None:
         self._check_open()
         self._speaks_for(stream, source)
-        now = self._tick()
-        self._orderer.end_source(source, now=now)
-        self._logged(lambda: self._arrivals.append_end_of_source(now, source))
+        self._intake.add_end_of_source(source)
+        self._intake_soon()
 
-    def _logged(self, append: Callable[[], None]) -> None:
-        try:
-            append()
-        except Exception as error:
-            self._fail(error)
-            raise ServiceUnavailable(f"the arrival log failed: {error}") from error
+    def _intake_soon(self) -> None:
+        """Take the intake in once the loop has read what is ready now (see intake.py)."""
+        if not self._intake_scheduled:
+            self._intake_scheduled = True
+            asyncio.get_running_loop().call_soon(self.take_intake)
+
+    def take_intake(self) -> None:
+        """One intake pass: everything waiting goes in at one arrival time, is staged for the
+        arrival log as one record batch, and its acks are owed to the generation that stages
+        it. Every other input (configure, end of run, a deadline, a stream's end) takes the
+        intake first, so the orderer sees input in arrival order."""
+        self._intake_scheduled = False
+        if not self._intake or self.failed is not None:
+            return
+        taken = self._intake.take()
+        now = self._tick()
+        if taken.batches or taken.markers:
+            # convert checked every batch as the core does: the core cannot refuse one here
+            taken.run(self._orderer, now)
+            self._unwritten_arrivals.append((now, taken.arrival_rows()))
+        if taken.fragments:
+            self._ingest.add(now, taken.fragments)
+            self._run_ended = False
         self._after_call()
+        for stream, source, sequence in taken.acks:
+            stream.owe_ack(self._written_generation, source, sequence)
+            stream.release(self._synced_generation)
 
     async def configure(self, changes: Mapping[str, Any]) -> OrdererConfig:
         """A live change of parameters (checked first: ``ConfigError`` names the parameter),
         recorded in the arrival log; returns once durable."""
         self._check_open()
         new = self._orderer.config.with_changes(**changes)
+        self.take_intake()
         now = self._tick()
         self._orderer.configure(new, now=now)
-        self._logged(lambda: self._arrivals.append_configure(now, dict(changes)))
+        payload = json.dumps(dict(changes)).encode()
+        row = ArrivalRows.marker(ArrivalKind.CONFIGURE, payload=payload)
+        self._unwritten_arrivals.append((now, row))
+        self._after_call()
         await self._durable(self._written_generation)
         log.info("configured %s", dict(changes))
         return new
@@ -484,24 +535,22 @@ class OrdererService:
         """The spec's end of run: drain every queue now; returns the offset after the run's last
         fragment once everything is durable."""
         self._check_open()
+        self.take_intake()
         now = self._tick()
         self._orderer.end_run(now=now)
-        self._logged(lambda: self._arrivals.append_end_run(now))
+        self._unwritten_arrivals.append((now, ArrivalRows.marker(ArrivalKind.END_RUN)))
         self._run_ended = True
+        self._after_call()
         await self._durable(self._written_generation)
         return self._durable_offset
 
     def _after_call(self) -> None:
-        """After every orderer call: log what it emitted, relay flow control, re-arm the timer,
-        and have the new state made durable."""
+        """After every orderer call: stage what it emitted for the ordered log, relay flow
+        control, re-arm the timer, and have the new state written and made durable."""
         emitted = self._orderer.take_emitted()
         if len(emitted):
-            try:
-                self._ordered.append(emitted)
-            except Exception as error:
-                self._fail(error)
-                raise ServiceUnavailable(f"the ordered log failed: {error}") from error
-            self._written_offset = self._ordered.next_offset
+            self._unwritten_output.append(emitted)
+            self._written_offset = emitted.first_seq + len(emitted)
         self._orderer.take_barrier_log()  # the counters keep the totals; don't let it grow
         self._written_generation += 1
         for flow in self._orderer.take_flow_signals():
@@ -510,22 +559,52 @@ class OrdererService:
                 if flow.source in stream.sources:
                     stream.signal(flow.source, flow.paused)
         self._rearm()
-        if self._sync_task is None:
+        if self._sync_task is None and self.failed is None:
             self._sync_task = asyncio.get_running_loop().create_task(self._sync_loop())
 
     # ------------------------------------------------------------------ durability
 
-    def _sync_logs(self) -> None:
-        self._arrivals.sync()
-        self._ordered.sync()
+    def _write_out(self) -> None:
+        """Write what is staged, in order, then force both logs to disk (worker thread).
+
+        An entry leaves its queue only once written, and a failed append leaves its log as it
+        was (storage.py cuts what it half wrote), so after an error such as a full volume the
+        next round simply tries again from the same entry."""
+        arrivals, output = self._unwritten_arrivals, self._unwritten_output
+        while arrivals:
+            t, rows = arrivals[0]
+            self._arrivals.append_rows(t, rows)
+            arrivals.popleft()
+        if output:
+            staged = list(output)
+            self._ordered.append(EmittedBatch.concat(staged))  # appends what it lacks
+            for _ in staged:
+                output.popleft()
+        try:
+            self._arrivals.sync()
+            self._ordered.sync()
+        except OSError as error:  # never retried: after a failed fsync nothing is known
+            raise InternalOrdererError(f"fsync of a log failed: {error}") from error
 
     async def _sync_loop(self) -> None:
-        """Group commit: each round makes everything written before it durable with one fsync
-        per log, then releases acks, waiters and output."""
+        """Group commit: each round writes everything staged before it and makes it durable
+        with one fsync per log, then releases acks, waiters and output. A write the volume
+        refuses (full, quota) degrades the service: input is refused, acks stop, and the round
+        is retried every ``STORAGE_RETRY`` seconds until it succeeds; any other storage error is
+        fatal (the process exits and the restarted one recovers from the logs)."""
         try:
             while self._synced_generation < self._written_generation and not self.failed:
                 generation, offset = self._written_generation, self._written_offset
-                await asyncio.to_thread(self._sync_logs)
+                try:
+                    await asyncio.to_thread(self._write_out)
+                except OSError as error:
+                    if not _retryable(error):
+                        raise
+                    self._degrade(error)
+                    await asyncio.sleep(STORAGE_RETRY)
+                    continue
+                if self.degraded is not None:
+                    self._recovered_from(self.degraded)
                 self._synced_generation = generation
                 if offset > self._durable_offset:
                     self._durable_offset = offset
@@ -545,6 +624,32 @@ class OrdererService:
             self._fail(error)
         finally:
             self._sync_task = None
+
+    def _degrade(self, error: OSError) -> None:
+        """The log volume refused a write: stop taking input until it takes writes again. Open
+        streams end UNAVAILABLE (clients back off and resend what was not acknowledged; what
+        the service already holds is deduplicated, then acknowledged once written)."""
+        if self.degraded is None:
+            log.error("the log volume refuses writes (%s): input refused, retrying", error)
+            self.health_changed.set()
+        self.degraded = error
+        for stream in self._streams:
+            stream.finish(self._unavailable())
+
+    def _recovered_from(self, error: OSError) -> None:
+        log.warning("the log volume takes writes again (after %s): input accepted", error)
+        self.degraded = None
+        self.health_changed.set()
+
+    def _unavailable(self) -> ServiceUnavailable:
+        if self.failed is not None:
+            return ServiceUnavailable(f"the orderer's storage failed ({self.failed}); retry later")
+        if self.degraded is not None:
+            return ServiceUnavailable(
+                f"the log volume refuses writes ({self.degraded}); nothing more is acknowledged"
+                " until it has space again; retry later"
+            )
+        return ServiceUnavailable("the orderer is shutting down; reconnect and resend")
 
     def _apply_retention(self) -> None:
         """Drop old sealed segments of the ordered log (size, age): when a segment was sealed,
@@ -574,13 +679,14 @@ class OrdererService:
         await future
 
     def _fail(self, error: BaseException) -> None:
-        """The storage failed: stop taking input (what was acked is safe; the rest will be
-        resent to a restarted service)."""
+        """The storage failed for good: stop taking input (what was acked is safe; the rest
+        will be resent to a restarted service)."""
         if self.failed is not None:
             return
         log.error("storage failed, no more input is taken: %r", error)
         self.failed = error
         self.failure.set()
+        self.health_changed.set()
         self._rearm()
         for stream in self._streams:
             stream.abandon()
@@ -667,6 +773,8 @@ class OrdererService:
     def begin_shutdown(self) -> None:
         """Stop taking input: Submit streams finish (their owed acks still go out once durable,
         then they end UNAVAILABLE so clients reconnect elsewhere or later); subscribers end."""
+        if not self._closed:
+            self.take_intake()
         self._closed = True
         for stream in self._streams:
             stream.finish(ServiceUnavailable("the orderer is shutting down; reconnect and resend"))
@@ -680,7 +788,7 @@ class OrdererService:
             await asyncio.shield(self._sync_task)
         try:
             if self.failed is None:
-                await asyncio.to_thread(self._sync_logs)
+                await asyncio.to_thread(self._write_out)
             self._arrivals.close()
             self._ordered.close()
         except Exception:
@@ -879,9 +987,18 @@ async def start_server(config: OrdererConfig, service_config: ServiceConfig) -> 
         )
 
     async def unhealthy_on_failure() -> None:
-        await service.failure.wait()
-        for name in ("", SERVICE_NAME):
-            await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        """NOT_SERVING while the storage failed or the log volume refuses writes."""
+        while True:
+            await service.health_changed.wait()
+            service.health_changed.clear()
+            bad = service.failed is not None or service.degraded is not None
+            status = health_pb2.HealthCheckResponse.NOT_SERVING if bad else (
+                health_pb2.HealthCheckResponse.SERVING
+            )
+            for name in ("", SERVICE_NAME):
+                await health_servicer.set(name, status)
+            if service.failed is not None:
+                return
 
     return RunningServer(
         server=server,

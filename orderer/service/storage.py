@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import bisect
+import contextlib
 import enum
 import errno
 import json
@@ -175,13 +176,19 @@ class _SegmentedStream:
                 os.fsync(torn.fileno())
 
     def append(self, batch: pa.RecordBatch) -> None:
+        """Append one record batch. If the write fails (a full volume), the segment is cut back
+        to where it was and closed, so the log is as before and a later append can retry."""
         if self._writer is None or self._file is None:
             self._open_segment()
         assert self._sink is not None and self._writer is not None
         position = self._sink.tell()
         if position == 0:  # the writer puts the schema in front of the first batch
             position = len(self.schema.serialize())
-        self._writer.write_batch(batch)
+        try:
+            self._writer.write_batch(batch)
+        except BaseException:
+            self._cut_back(position)
+            raise
         self.batches.append(_BatchRef(self.rows, batch.num_rows, self._segment, position))  # type: ignore[arg-type]
         self.rows += batch.num_rows
         self._dirty = True
@@ -190,19 +197,47 @@ class _SegmentedStream:
         if self._sink.tell() >= self.segment_bytes:
             self._close_segment()
 
+    def _cut_back(self, good: int) -> None:
+        """A write failed half way: drop the segment's torn tail (the whole segment if it holds
+        no batch) and close it; the next append opens a new segment."""
+        segment, file = self._segment, self._file
+        self._writer = self._sink = self._file = self._segment = None
+        if file is not None:
+            with contextlib.suppress(OSError):
+                file.close()
+        if segment is None or not segment.exists():
+            return
+        if not self.batches or self.batches[-1].segment != segment:
+            segment.unlink()
+        else:
+            with segment.open("r+b") as torn:
+                torn.truncate(good)
+                if self.fsync is not FsyncPolicy.NEVER:
+                    os.fsync(torn.fileno())
+            self.sealed += 1
+
     def _open_segment(self) -> None:
         self._segment = self.directory / f"{self.prefix}-{self.rows:0{_SEGMENT_DIGITS}d}.arrow"
         if self._segment.exists():
             raise InternalOrdererError(f"{self._segment} exists already")
         # a native file: Arrow writes straight to the descriptor, without a Python layer
         self._file = self._sink = pa.OSFile(str(self._segment), "wb")
-        self._writer = pa.ipc.new_stream(self._sink, self.schema)
-        _fsync_directory(self.directory)
+        try:
+            self._writer = pa.ipc.new_stream(self._sink, self.schema)
+            _fsync_directory(self.directory)
+        except BaseException:
+            self._cut_back(0)
+            raise
 
     def _close_segment(self) -> None:
         if self._writer is not None:
-            self._writer.close()
-            assert self._file is not None
+            assert self._file is not None and self._sink is not None
+            good = self._sink.tell()
+            try:
+                self._writer.close()  # the end-of-stream marker; readers do without it
+            except OSError:
+                self._cut_back(good)
+                return
             if self.fsync is not FsyncPolicy.NEVER:
                 os.fsync(self._file.fileno())  # always: a sync racing with this may miss it
             self._dirty = False
@@ -277,6 +312,85 @@ def _unpack_binary(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return (offsets - start).astype(np.uint64), data
 
 
+
+@dataclass(slots=True)
+class ArrivalRows:
+    """Rows for the arrival log as columns; the arrival time is given when they are appended."""
+
+    kind: np.ndarray  # uint8, ArrivalKind
+    source: np.ndarray  # uint32
+    value: np.ndarray  # uint64: a fragment's timestamp, or the watermark
+    barrier: np.ndarray  # uint32
+    sequence: np.ndarray  # uint64
+    sequenced: np.ndarray | None  # bool: which rows carry a sequence; None: all of them
+    payload_offsets: np.ndarray  # uint64, n + 1 from 0
+    payload: np.ndarray  # uint8
+
+    def __len__(self) -> int:
+        return int(self.kind.shape[0])
+
+    @classmethod
+    def fragments(
+        cls, batch: FragmentBatch, sequence: np.ndarray, sequenced: np.ndarray | None
+    ) -> ArrivalRows:
+        n = len(batch)
+        return cls(
+            np.zeros(n, dtype=np.uint8),
+            batch.source,
+            batch.timestamp,
+            batch.barrier,
+            sequence,
+            sequenced,
+            batch.payload_offsets,
+            batch.payload,
+        )
+
+    @classmethod
+    def marker(
+        cls, kind: ArrivalKind, source: int = 0, value: int = 0, payload: bytes = b""
+    ) -> ArrivalRows:
+        """One row that is not a fragment (watermark, end of source, configure, end of run)."""
+        return cls(
+            np.array([kind], dtype=np.uint8),
+            np.array([source], dtype=np.uint32),
+            np.array([value], dtype=np.uint64),
+            np.zeros(1, dtype=np.uint32),
+            np.zeros(1, dtype=np.uint64),
+            np.zeros(1, dtype=np.bool_),
+            np.array([0, len(payload)], dtype=np.uint64),
+            np.frombuffer(payload, dtype=np.uint8),
+        )
+
+    @classmethod
+    def concat(cls, pieces: list[ArrivalRows]) -> ArrivalRows:
+        if len(pieces) == 1:
+            return pieces[0]
+        offsets = [pieces[0].payload_offsets]
+        base = int(pieces[0].payload_offsets[-1])
+        for piece in pieces[1:]:
+            offsets.append(piece.payload_offsets[1:] + np.uint64(base))
+            base += int(piece.payload_offsets[-1])
+        masked = any(piece.sequenced is not None for piece in pieces)
+        return cls(
+            np.concatenate([piece.kind for piece in pieces]),
+            np.concatenate([piece.source for piece in pieces]),
+            np.concatenate([piece.value for piece in pieces]),
+            np.concatenate([piece.barrier for piece in pieces]),
+            np.concatenate([piece.sequence for piece in pieces]),
+            np.concatenate(
+                [
+                    np.ones(len(piece), dtype=np.bool_) if piece.sequenced is None
+                    else piece.sequenced
+                    for piece in pieces
+                ]
+            )
+            if masked
+            else None,
+            np.concatenate(offsets),
+            np.concatenate([piece.payload for piece in pieces]),
+        )
+
+
 class ArrivalLog:
     """Write-ahead log of everything that arrived, in arrival order, with its arrival time."""
 
@@ -299,47 +413,44 @@ class ArrivalLog:
     def records(self) -> int:
         return self._stream.rows
 
-    def append_batch(self, t: float, batch: FragmentBatch, first_sequence: int | None) -> None:
-        n = len(batch)
+    def append_rows(self, t: float, rows: ArrivalRows) -> None:
+        """Rows that arrived together at ``t``, as one record batch."""
+        n = len(rows)
         if n == 0:
             return
-        sequence = (
-            pa.nulls(n, pa.uint64())
-            if first_sequence is None
-            else pa.array(np.arange(first_sequence, first_sequence + n, dtype=np.uint64))
+        sequence = pa.array(
+            rows.sequence, mask=None if rows.sequenced is None else ~rows.sequenced
         )
         self._stream.append(
             pa.record_batch(
                 [
-                    pa.array(np.zeros(n, dtype=np.uint8)),
+                    pa.array(rows.kind),
                     pa.array(np.full(n, t, dtype=np.float64)),
-                    pa.array(batch.source),
-                    pa.array(batch.timestamp),
-                    pa.array(batch.barrier),
+                    pa.array(rows.source),
+                    pa.array(rows.value),
+                    pa.array(rows.barrier),
                     sequence,
-                    _binary_column(batch.payload_offsets, batch.payload, n),
+                    _binary_column(rows.payload_offsets, rows.payload, n),
                 ],
                 schema=ARRIVAL_SCHEMA,
             )
         )
 
+    def append_batch(self, t: float, batch: FragmentBatch, first_sequence: int | None) -> None:
+        n = len(batch)
+        if first_sequence is None:
+            rows = ArrivalRows.fragments(
+                batch, np.zeros(n, dtype=np.uint64), np.zeros(n, dtype=np.bool_)
+            )
+        else:
+            sequence = np.arange(first_sequence, first_sequence + n, dtype=np.uint64)
+            rows = ArrivalRows.fragments(batch, sequence, None)
+        self.append_rows(t, rows)
+
     def _append_one(
         self, kind: ArrivalKind, t: float, source: int = 0, value: int = 0, payload: bytes = b""
     ) -> None:
-        self._stream.append(
-            pa.record_batch(
-                [
-                    pa.array([kind], pa.uint8()),
-                    pa.array([t], pa.float64()),
-                    pa.array([source], pa.uint32()),
-                    pa.array([value], pa.uint64()),
-                    pa.array([0], pa.uint32()),
-                    pa.nulls(1, pa.uint64()),
-                    pa.array([payload], pa.large_binary()),
-                ],
-                schema=ARRIVAL_SCHEMA,
-            )
-        )
+        self.append_rows(t, ArrivalRows.marker(kind, source, value, payload))
 
     def append_watermark(self, t: float, source: int, watermark: int) -> None:
         self._append_one(ArrivalKind.WATERMARK, t, source, watermark)
@@ -443,10 +554,16 @@ class OrderedLog:
         n = len(emitted)
         if n == 0:
             return
-        if emitted.first_seq != self.next_offset:
+        if emitted.first_seq > self.next_offset or emitted.first_seq + n < self.next_offset:
             raise InternalOrdererError(
-                f"ordered log at offset {self.next_offset} was handed offset {emitted.first_seq}"
+                f"ordered log at offset {self.next_offset} was handed offsets "
+                f"{emitted.first_seq} to {emitted.first_seq + n}"
             )
+        if emitted.first_seq < self.next_offset:  # a retry after a failed write: what it lacks
+            emitted = _slice_emitted(emitted, self.next_offset - emitted.first_seq)
+            n = len(emitted)
+            if n == 0:
+                return
         first = emitted.first_seq
         whole = pa.record_batch(
             [

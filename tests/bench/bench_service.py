@@ -269,6 +269,7 @@ def start_evb(
         "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir),
         "--build-window", str(build_window), "--startup-delay", "0",
         "--sources", ",".join(map(str, sources)), "--stop-grace", "2", "--log-level", "warning",
+        *os.environ.get("EVB_BENCH_SERVE_FLAGS", "").split(),
     ]
     python = [sys.executable]
     if profile == "cprofile":

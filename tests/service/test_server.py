@@ -276,9 +276,9 @@ def test_a_storage_failure_stops_input_but_not_the_server(tmp_path: Path) -> Non
         async with serving(tmp_path, CONFIG) as running:
 
             def broken(*args: object) -> None:
-                raise OSError(28, "No space left on device")
+                raise OSError(5, "Input/output error")  # not cured by space: fatal
 
-            running.service.arrivals.append_batch = broken  # type: ignore[method-assign]
+            running.service.arrivals.append_rows = broken  # type: ignore[method-assign]
             async with grpc.aio.insecure_channel(target(running)) as channel:
                 call = _Stream(channel)
                 await call.write(_request(1, 0, [1]))

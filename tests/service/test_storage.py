@@ -111,7 +111,7 @@ def test_a_torn_tail_is_cut_and_appends_go_on_without_a_gap(tmp_path: Path) -> N
     one = Orderer({"startup_delay": 0}, clock=SimulatedClock())
     one.submit(FragmentBatch.from_arrays(source=9, timestamp=[1]), now=0.0)
     fragment = one.take_emitted()
-    with pytest.raises(InternalOrdererError, match="was handed offset 0"):
+    with pytest.raises(InternalOrdererError, match="was handed offsets 0 to 1"):
         torn.append(fragment)
     next_offset = torn.next_offset
     torn.append(EmittedBatch(next_offset, *dataclasses.astuple(fragment)[1:]))
