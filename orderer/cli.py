@@ -115,6 +115,10 @@ _SERVE_FLAGS = (
     "stop_grace",
     "retention_bytes",
     "retention_seconds",
+    "tls_cert",
+    "tls_key",
+    "tls_client_ca",
+    "token_file",
 )
 
 
@@ -183,7 +187,11 @@ def _cmd_send(args: argparse.Namespace) -> int:
 
     if args.speed < 0:
         raise ConfigError("--speed", args.speed, "must be >= 0 (0: as fast as possible)")
-    options = {"batch_size": args.client_batch, "linger": args.linger}
+    options = {
+        "batch_size": args.client_batch,
+        "linger": args.linger,
+        "security": _security(args),
+    }
     progress = not args.no_progress
     if args.replay is not None:
         summary = send_records(
@@ -225,6 +233,7 @@ def _cmd_tail(args: argparse.Namespace) -> int:
         until=args.until,
         follow=args.follow,
         payload=args.payload,
+        security=_security(args),
     )
     return 0
 
@@ -232,7 +241,9 @@ def _cmd_tail(args: argparse.Namespace) -> int:
 def _cmd_stats(args: argparse.Namespace) -> int:
     from orderer.remote import print_stats
 
-    print_stats(args.target, sys.stdout, as_json=args.json, timeout=args.timeout)
+    print_stats(
+        args.target, sys.stdout, as_json=args.json, timeout=args.timeout, security=_security(args)
+    )
     return 0
 
 
@@ -242,6 +253,42 @@ def _add_target(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("EVB_TARGET", DEFAULT_TARGET),
         metavar="HOST:PORT",
         help=f"the orderer service (default: $EVB_TARGET or {DEFAULT_TARGET})",
+    )
+    group = parser.add_argument_group(
+        "security (each flag defaults to its environment variable)"
+    )
+    for flag, variable, what in (
+        ("--tls-ca", "EVB_TLS_CA", "PEM CA of the server's certificate: connect with TLS"),
+        ("--tls-cert", "EVB_TLS_CERT", "PEM client certificate (mutual TLS)"),
+        ("--tls-key", "EVB_TLS_KEY", "PEM key of the client certificate"),
+        ("--token-file", "EVB_TOKEN_FILE", "file holding the bearer token (TLS only)"),
+    ):
+        group.add_argument(
+            flag,
+            type=Path,
+            default=os.environ.get(variable) or None,
+            metavar="FILE",
+            help=f"{what} (${variable})",
+        )
+    group.add_argument(
+        "--tls",
+        action="store_true",
+        help="TLS with the system's CA certificates (implied by --tls-ca)",
+    )
+
+
+def _security(args: argparse.Namespace) -> Any:
+    """The client's ChannelSecurity from the flags (and $EVB_TOKEN for the token itself)."""
+    from orderer.service.security import ENV_TOKEN, ChannelSecurity
+
+    token = os.environ.get(ENV_TOKEN) or None
+    return ChannelSecurity.from_files(
+        ca=args.tls_ca,
+        cert=args.tls_cert,
+        key=args.tls_key,
+        token=None if args.token_file is not None else token,
+        token_file=args.token_file,
+        tls=args.tls,
     )
 
 
@@ -293,6 +340,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--retention-seconds", type=float, metavar="S", help="ordered-log age kept (all)"
+    )
+    serve.add_argument(
+        "--tls-cert", type=Path, metavar="FILE", help="PEM certificate chain: serve TLS only"
+    )
+    serve.add_argument("--tls-key", type=Path, metavar="FILE", help="PEM key of --tls-cert")
+    serve.add_argument(
+        "--tls-client-ca",
+        type=Path,
+        metavar="FILE",
+        help="PEM CA: mutual TLS, clients must present a certificate it signed",
+    )
+    serve.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="FILE",
+        help="file holding the bearer token every call must carry (needs TLS)",
     )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
     _add_orderer_flags(serve)

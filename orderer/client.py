@@ -44,9 +44,11 @@ from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
 from orderer.batch import EmittedBatch, FragmentBatch
 from orderer.errors import EvbError, InterfaceError, ServiceUnavailable
 from orderer.service import convert
+from orderer.service.security import ChannelSecurity, aio_channel, sync_channel
 
 __all__ = [
     "AsyncSourceClient",
+    "ChannelSecurity",
     "OrderedStreamReader",
     "SourceClient",
     "channel_options",
@@ -241,6 +243,7 @@ class AsyncSourceClient:
         reconnect_timeout: float | None = None,
         max_batch_bytes: int = 8 << 20,
         max_message_bytes: int = 64 << 20,
+        security: ChannelSecurity | None = None,
     ) -> None:
         if batch_size < 1:
             raise InterfaceError(f"batch_size: {batch_size} must be >= 1")
@@ -255,6 +258,7 @@ class AsyncSourceClient:
         self._reconnect_timeout = reconnect_timeout
         self._max_message_bytes = max_message_bytes
         self._max_batch_bytes = max_batch_bytes
+        self._security = security
         self._lock = threading.Lock()  # guards the buffers: SourceClient fills them from its thread
         self._buffers: dict[int, _Buffer] = {}
         self._ship_locks: dict[int, asyncio.Lock] = {}
@@ -289,8 +293,8 @@ class AsyncSourceClient:
     async def start(self) -> AsyncSourceClient:
         if self._task is None:
             self._loop = asyncio.get_running_loop()
-            self._channel = grpc.aio.insecure_channel(
-                self.target, options=channel_options(self._max_message_bytes)
+            self._channel = aio_channel(
+                self.target, self._security, channel_options(self._max_message_bytes)
             )
             self._task = self._loop.create_task(self._run())
         return self
@@ -830,13 +834,14 @@ async def subscribe(
     max_fragments: int = 0,
     reconnect_timeout: float | None = None,
     backoff: tuple[float, float] = (0.05, 2.0),
+    security: ChannelSecurity | None = None,
 ) -> AsyncIterator[EmittedBatch]:
     """The ordered output from ``from_offset`` (up to ``until``, else forever), as batches with
     consecutive offsets; resumes where it stopped after a reconnect."""
     offset = from_offset
     attempt = 0
     down_since: float | None = None
-    async with grpc.aio.insecure_channel(target, options=channel_options()) as channel:
+    async with aio_channel(target, security, channel_options()) as channel:
         stub = pb_grpc.OrdererStub(channel)
         while until is None or offset < until:
             call = stub.Subscribe(
@@ -881,8 +886,10 @@ class OrderedStreamReader:
         max_fragments: int = 0,
         reconnect_timeout: float | None = None,
         backoff: tuple[float, float] = (0.05, 2.0),
+        security: ChannelSecurity | None = None,
     ) -> None:
         self.target = target
+        self._security = security
         self.offset = from_offset
         self.next_offset = from_offset
         self.until = until
@@ -893,7 +900,7 @@ class OrderedStreamReader:
     def __iter__(self) -> Iterator[EmittedBatch]:
         attempt = 0
         down_since: float | None = None
-        with grpc.insecure_channel(self.target, options=channel_options()) as channel:
+        with sync_channel(self.target, self._security, channel_options()) as channel:
             stub = pb_grpc.OrdererStub(channel)
             while self.until is None or self.offset < self.until:
                 request = pb.SubscribeRequest(
@@ -930,8 +937,10 @@ class OrderedStreamReader:
 # ---------------------------------------------------------------------------------- control
 
 
-def _unary_sync(target: str, method: str, request: Any, timeout: float) -> Any:
-    with grpc.insecure_channel(target, options=channel_options()) as channel:
+def _unary_sync(
+    target: str, method: str, request: Any, timeout: float, security: ChannelSecurity | None
+) -> Any:
+    with sync_channel(target, security, channel_options()) as channel:
         stub = pb_grpc.OrdererStub(channel)
         try:
             return getattr(stub, method)(request, timeout=timeout, wait_for_ready=True)
@@ -939,8 +948,10 @@ def _unary_sync(target: str, method: str, request: Any, timeout: float) -> Any:
             raise _error_of(error.code(), error.details()) from None  # type: ignore[attr-defined]
 
 
-async def _unary_async(target: str, method: str, request: Any, timeout: float) -> Any:
-    async with grpc.aio.insecure_channel(target, options=channel_options()) as channel:
+async def _unary_async(
+    target: str, method: str, request: Any, timeout: float, security: ChannelSecurity | None
+) -> Any:
+    async with aio_channel(target, security, channel_options()) as channel:
         stub = pb_grpc.OrdererStub(channel)
         try:
             return await getattr(stub, method)(request, timeout=timeout, wait_for_ready=True)
@@ -948,37 +959,57 @@ async def _unary_async(target: str, method: str, request: Any, timeout: float) -
             raise _error_of(error.code(), error.details()) from None
 
 
-def get_stats(target: str, *, timeout: float = 10.0) -> dict[str, Any]:
+def get_stats(
+    target: str, *, timeout: float = 10.0, security: ChannelSecurity | None = None
+) -> dict[str, Any]:
     """The counters (``evb replay --stats`` layout) and the live state of the service."""
-    return convert.stats_to_mapping(_unary_sync(target, "GetStats", pb.GetStatsRequest(), timeout))
+    stats = _unary_sync(target, "GetStats", pb.GetStatsRequest(), timeout, security)
+    return convert.stats_to_mapping(stats)
 
 
-async def get_stats_async(target: str, *, timeout: float = 10.0) -> dict[str, Any]:
-    stats = await _unary_async(target, "GetStats", pb.GetStatsRequest(), timeout)
+async def get_stats_async(
+    target: str, *, timeout: float = 10.0, security: ChannelSecurity | None = None
+) -> dict[str, Any]:
+    stats = await _unary_async(target, "GetStats", pb.GetStatsRequest(), timeout, security)
     return convert.stats_to_mapping(stats)
 
 
 def configure(
-    target: str, changes: Mapping[str, Any] | None = None, *, timeout: float = 10.0, **more: Any
+    target: str,
+    changes: Mapping[str, Any] | None = None,
+    *,
+    timeout: float = 10.0,
+    security: ChannelSecurity | None = None,
+    **more: Any,
 ) -> dict[str, Any]:
     """Change parameters live (``build_window=5``, ``sourceTimeout="off"``); returns the
     configuration now in force."""
     request = convert.configure_request({**(changes or {}), **more})
-    return convert.config_to_mapping(_unary_sync(target, "Configure", request, timeout))
+    return convert.config_to_mapping(_unary_sync(target, "Configure", request, timeout, security))
 
 
 async def configure_async(
-    target: str, changes: Mapping[str, Any] | None = None, *, timeout: float = 10.0, **more: Any
+    target: str,
+    changes: Mapping[str, Any] | None = None,
+    *,
+    timeout: float = 10.0,
+    security: ChannelSecurity | None = None,
+    **more: Any,
 ) -> dict[str, Any]:
     request = convert.configure_request({**(changes or {}), **more})
-    return convert.config_to_mapping(await _unary_async(target, "Configure", request, timeout))
+    reply = await _unary_async(target, "Configure", request, timeout, security)
+    return convert.config_to_mapping(reply)
 
 
-def end_run(target: str, *, timeout: float = 60.0) -> int:
+def end_run(
+    target: str, *, timeout: float = 60.0, security: ChannelSecurity | None = None
+) -> int:
     """End of run: drain every queue; returns the offset after the run's last fragment."""
-    return int(_unary_sync(target, "EndRun", pb.EndRunRequest(), timeout).next_offset)
+    return int(_unary_sync(target, "EndRun", pb.EndRunRequest(), timeout, security).next_offset)
 
 
-async def end_run_async(target: str, *, timeout: float = 60.0) -> int:
-    reply = await _unary_async(target, "EndRun", pb.EndRunRequest(), timeout)
+async def end_run_async(
+    target: str, *, timeout: float = 60.0, security: ChannelSecurity | None = None
+) -> int:
+    reply = await _unary_async(target, "EndRun", pb.EndRunRequest(), timeout, security)
     return int(reply.next_offset)

@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from orderer.batch import EmittedBatch, FragmentBatch
-from orderer.client import OrderedStreamReader, SourceClient, get_stats
+from orderer.client import ChannelSecurity, OrderedStreamReader, SourceClient, get_stats
 from orderer.config import SOURCE_COUNTERS
 from orderer.replay import END, FRAGMENT, WATERMARK, RecordColumns, read_records, write_emitted
 from orderer.synthetic import SyntheticRun, iter_batches
@@ -175,15 +175,16 @@ def tail(
     until: int | None = None,
     follow: bool = False,
     payload: bool = False,
+    security: ChannelSecurity | None = None,
 ) -> int:
     """Print the ordered output from ``from_offset`` as ``evb replay`` OUT lines; without
     ``follow`` or ``until``, up to what is durable now. Returns how many lines were printed."""
     if until is None and not follow:
-        until = int(get_stats(target)["next_offset"])
+        until = int(get_stats(target, security=security)["next_offset"])
     if until is not None and from_offset >= until:
         return 0
     printed = 0
-    for batch in OrderedStreamReader(target, from_offset, until=until):
+    for batch in OrderedStreamReader(target, from_offset, until=until, security=security):
         if payload:
             out.writelines(_json_lines(batch, payload=True))
         else:
@@ -235,10 +236,15 @@ def stats_table(stats: dict[str, Any]) -> Table:
 
 
 def print_stats(
-    target: str, out: IO[str], *, as_json: bool = False, timeout: float = 10.0
+    target: str,
+    out: IO[str],
+    *,
+    as_json: bool = False,
+    timeout: float = 10.0,
+    security: ChannelSecurity | None = None,
 ) -> dict[str, Any]:
     """``evb stats``: the counters as a table, or as JSON."""
-    stats = get_stats(target, timeout=timeout)
+    stats = get_stats(target, timeout=timeout, security=security)
     if as_json:
         out.write(json.dumps(stats, indent=1) + "\n")
     else:

@@ -58,6 +58,7 @@ from orderer.errors import (
 from orderer.service import convert
 from orderer.service.intake import Intake
 from orderer.service.metrics import MetricsSnapshot, RateMeter, ServiceMetrics
+from orderer.service.security import ServerSecurity
 from orderer.service.storage import (
     ArrivalKind,
     ArrivalLog,
@@ -129,9 +130,23 @@ class ServiceConfig:
     spares the segment being written, so size it well above what a consumer lags."""
     retention_seconds: float | None = None
     """Ordered-log retention: delete sealed segments older than this; None keeps everything."""
+    tls_cert: Path | None = None
+    """PEM certificate chain of the server; with ``tls_key`` the service speaks TLS only
+    (:mod:`orderer.service.security`)."""
+    tls_key: Path | None = None
+    """PEM private key of ``tls_cert``."""
+    tls_client_ca: Path | None = None
+    """PEM CA bundle: mutual TLS, every client must present a certificate it signed."""
+    token: str | None = field(default=None, repr=False)
+    """Bearer token every call but health checking must carry (needs TLS)."""
+    token_file: Path | None = None
+    """File holding the bearer token (a mounted Secret), instead of ``token``."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
+        for name in ("tls_cert", "tls_key", "tls_client_ca", "token_file"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, Path(getattr(self, name)))
         try:
             object.__setattr__(self, "fsync", FsyncPolicy(self.fsync))
         except ValueError:
@@ -956,13 +971,21 @@ def _metrics_snapshot_function(
 
 
 async def start_server(config: OrdererConfig, service_config: ServiceConfig) -> RunningServer:
-    """Recover the run in ``data_dir``, then serve the orderer, health checking and reflection."""
+    """Recover the run in ``data_dir``, then serve the orderer, health checking and reflection
+    (over TLS and behind a token when configured: :mod:`orderer.service.security`)."""
+    security = ServerSecurity.load(
+        tls_cert=service_config.tls_cert,
+        tls_key=service_config.tls_key,
+        tls_client_ca=service_config.tls_client_ca,
+        token=service_config.token,
+        token_file=service_config.token_file,
+    )
     service = OrdererService.open(config, service_config)
     options = [
         ("grpc.max_receive_message_length", service_config.max_message_bytes),
         ("grpc.max_send_message_length", service_config.max_message_bytes),
     ]
-    server = grpc.aio.server(options=options)
+    server = grpc.aio.server(options=options, interceptors=security.interceptors())
     pb_grpc.add_OrdererServicer_to_server(OrdererServicer(service), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -970,7 +993,10 @@ async def start_server(config: OrdererConfig, service_config: ServiceConfig) -> 
         [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server
     )
     try:
-        port = server.add_insecure_port(service_config.listen)
+        if security.credentials is None:
+            port = server.add_insecure_port(service_config.listen)
+        else:
+            port = server.add_secure_port(service_config.listen, security.credentials)
     except RuntimeError:
         port = 0
     if port == 0:
