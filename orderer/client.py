@@ -52,6 +52,8 @@ __all__ = [
     "OrderedStreamReader",
     "SourceClient",
     "channel_options",
+    "commit",
+    "commit_async",
     "configure",
     "configure_async",
     "end_run",
@@ -835,9 +837,11 @@ async def subscribe(
     reconnect_timeout: float | None = None,
     backoff: tuple[float, float] = (0.05, 2.0),
     security: ChannelSecurity | None = None,
+    payload: bool = True,
 ) -> AsyncIterator[EmittedBatch]:
     """The ordered output from ``from_offset`` (up to ``until``, else forever), as batches with
-    consecutive offsets; resumes where it stopped after a reconnect."""
+    consecutive offsets; resumes where it stopped after a reconnect. ``payload=False`` leaves
+    the payloads out."""
     offset = from_offset
     attempt = 0
     down_since: float | None = None
@@ -845,7 +849,9 @@ async def subscribe(
         stub = pb_grpc.OrdererStub(channel)
         while until is None or offset < until:
             call = stub.Subscribe(
-                pb.SubscribeRequest(from_offset=offset, max_fragments=max_fragments),
+                pb.SubscribeRequest(
+                    from_offset=offset, max_fragments=max_fragments, omit_payload=not payload
+                ),
                 wait_for_ready=True,
             )
             try:
@@ -872,6 +878,7 @@ async def subscribe(
 
 class OrderedStreamReader:
     """The ordered output from an offset, blocking: ``for batch in OrderedStreamReader(...)``.
+    ``payload=False`` leaves the payloads out (a consumer planning its reads).
 
     ``offset`` is where the next batch starts; ``next_offset`` is the server's durable end as of
     the last batch. Resumes after reconnects; stops at ``until`` when given.
@@ -887,9 +894,11 @@ class OrderedStreamReader:
         reconnect_timeout: float | None = None,
         backoff: tuple[float, float] = (0.05, 2.0),
         security: ChannelSecurity | None = None,
+        payload: bool = True,
     ) -> None:
         self.target = target
         self._security = security
+        self._payload = payload
         self.offset = from_offset
         self.next_offset = from_offset
         self.until = until
@@ -904,7 +913,9 @@ class OrderedStreamReader:
             stub = pb_grpc.OrdererStub(channel)
             while self.until is None or self.offset < self.until:
                 request = pb.SubscribeRequest(
-                    from_offset=self.offset, max_fragments=self._max_fragments
+                    from_offset=self.offset,
+                    max_fragments=self._max_fragments,
+                    omit_payload=not self._payload,
                 )
                 call = stub.Subscribe(request, wait_for_ready=True)
                 try:
@@ -1013,3 +1024,31 @@ async def end_run_async(
 ) -> int:
     reply = await _unary_async(target, "EndRun", pb.EndRunRequest(), timeout, security)
     return int(reply.next_offset)
+
+
+def commit(
+    target: str,
+    consumer: str,
+    offset: int,
+    *,
+    timeout: float = 10.0,
+    security: ChannelSecurity | None = None,
+) -> tuple[int, int]:
+    """``consumer`` processed every offset below ``offset``: the orderer's retention keeps the
+    rest for it. Returns (the consumer's committed offset now, the lowest over all consumers)."""
+    request = pb.CommitRequest(consumer=consumer, offset=offset)
+    reply = _unary_sync(target, "Commit", request, timeout, security)
+    return int(reply.offset), int(reply.lowest)
+
+
+async def commit_async(
+    target: str,
+    consumer: str,
+    offset: int,
+    *,
+    timeout: float = 10.0,
+    security: ChannelSecurity | None = None,
+) -> tuple[int, int]:
+    request = pb.CommitRequest(consumer=consumer, offset=offset)
+    reply = await _unary_async(target, "Commit", request, timeout, security)
+    return int(reply.offset), int(reply.lowest)

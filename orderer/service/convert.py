@@ -243,9 +243,9 @@ def slice_emitted(emitted: EmittedBatch, start: int, stop: int) -> EmittedBatch:
 
 
 def emitted_to_pb(
-    emitted: EmittedBatch, *, next_offset: int, high_water_mark: int | None
+    emitted: EmittedBatch, *, next_offset: int, high_water_mark: int | None, payload: bool = True
 ) -> pb.OrderedBatch:
-    """Ordered output for ``Subscribe``."""
+    """Ordered output for ``Subscribe`` (without the payloads when ``payload`` is false)."""
     offsets = emitted.payload_offsets
     start, stop = (int(offsets[0]), int(offsets[-1])) if offsets.shape[0] else (0, 0)
     message = pb.OrderedBatch(
@@ -257,7 +257,7 @@ def emitted_to_pb(
         emit_times=emitted.t.astype(_LE_F64, copy=False).tobytes(),
         next_offset=next_offset,
     )
-    if stop > start:
+    if payload and stop > start:
         message.payload = emitted.payload[start:stop].tobytes()
         message.payload_offsets = (offsets - np.uint64(start)).astype(_LE_U64).tobytes()
     if high_water_mark is not None:

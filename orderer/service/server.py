@@ -63,6 +63,7 @@ from orderer.service.storage import (
     ArrivalKind,
     ArrivalLog,
     ArrivalRows,
+    ConsumerOffsets,
     FsyncPolicy,
     OrderedLog,
     Recovered,
@@ -293,8 +294,10 @@ class OrdererService:
         lock: int | None = None,
         retention_bytes: int | None = None,
         retention_seconds: float | None = None,
+        consumers: ConsumerOffsets | None = None,
     ) -> None:
         self.limits = limits if limits is not None else convert.BatchLimits()
+        self._consumers = consumers
         self._lock = lock
         self._retention_bytes = retention_bytes
         self._retention_seconds = retention_seconds
@@ -375,6 +378,7 @@ class OrdererService:
             subscribe_max_bytes=service.subscribe_max_bytes,
             retention_bytes=service.retention_bytes,
             retention_seconds=service.retention_seconds,
+            consumers=ConsumerOffsets(service.data_dir / "consumers.json"),
         )
 
     # ------------------------------------------------------------------ properties
@@ -677,8 +681,12 @@ class OrdererService:
             return
         self._next_retention = now + 1.0
         self._sealed_seen = sealed
+        keep_from = self._durable_offset
+        lowest = self._consumers.lowest() if self._consumers is not None else None
+        if lowest is not None:  # output a known consumer has not committed stays
+            keep_from = min(keep_from, lowest)
         deleted = self._ordered.apply_retention(
-            keep_from_offset=self._durable_offset,
+            keep_from_offset=keep_from,
             max_bytes=self._retention_bytes,
             max_age_seconds=self._retention_seconds,
         )
@@ -752,6 +760,21 @@ class OrdererService:
             return batch
         fits = int(np.searchsorted(offsets, offsets[0] + self._subscribe_max_bytes, "right")) - 1
         return convert.slice_emitted(batch, 0, max(fits, 1))
+
+    def commit(self, consumer: str, offset: int) -> tuple[int, int]:
+        """A consumer processed every offset below ``offset``: ``(its offset now, lowest over
+        every consumer)``. Retention keeps everything from the lowest; an offset beyond the
+        durable output is refused (the consumer cannot have processed it)."""
+        if self._consumers is None:
+            raise ServiceUnavailable("this orderer keeps no consumer offsets")
+        if offset > self._durable_offset:
+            raise InterfaceError(
+                f"offset: {offset} is beyond the durable output (next offset "
+                f"{self._durable_offset})"
+            )
+        now = self._consumers.commit(consumer, offset)
+        lowest = self._consumers.lowest()
+        return now, now if lowest is None else lowest
 
     # ------------------------------------------------------------------ inspection
 
@@ -890,7 +913,10 @@ class OrdererServicer(pb_grpc.OrdererServicer):
                 request.from_offset, request.max_fragments
             ):
                 yield convert.emitted_to_pb(
-                    batch, next_offset=durable, high_water_mark=service.orderer.high_water_mark
+                    batch,
+                    next_offset=durable,
+                    high_water_mark=service.orderer.high_water_mark,
+                    payload=not request.omit_payload,
                 )
         except EvbError as error:
             code, details = _status(error)
@@ -910,6 +936,16 @@ class OrdererServicer(pb_grpc.OrdererServicer):
             code, details = _status(error)
             await context.abort(code, details)
         return convert.config_to_pb(config)
+
+    async def Commit(
+        self, request: pb.CommitRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CommitReply:
+        try:
+            offset, lowest = self._service.commit(request.consumer, request.offset)
+        except EvbError as error:
+            code, details = _status(error)
+            await context.abort(code, details)
+        return pb.CommitReply(offset=offset, lowest=lowest)
 
     async def EndRun(
         self, request: pb.EndRunRequest, context: grpc.aio.ServicerContext

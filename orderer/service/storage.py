@@ -41,6 +41,7 @@ __all__ = [
     "ARRIVAL_SCHEMA",
     "ORDERED_SCHEMA",
     "ArrivalLog",
+    "ConsumerOffsets",
     "FsyncPolicy",
     "OrderedLog",
     "Recovered",
@@ -782,3 +783,57 @@ def _slice_emitted(emitted: EmittedBatch, start: int) -> EmittedBatch:
         payload_offsets=offsets - base,
         payload=emitted.payload[int(base) : int(emitted.payload_offsets[-1])],
     )
+
+
+class ConsumerOffsets:
+    """The offsets consumers have committed (``Commit``), durable in one small JSON file.
+
+    Why: the ordered log's retention must never delete output a known consumer (the Spark job)
+    has not processed yet, or a restarted consumer could not replay it (exactly-once). Each
+    consumer's offset only moves forward; the file is replaced atomically (write, fsync,
+    rename), so a crash leaves the old or the new content, never a torn one.
+    """
+
+    MAX_NAME = 253
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._offsets: dict[str, int] = {}
+        if self.path.exists():
+            try:
+                loaded = json.loads(self.path.read_text(encoding="utf-8"))
+                self._offsets = {str(name): int(offset) for name, offset in loaded.items()}
+            except (ValueError, AttributeError, TypeError) as error:
+                raise InternalOrdererError(
+                    f"{self.path}: not a consumer offset file: {error}"
+                ) from None
+
+    def __getitem__(self, consumer: str) -> int:
+        return self._offsets[consumer]
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self._offsets)
+
+    def lowest(self) -> int | None:
+        """The lowest committed offset over every known consumer; None when there is none."""
+        return min(self._offsets.values(), default=None)
+
+    def commit(self, consumer: str, offset: int) -> int:
+        """Record that ``consumer`` processed everything below ``offset``; returns its offset
+        now (a lower offset than the recorded one changes nothing)."""
+        if not consumer or len(consumer) > self.MAX_NAME or not consumer.isprintable():
+            raise InterfaceError(
+                f"consumer: {consumer!r} must be 1 to {self.MAX_NAME} printable characters"
+            )
+        current = self._offsets.get(consumer)
+        if current is not None and offset <= current:
+            return current
+        self._offsets[consumer] = offset
+        temporary = self.path.with_suffix(".tmp")
+        with temporary.open("w", encoding="utf-8") as out:
+            json.dump(self._offsets, out, sort_keys=True)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, self.path)
+        _fsync_directory(self.path.parent)
+        return offset
