@@ -1,0 +1,297 @@
+"""Event building ("glom") over the ordered stream, as NSCLDAQ's glom does it.
+
+An **event** is the maximal run of consecutive ordinary fragments whose timestamps lie within
+``dt`` ticks of the event's first fragment (``|ts - first| <= dt``), at most ``max_fragments``
+per event. A **barrier** closes the open event and passes through as a row of its own. The
+event's timestamp is its earliest, latest or average (integer mean, rounded down) fragment
+timestamp. The no-build mode makes one event per fragment (``dt`` None).
+
+Why this module is pure numpy/pyarrow, with no Spark in it: the only order-sensitive step of the
+whole consumer is *where an event starts* (:func:`event_starts`). Once a position is known to be
+an event start, everything after it is glommed the same whatever came before, so the stream can be
+cut there into pieces that are built independently and in parallel. The Spark source
+(:mod:`orderer.spark.source`) runs :func:`event_starts` over the small timestamp and barrier
+columns to end micro-batches and partitions only at event starts; the executors then run
+:func:`glom_batches` over their own piece, payloads and all. Both call the same function, so the
+events are identical to a sequential, single-threaded glom of the whole stream for any number of
+partitions and wherever micro-batches end.
+
+Callers: :mod:`orderer.spark.source` (boundaries), :mod:`orderer.spark.job` (building), the
+benchmark's baseline.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from orderer.errors import ConfigError
+
+__all__ = [
+    "EVENT_SCHEMA",
+    "EVENT_SPARK_SCHEMA",
+    "FRAGMENT_SCHEMA",
+    "FRAGMENT_SPARK_SCHEMA",
+    "GlomConfig",
+    "TimestampPolicy",
+    "build_events",
+    "event_starts",
+    "glom_batches",
+]
+
+_U64_MAX = np.uint64(2**64 - 1)
+
+FRAGMENT_SCHEMA = pa.schema(
+    [
+        ("offset", pa.int64()),
+        ("source", pa.int64()),
+        ("timestamp", pa.int64()),
+        ("barrier", pa.int64()),
+        ("late", pa.bool_()),
+        ("payload", pa.binary()),
+    ]
+)
+"""Rows of the ``evb`` data source (Spark has no unsigned types: ids and timestamps are longs)."""
+FRAGMENT_SPARK_SCHEMA = (
+    "offset long, source long, timestamp long, barrier long, late boolean, payload binary"
+)
+
+_FRAGMENT_IN_EVENT = pa.struct(
+    [
+        ("offset", pa.int64()),
+        ("source", pa.int64()),
+        ("timestamp", pa.int64()),
+        ("late", pa.bool_()),
+        ("payload", pa.binary()),
+    ]
+)
+EVENT_SCHEMA = pa.schema(
+    [
+        ("event", pa.int64()),  # offset of the event's first fragment: unique in the run
+        ("timestamp", pa.int64()),  # by the timestamp policy
+        ("multiplicity", pa.int32()),  # fragments in the event
+        ("barrier", pa.int64()),  # 0 for an event; the barrier type for a barrier row
+        ("late", pa.int32()),  # late fragments in the event
+        ("fragments", pa.list_(_FRAGMENT_IN_EVENT)),
+    ]
+)
+EVENT_SPARK_SCHEMA = (
+    "event long, timestamp long, multiplicity int, barrier long, late int, "
+    "fragments array<struct<offset:long, source:long, timestamp:long, late:boolean, "
+    "payload:binary>>"
+)
+
+
+class TimestampPolicy(enum.StrEnum):
+    """Which timestamp a built event carries."""
+
+    EARLIEST = "earliest"
+    LATEST = "latest"
+    AVERAGE = "average"
+
+
+@dataclass(frozen=True, slots=True)
+class GlomConfig:
+    """How events are built; the same values must reach the source and the builder."""
+
+    dt: int | None = None
+    """Glom window in timestamp ticks; None: no building, one event per fragment."""
+    max_fragments: int = 1000
+    """Most fragments in one event; a full event closes."""
+    timestamp_policy: TimestampPolicy = TimestampPolicy.EARLIEST
+    """Timestamp of a built event: its earliest, latest or average (integer mean) fragment's."""
+
+    def __post_init__(self) -> None:
+        if self.dt is not None and (
+            isinstance(self.dt, bool) or not isinstance(self.dt, int) or not 0 <= self.dt < 2**63
+        ):
+            raise ConfigError("dt", self.dt, "must be an integer number of ticks >= 0")
+        if (
+            isinstance(self.max_fragments, bool)
+            or not isinstance(self.max_fragments, int)
+            or self.max_fragments < 1
+        ):
+            raise ConfigError("max_fragments", self.max_fragments, "must be an integer >= 1")
+        try:
+            object.__setattr__(self, "timestamp_policy", TimestampPolicy(self.timestamp_policy))
+        except ValueError:
+            raise ConfigError(
+                "timestamp_policy", self.timestamp_policy, "must be earliest, latest or average"
+            ) from None
+
+    @property
+    def builds(self) -> bool:
+        return self.dt is not None and self.max_fragments > 1
+
+    def to_options(self) -> dict[str, str]:
+        """As options of the ``evb`` data source."""
+        options = {"maxFragments": str(self.max_fragments)}
+        if self.dt is not None:
+            options["dt"] = str(self.dt)
+        options["timestampPolicy"] = str(self.timestamp_policy)
+        return options
+
+    @classmethod
+    def from_options(cls, options: dict[str, str]) -> GlomConfig:
+        """From data source options (case-insensitive keys, string values)."""
+        lowered = {str(key).lower(): value for key, value in options.items()}
+
+        def integer(name: str, default: int | None) -> int | None:
+            raw = lowered.get(name.lower())
+            if raw is None or raw == "":
+                return default
+            try:
+                return int(raw)
+            except ValueError:
+                raise ConfigError(name, raw, "must be an integer") from None
+
+        return cls(
+            dt=integer("dt", None),
+            max_fragments=integer("maxFragments", 1000),  # type: ignore[arg-type]
+            timestamp_policy=lowered.get("timestamppolicy", "earliest"),  # type: ignore[arg-type]
+        )
+
+
+def event_starts(
+    timestamp: npt.NDArray[np.uint64],
+    barrier: npt.NDArray[np.integer],
+    *,
+    dt: int | None,
+    max_fragments: int = 1000,
+) -> npt.NDArray[np.int64]:
+    """Indices where an event (or a barrier row) starts, ascending, 0 first; glom from index 0.
+
+    The rule is sequential (each event's first fragment decides where it ends), but only the
+    chain of starts needs a Python step; where an event starting at ``i`` ends is computed for
+    every ``i`` at once. Ordinary (not late) fragments have non-decreasing timestamps, so for an
+    ``i`` at the running maximum, the first fragment more than ``dt`` above it is a binary search
+    in the running maximum, valid up to the next drop (a late fragment). The rare starts whose
+    events reach a drop, or that are late themselves, are scanned directly.
+    """
+    n = int(timestamp.shape[0])
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    if dt is None or max_fragments <= 1:
+        return np.arange(n, dtype=np.int64)
+    ts = np.ascontiguousarray(timestamp, dtype=np.uint64)
+    is_barrier = np.asarray(barrier) != 0
+    index = np.arange(n, dtype=np.int64)
+    sentinel = np.array([n], dtype=np.int64)
+    barriers = np.concatenate([np.flatnonzero(is_barrier), sentinel])
+    next_barrier = barriers[np.searchsorted(barriers, index, "right")]
+    limit = np.minimum(np.minimum(next_barrier, index + max_fragments), n)
+    window = np.uint64(dt)
+    high = np.where(ts > _U64_MAX - window, _U64_MAX, ts + window)
+    running_max = np.maximum.accumulate(ts)
+    reach = np.searchsorted(running_max, high, "right").astype(np.int64)
+    drops = np.concatenate([np.flatnonzero(ts[1:] < ts[:-1]).astype(np.int64) + 1, sentinel])
+    next_drop = drops[np.searchsorted(drops, index, "right")]
+    resolved = (ts == running_max) & ((reach < next_drop) | (limit <= next_drop))
+    end = np.where(resolved, np.minimum(reach, limit), -1)
+    end[is_barrier] = index[is_barrier] + 1
+    ends = end.tolist()
+    starts: list[int] = []
+    i = 0
+    while i < n:
+        starts.append(i)
+        e = ends[i]
+        if e < 0:
+            e = _scan_end(ts, i, int(limit[i]), dt)
+        i = e
+    return np.asarray(starts, dtype=np.int64)
+
+
+def _scan_end(ts: npt.NDArray[np.uint64], i: int, limit: int, dt: int) -> int:
+    """End of the event starting at ``i``: the first fragment before ``limit`` more than ``dt``
+    away from ``ts[i]`` (in either direction), else ``limit``."""
+    first = int(ts[i])
+    low = np.uint64(max(first - dt, 0))
+    high = np.uint64(min(first + dt, 2**64 - 1))
+    following = ts[i + 1 : limit]
+    outside = np.flatnonzero((following < low) | (following > high))
+    return i + 1 + int(outside[0]) if outside.size else limit
+
+
+def build_events(fragments: pa.Table | pa.RecordBatch, config: GlomConfig) -> pa.RecordBatch:
+    """Build every event of ``fragments`` (FRAGMENT_SCHEMA rows in offset order that start at an
+    event start and end at an event end) into EVENT_SCHEMA rows."""
+    if isinstance(fragments, pa.RecordBatch):
+        fragments = pa.Table.from_batches([fragments])
+    table = fragments.combine_chunks()
+    n = table.num_rows
+    if n == 0:
+        return pa.RecordBatch.from_pylist([], schema=EVENT_SCHEMA)
+    ts = table.column("timestamp").chunk(0).to_numpy().view(np.uint64)
+    barrier = table.column("barrier").chunk(0).to_numpy()
+    late = table.column("late").chunk(0).to_numpy(zero_copy_only=False)
+    offset = table.column("offset").chunk(0)
+    starts = event_starts(
+        ts, barrier, dt=config.dt if config.builds else None, max_fragments=config.max_fragments
+    )
+    counts = np.diff(np.append(starts, n))
+    earliest = np.minimum.reduceat(ts, starts)
+    if config.timestamp_policy is TimestampPolicy.EARLIEST:
+        stamp = earliest
+    elif config.timestamp_policy is TimestampPolicy.LATEST:
+        stamp = np.maximum.reduceat(ts, starts)
+    else:  # floor of the mean, exactly: min + floor(sum(ts - min) / n), no overflow
+        above = ts - np.repeat(earliest, counts)
+        stamp = earliest + np.add.reduceat(above, starts) // counts.astype(np.uint64)
+    inner = pa.StructArray.from_arrays(
+        [
+            offset,
+            table.column("source").chunk(0),
+            table.column("timestamp").chunk(0),
+            table.column("late").chunk(0),
+            table.column("payload").chunk(0),
+        ],
+        fields=list(_FRAGMENT_IN_EVENT),
+    )
+    list_offsets = pa.array(np.append(starts, n).astype(np.int32))
+    return pa.RecordBatch.from_arrays(
+        [
+            offset.take(pa.array(starts)),
+            pa.array(stamp.view(np.int64)),
+            pa.array(counts.astype(np.int32)),
+            pa.array(barrier[starts].astype(np.int64)),
+            pa.array(np.add.reduceat(late.astype(np.int32), starts)),
+            pa.ListArray.from_arrays(
+                list_offsets, inner, type=EVENT_SCHEMA.field("fragments").type
+            ),
+        ],
+        schema=EVENT_SCHEMA,
+    )
+
+
+def glom_batches(
+    batches: Iterable[pa.RecordBatch], config: GlomConfig
+) -> Iterator[pa.RecordBatch]:
+    """Events of a piece of the ordered stream that starts at an event start and ends at an event
+    end, as record batches (the executors' step; iterator to iterator, no Spark needed).
+
+    Each incoming batch is built with the fragments of the still-open last event carried in
+    front of it; that event is held back until the next batch (it may go on) or the end."""
+    carry: pa.Table | None = None
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        table = pa.Table.from_batches([batch]) if carry is None else pa.concat_tables(
+            [carry, pa.Table.from_batches([batch])]
+        )
+        table = table.combine_chunks()
+        ts = table.column("timestamp").chunk(0).to_numpy().view(np.uint64)
+        barrier = table.column("barrier").chunk(0).to_numpy()
+        starts = event_starts(
+            ts, barrier, dt=config.dt if config.builds else None, max_fragments=config.max_fragments
+        )
+        last = int(starts[-1])
+        if last > 0:
+            yield build_events(table.slice(0, last), config)
+        carry = table.slice(last)
+    if carry is not None and carry.num_rows:
+        yield build_events(carry, config)
