@@ -201,6 +201,21 @@ RULES: tuple[Rule, ...] = (
         field_path=".queueXon",
     ),
     Rule(
+        path=(),
+        cel="!has(self.auth) || has(self.tls)",
+        message="auth needs tls: a bearer token must not travel in clear",
+        check=lambda spec: "auth" not in spec or "tls" in spec,
+        field_path=".auth",
+    ),
+    Rule(
+        path=("tls",),
+        cel="!self.mutual || has(self.clientSecretName)",
+        message="mutual TLS needs clientSecretName: the operator and the Spark job must present"
+        " a client certificate",
+        check=lambda tls: not tls.get("mutual") or "clientSecretName" in tls,
+        field_path=".clientSecretName",
+    ),
+    Rule(
         path=("flowControl",),
         cel="self == oldSelf",
         message="flowControl cannot change during a run (the orderer replays its log with it)",
@@ -224,6 +239,53 @@ RULES: tuple[Rule, ...] = (
 
 
 # ----------------------------------------------------------------------------- the schema
+
+
+def _label_selector(description: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": description,
+        "properties": {
+            "matchLabels": {
+                "type": "object",
+                "description": "Labels the objects must have.",
+                "additionalProperties": {"type": "string"},
+            },
+            "matchExpressions": {
+                "type": "array",
+                "description": "Label requirements (all must hold).",
+                "items": {
+                    "type": "object",
+                    "required": ["key", "operator"],
+                    "properties": {
+                        "key": _string("Label key.", minLength=1),
+                        "operator": _string(
+                            "How the label relates to values.",
+                            enum=["In", "NotIn", "Exists", "DoesNotExist"],
+                        ),
+                        "values": {
+                            "type": "array",
+                            "description": "Label values (In, NotIn).",
+                            "items": {"type": "string"},
+                        },
+                    },
+                },
+            },
+        },
+    }
+
+
+def _peer_schema() -> dict[str, Any]:
+    """A NetworkPolicyPeer without ipBlock (clients are pods): at least one selector."""
+    return {
+        "type": "object",
+        "description": "A podSelector, a namespaceSelector, or both.",
+        "minProperties": 1,
+        "properties": {
+            "podSelector": _label_selector("Pods (of this namespace, or of the selected ones)."),
+            "namespaceSelector": _label_selector("Namespaces."),
+        },
+    }
 
 
 def _spec_schema() -> dict[str, Any]:
@@ -429,26 +491,69 @@ def _spec_schema() -> dict[str, Any]:
         "storage": storage,
         "orderer": orderer,
         "tls": _object(
-            "TLS material of the orderer's gRPC endpoint: a kubernetes.io/tls Secret, mounted"
-            " read-only at /etc/evb/tls. evb serve does not terminate TLS yet (the TLS"
-            " condition says so); the endpoint stays plaintext until it does.",
-            {"secretName": _string("Name of the Secret (tls.crt, tls.key).", minLength=1)},
+            "TLS of the orderer's gRPC endpoint: evb serve speaks TLS only (plaintext clients"
+            " fail the handshake). The Secret is mounted read-only at /etc/evb/tls; its"
+            " certificate must name the Service (NAME-orderer.NAMESPACE.svc). A change rolls"
+            " the pod.",
+            {
+                "secretName": _string(
+                    "A kubernetes.io/tls Secret: tls.crt and tls.key of the orderer, and ca.crt,"
+                    " the CA clients verify it with (and, with mutual, the CA of the client"
+                    " certificates). cert-manager's Certificates hold all three.",
+                    minLength=1,
+                ),
+                "mutual": {
+                    "type": "boolean",
+                    "description": "Mutual TLS: every client must present a certificate signed"
+                    " by ca.crt.",
+                    "default": False,
+                },
+                "clientSecretName": _string(
+                    "A kubernetes.io/tls Secret with the client certificate (tls.crt, tls.key)"
+                    " the operator and the Spark job present under mutual TLS.",
+                    minLength=1,
+                ),
+            },
             required=["secretName"],
         ),
+        "auth": _object(
+            "Bearer-token authentication (needs tls): every call but health checking must"
+            " carry the token, else UNAUTHENTICATED. Data sources get the token from whoever"
+            " manages the Secret. A change rolls the pod.",
+            {
+                "tokenSecretRef": _object(
+                    "The Secret key holding the token.",
+                    {
+                        "name": _string("Name of the Secret.", minLength=1),
+                        "key": _string("Key in the Secret.", minLength=1, default="token"),
+                    },
+                    required=["name"],
+                ),
+            },
+            required=["tokenSecretRef"],
+        ),
         "networkPolicy": _object(
-            "A NetworkPolicy admitting gRPC and metrics traffic to the orderer only from this"
-            " namespace and the listed peers.",
+            "A NetworkPolicy on the orderer: gRPC only from the allowed clients, the Spark"
+            " job's pods and the operator; metrics only from metricsFrom. Everything else is"
+            " refused, this namespace's other pods included.",
             {
                 "enabled": {
                     "type": "boolean",
                     "description": "Create the NetworkPolicy.",
                     "default": False,
                 },
-                "from": {
+                "allowedClients": {
                     "type": "array",
-                    "description": "More NetworkPolicyPeers allowed in (e.g. the data sources'"
-                    " namespace).",
-                    "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                    "description": "Who may send and read (the data sources, evb tail): each a"
+                    " podSelector (pods of this namespace), a namespaceSelector (every pod of"
+                    " those namespaces) or both (those pods of those namespaces).",
+                    "items": _peer_schema(),
+                },
+                "metricsFrom": {
+                    "type": "array",
+                    "description": "Who may scrape the metrics port (e.g. Prometheus's"
+                    " namespace); unset: nobody.",
+                    "items": _peer_schema(),
                 },
             },
             default={},

@@ -34,7 +34,7 @@ from typing import Any
 import kopf
 
 from evb_operator import constants as c
-from evb_operator import crd, kube, specs, validation
+from evb_operator import crd, kube, security, specs, validation
 from evb_operator import status as evb_status
 from orderer import client as orderer_client
 from orderer.errors import ConfigError, EvbError, InterfaceError
@@ -101,6 +101,13 @@ def _orderer_error(error: EvbError) -> kopf.TemporaryError | kopf.PermanentError
     return kopf.TemporaryError(f"orderer unreachable: {error}", delay=RETRY_DELAY)
 
 
+def _operator_labels() -> dict[str, str]:
+    """``EVB_OPERATOR_POD_LABELS`` (``k=v,k=v``, set by the chart) as a mapping."""
+    text = os.environ.get(c.ENV_OPERATOR_POD_LABELS, "")
+    pairs = [item.split("=", 1) for item in text.split(",") if "=" in item]
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
 def _children(
     name: str, namespace: str, valid: validation.ValidSpec, labels: Mapping[str, str]
 ) -> list[dict[str, Any]]:
@@ -111,8 +118,27 @@ def _children(
         orderer_image=os.environ.get(c.ENV_ORDERER_IMAGE, c.DEFAULT_ORDERER_IMAGE),
         spark_image=os.environ.get(c.ENV_SPARK_IMAGE, c.DEFAULT_SPARK_IMAGE),
         operator_namespace=os.environ.get(c.ENV_OPERATOR_NAMESPACE),
+        operator_labels=_operator_labels(),
         labels=labels,
     )
+
+
+async def _security(
+    valid: validation.ValidSpec, namespace: str
+) -> orderer_client.ChannelSecurity | None:
+    """How to reach this orderer (TLS, client certificate, token), from the Secrets the spec
+    names; raises ``SecretProblem`` (an ``EvbError``) when one is missing."""
+    names = security.secret_names(valid)
+    if not names:
+        return None
+    secrets = {}
+    for secret in names:
+        try:
+            found = await kube.current().get("v1", "Secret", namespace, secret)
+        except kube.KubeError as error:
+            raise security.SecretProblem(f"cannot read Secret {secret}: {error}") from None
+        secrets[secret] = security.decode_secret(found)
+    return security.client_security(valid, secrets)
 
 
 def _child(children: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
@@ -223,7 +249,10 @@ async def configure_live(
     endpoint = _endpoint(name, namespace, annotations)
     try:
         config = await orderer_client.configure_async(
-            endpoint, {param: value}, timeout=CONTROL_TIMEOUT
+            endpoint,
+            {param: value},
+            timeout=CONTROL_TIMEOUT,
+            security=await _security(valid, namespace),
         )
     except EvbError as error:
         raise _orderer_error(error) from None
@@ -232,6 +261,8 @@ async def configure_live(
 
 
 @kopf.on.field(*RESOURCE, field="spec.orderer")
+@kopf.on.field(*RESOURCE, field="spec.tls")
+@kopf.on.field(*RESOURCE, field="spec.auth")
 async def roll_orderer(
     reason: str,
     spec: kopf.Spec,
@@ -241,7 +272,8 @@ async def roll_orderer(
     logger: kopf.Logger,
     **_: Any,
 ) -> None:
-    """Image, resources or service settings changed: a new pod template (rolls the pod)."""
+    """Image, resources, service settings, TLS or token changed: a new pod template (rolls the
+    pod). The Spark job's mounts follow with its next spec change."""
     namespace = _namespaced(namespace)
     if reason == "create":
         return
@@ -343,6 +375,7 @@ async def update_network_policy(
 @kopf.on.field(*RESOURCE, field="spec.state")
 async def end_run(
     new: Any,
+    spec: kopf.Spec,
     name: str,
     namespace: str | None,
     annotations: kopf.Annotations,
@@ -356,9 +389,13 @@ async def end_run(
     namespace = _namespaced(namespace)
     if new != "Ended":
         return
+    valid = _valid_or_none(spec)
     endpoint = _endpoint(name, namespace, annotations)
     try:
-        last = await orderer_client.end_run_async(endpoint, timeout=CONTROL_TIMEOUT)
+        reach = None if valid is None else await _security(valid, namespace)
+        last = await orderer_client.end_run_async(
+            endpoint, timeout=CONTROL_TIMEOUT, security=reach
+        )
     except EvbError as error:
         raise _orderer_error(error) from None
     logger.info("ended the run at %s: %d fragments in order", endpoint, last)
@@ -397,7 +434,9 @@ async def refresh_status(
     stats: dict[str, Any] | None = None
     error: str | None = None
     try:
-        stats = await orderer_client.get_stats_async(endpoint, timeout=RPC_TIMEOUT)
+        stats = await orderer_client.get_stats_async(
+            endpoint, timeout=RPC_TIMEOUT, security=await _security(valid, namespace)
+        )
     except EvbError as failure:
         error = str(failure)
     spark = None

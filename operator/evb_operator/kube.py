@@ -31,6 +31,7 @@ PLURALS: dict[str, str] = {
     "StatefulSet": "statefulsets",
     "NetworkPolicy": "networkpolicies",
     "SparkApplication": "sparkapplications",
+    "Secret": "secrets",
     "EventBuilder": "eventbuilders",
 }
 """Resource names of the kinds the operator touches (no discovery needed for these)."""

@@ -18,6 +18,14 @@ The children, all named after the EventBuilder (``constants``):
 - SparkApplication ``<name>-spark`` (``sparkoperator.k8s.io/v1beta2``) running the Spark job
   against the Service.
 - NetworkPolicy ``<name>-orderer``, when ``spec.networkPolicy.enabled``.
+
+Security (``spec.tls``, ``spec.auth``): the orderer gets ``--tls-cert/--tls-key`` (and
+``--tls-client-ca`` under mutual TLS) on the mounted Secret, ``--token-file`` on the mounted
+token; they are flags, not ConfigMap keys, because the ConfigMap is never rewritten while a TLS
+change must roll the pod. The Spark pods mount only ``ca.crt`` of the orderer's Secret, the
+client certificate and the token, and find them through the ``EVB_TLS_*``/``EVB_TOKEN_FILE``
+variables (:meth:`orderer.client.ChannelSecurity.from_env`). With TLS on, the kubelet's probes
+are TCP probes: its gRPC probe cannot speak TLS.
 """
 
 from __future__ import annotations
@@ -109,7 +117,32 @@ def serve_args(valid: ValidSpec) -> list[str]:
         args += ["--retention-bytes", str(orderer["retentionBytes"])]
     if "retentionSeconds" in orderer:
         args += ["--retention-seconds", repr(float(orderer["retentionSeconds"]))]
+    tls = valid.spec.get("tls")
+    if tls is not None:
+        args += ["--tls-cert", f"{c.TLS_DIR}/tls.crt", "--tls-key", f"{c.TLS_DIR}/tls.key"]
+        if tls["mutual"]:
+            args += ["--tls-client-ca", f"{c.TLS_DIR}/ca.crt"]
+    if "auth" in valid.spec:
+        args += ["--token-file", f"{c.AUTH_DIR}/{c.TOKEN_FILE}"]
     return args
+
+
+def _token_volume(valid: ValidSpec) -> dict[str, Any]:
+    ref = valid.spec["auth"]["tokenSecretRef"]
+    return {
+        "name": "auth",
+        "secret": {
+            "secretName": ref["name"],
+            "items": [{"key": ref["key"], "path": c.TOKEN_FILE}],
+            "defaultMode": 0o440,
+        },
+    }
+
+
+def _probe(tls: bool, **timing: int) -> dict[str, Any]:
+    """gRPC health probe; a TCP probe under TLS (the kubelet's gRPC probe has no TLS)."""
+    check = {"tcpSocket": {"port": "grpc"}} if tls else {"grpc": {"port": c.GRPC_PORT}}
+    return {**check, **timing}
 
 
 def build_configmap_spec(
@@ -153,13 +186,10 @@ def build_statefulset_spec(
             {"name": "metrics", "containerPort": c.METRICS_PORT, "protocol": "TCP"},
         ],
         "env": [{"name": "OPENBLAS_NUM_THREADS", "value": "1"}],
-        "readinessProbe": {"grpc": {"port": c.GRPC_PORT}, "periodSeconds": 5},
-        "livenessProbe": {
-            "grpc": {"port": c.GRPC_PORT},
-            "initialDelaySeconds": 10,
-            "periodSeconds": 10,
-            "failureThreshold": 6,
-        },
+        "readinessProbe": _probe("tls" in spec, periodSeconds=5),
+        "livenessProbe": _probe(
+            "tls" in spec, initialDelaySeconds=10, periodSeconds=10, failureThreshold=6
+        ),
         "resources": orderer_spec["resources"],
         "securityContext": dict(RESTRICTED_CONTAINER),
         "volumeMounts": [
@@ -182,6 +212,11 @@ def build_statefulset_spec(
                 "secret": {"secretName": spec["tls"]["secretName"], "defaultMode": 0o440},
             }
         )
+    if "auth" in spec:
+        container["volumeMounts"].append(
+            {"name": "auth", "mountPath": c.AUTH_DIR, "readOnly": True}
+        )
+        volumes.append(_token_volume(valid))
     claim: dict[str, Any] = {
         "metadata": {"name": "data", "labels": pod_labels},
         "spec": {
@@ -261,26 +296,53 @@ def build_service_spec(
     }
 
 
+def _operator_peer(
+    namespace: str, operator_namespace: str | None, operator_labels: Mapping[str, str] | None
+) -> dict[str, Any] | None:
+    """The operator's pods (its labels, in its namespace); None when its namespace is unknown."""
+    if not operator_namespace:
+        return None
+    peer: dict[str, Any] = {}
+    if operator_namespace != namespace:
+        peer["namespaceSelector"] = {
+            "matchLabels": {"kubernetes.io/metadata.name": operator_namespace}
+        }
+    if operator_labels:
+        peer["podSelector"] = {"matchLabels": dict(operator_labels)}
+    elif not peer:  # same namespace, labels unknown: that namespace's pods
+        peer["podSelector"] = {}
+    return peer
+
+
 def build_networkpolicy_spec(
     name: str,
     namespace: str,
     valid: ValidSpec,
     *,
     operator_namespace: str | None = None,
+    operator_labels: Mapping[str, str] | None = None,
     labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Ingress to the orderer only from pods of its own namespace, the operator's namespace and
-    the peers listed in ``spec.networkPolicy.from``."""
-    peers: list[dict[str, Any]] = [{"podSelector": {}}]
-    if operator_namespace and operator_namespace != namespace:
-        peers.append(
+    """Ingress to the orderer's gRPC port only from ``spec.networkPolicy.allowedClients``, the
+    Spark job's pods (by label) and the operator's pods; to its metrics port only from
+    ``metricsFrom``. A policy with no rule for a port closes it."""
+    policy = valid.spec["networkPolicy"]
+    clients: list[dict[str, Any]] = [dict(peer) for peer in policy.get("allowedClients", [])]
+    if valid.has_spark:
+        clients.append({"podSelector": {"matchLabels": selector_labels(name, "spark")}})
+    operator = _operator_peer(namespace, operator_namespace, operator_labels)
+    if operator is not None:
+        clients.append(operator)
+    rules: list[dict[str, Any]] = []
+    if clients:
+        rules.append({"from": clients, "ports": [{"protocol": "TCP", "port": c.GRPC_PORT}]})
+    if policy.get("metricsFrom"):
+        rules.append(
             {
-                "namespaceSelector": {
-                    "matchLabels": {"kubernetes.io/metadata.name": operator_namespace}
-                }
+                "from": [dict(peer) for peer in policy["metricsFrom"]],
+                "ports": [{"protocol": "TCP", "port": c.METRICS_PORT}],
             }
         )
-    peers += [dict(peer) for peer in valid.spec["networkPolicy"].get("from", [])]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -292,15 +354,7 @@ def build_networkpolicy_spec(
         "spec": {
             "podSelector": {"matchLabels": selector_labels(name, "orderer")},
             "policyTypes": ["Ingress"],
-            "ingress": [
-                {
-                    "from": peers,
-                    "ports": [
-                        {"protocol": "TCP", "port": c.GRPC_PORT},
-                        {"protocol": "TCP", "port": c.METRICS_PORT},
-                    ],
-                }
-            ],
+            "ingress": rules,
         },
     }
 
@@ -366,6 +420,7 @@ def build_sparkapplication_spec(
     }
     if "imagePullPolicy" in spark:
         spec["imagePullPolicy"] = spark["imagePullPolicy"]
+    _spark_security(spec, valid)
     if spark.get("sparkConf"):
         spec["sparkConf"] = dict(spark["sparkConf"])
     return {
@@ -380,6 +435,51 @@ def build_sparkapplication_spec(
     }
 
 
+def _spark_security(spec: dict[str, Any], valid: ValidSpec) -> None:
+    """Driver and executors reach the orderer like any client: the CA (only ``ca.crt`` of the
+    orderer's Secret: its key stays in the orderer pod), the client certificate under mutual
+    TLS, the token; found through the ``EVB_TLS_*``/``EVB_TOKEN_FILE`` variables."""
+    tls, auth = valid.spec.get("tls"), valid.spec.get("auth")
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    env: list[dict[str, Any]] = []
+    if tls is not None:
+        volumes.append(
+            {
+                "name": "orderer-ca",
+                "secret": {
+                    "secretName": tls["secretName"],
+                    "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                    "defaultMode": 0o440,
+                },
+            }
+        )
+        mounts.append({"name": "orderer-ca", "mountPath": c.TLS_DIR, "readOnly": True})
+        env.append({"name": "EVB_TLS_CA", "value": f"{c.TLS_DIR}/ca.crt"})
+        if tls["mutual"]:
+            volumes.append(
+                {
+                    "name": "client-tls",
+                    "secret": {"secretName": tls["clientSecretName"], "defaultMode": 0o440},
+                }
+            )
+            mounts.append({"name": "client-tls", "mountPath": c.CLIENT_TLS_DIR, "readOnly": True})
+            env += [
+                {"name": "EVB_TLS_CERT", "value": f"{c.CLIENT_TLS_DIR}/tls.crt"},
+                {"name": "EVB_TLS_KEY", "value": f"{c.CLIENT_TLS_DIR}/tls.key"},
+            ]
+    if auth is not None:
+        volumes.append(_token_volume(valid))
+        mounts.append({"name": "auth", "mountPath": c.AUTH_DIR, "readOnly": True})
+        env.append({"name": "EVB_TOKEN_FILE", "value": f"{c.AUTH_DIR}/{c.TOKEN_FILE}"})
+    if not volumes:
+        return
+    spec["volumes"] = volumes
+    for role in ("driver", "executor"):
+        spec[role]["volumeMounts"] = [dict(m) for m in mounts]
+        spec[role]["env"] = [dict(e) for e in env]
+
+
 # ----------------------------------------------------------------------------- all of them
 
 
@@ -391,6 +491,7 @@ def build_children(
     orderer_image: str,
     spark_image: str,
     operator_namespace: str | None = None,
+    operator_labels: Mapping[str, str] | None = None,
     labels: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Every child, in creation order: configuration before the pod that mounts it, the
@@ -403,7 +504,12 @@ def build_children(
     if valid.spec["networkPolicy"]["enabled"]:
         children.append(
             build_networkpolicy_spec(
-                name, namespace, valid, operator_namespace=operator_namespace, labels=labels
+                name,
+                namespace,
+                valid,
+                operator_namespace=operator_namespace,
+                operator_labels=operator_labels,
+                labels=labels,
             )
         )
     if valid.has_spark:

@@ -233,18 +233,33 @@ def observe(
                 )
             )
     if "tls" in valid.spec:
-        conditions = set_condition(
-            conditions,
-            type="TLS",
-            status=False,
-            reason="NotServedYet",
-            message=f"Secret {valid.spec['tls']['secretName']} is mounted at /etc/evb/tls, but"
-            " evb serve does not terminate TLS yet: the gRPC endpoint is plaintext",
-            now=now,
-        )
+        conditions = set_condition(conditions, **_tls_condition(valid, stats is not None), now=now)
     new["phase"] = phase or "Pending"
     new["conditions"] = conditions
     return new, notices
+
+
+def _tls_condition(valid: ValidSpec, served: bool) -> dict[str, Any]:
+    """TLS=True once the orderer answered the operator over TLS (the operator never falls back
+    to plaintext, so an answer proves the endpoint serves TLS); False until then."""
+    tls = valid.spec["tls"]
+    how = "mutual TLS" if tls["mutual"] else "TLS"
+    if "auth" in valid.spec:
+        how += " with a bearer token"
+    if served:
+        return {
+            "type": "TLS",
+            "status": True,
+            "reason": "Served",
+            "message": f"the orderer serves {how} with the certificate of Secret"
+            f" {tls['secretName']}",
+        }
+    return {
+        "type": "TLS",
+        "status": False,
+        "reason": "NotVerified",
+        "message": f"the orderer has not answered over {how} yet",
+    }
 
 
 def _counter_notices(

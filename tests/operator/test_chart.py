@@ -37,6 +37,7 @@ NAMESPACED_RULES = [
     {"apiGroups": ["evb.io"], "resources": ["eventbuilders/finalizers"], "verbs": ["update"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     {"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": ["create", "delete"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
     {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["create", "patch", "delete"]},
     {
         "apiGroups": ["networking.k8s.io"],
@@ -52,7 +53,8 @@ NAMESPACED_RULES = [
 """Exactly what the operator does: kopf watches and patches EventBuilders (finalizer, progress
 annotations, status) and posts Events; the handlers create, patch and delete the children and
 read the SparkApplication's state. update on eventbuilders/finalizers is what an owner reference
-with blockOwnerDeletion requires. Nothing reads Secrets or Pods."""
+with blockOwnerDeletion requires. Secrets are only read (get), those spec.tls/spec.auth name;
+nothing reads Pods. tests/operator/test_rbac.py derives the same set from the code."""
 CRD_RULE = {
     "apiGroups": ["apiextensions.k8s.io"],
     "resources": ["customresourcedefinitions"],

@@ -34,10 +34,15 @@ FULL_SPEC: dict[str, Any] = {
         "retentionBytes": 1 << 30,
         "retentionSeconds": 3600,
     },
-    "tls": {"secretName": "run-tls"},
+    "tls": {"secretName": "run-tls", "mutual": True, "clientSecretName": "run-client"},
+    "auth": {"tokenSecretRef": {"name": "run-token", "key": "daq"}},
     "networkPolicy": {
         "enabled": True,
-        "from": [{"namespaceSelector": {"matchLabels": {"a": "b"}}}],
+        "allowedClients": [
+            {"namespaceSelector": {"matchLabels": {"a": "b"}}},
+            {"podSelector": {"matchLabels": {"role": "tail"}}},
+        ],
+        "metricsFrom": [{"namespaceSelector": {"matchLabels": {"team": "monitoring"}}}],
     },
     "spark": {
         "image": "registry.example/evb-spark:1.2",
@@ -185,14 +190,92 @@ def test_the_full_spec_reaches_the_orderer_and_the_job() -> None:
     assert app["image"] == "registry.example/evb-spark:1.2"
 
 
-def test_the_network_policy_lets_in_the_namespace_the_operator_and_the_listed_peers() -> None:
-    policy = _by_kind(_children(FULL_SPEC))["NetworkPolicy"]
-    peers = policy["spec"]["ingress"][0]["from"]
-    assert {"podSelector": {}} in peers
-    assert {
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "evb-system"}}
-    } in peers
-    assert {"namespaceSelector": {"matchLabels": {"a": "b"}}} in peers
+def _ingress(policy: dict[str, Any]) -> dict[int, list[dict[str, Any]]]:
+    """Port -> the peers allowed to it."""
+    allowed: dict[int, list[dict[str, Any]]] = {}
+    for rule in policy["spec"]["ingress"]:
+        for port in rule["ports"]:
+            assert port["protocol"] == "TCP"
+            allowed.setdefault(port["port"], []).extend(rule["from"])
+    return allowed
+
+
+def test_the_network_policy_admits_only_the_clients_the_spark_job_and_the_operator() -> None:
+    valid = validation.validate(FULL_SPEC)
+    policy = specs.build_networkpolicy_spec(
+        "run1",
+        "daq",
+        valid,
+        operator_namespace="evb-system",
+        operator_labels={"app.kubernetes.io/name": "evb-operator"},
+    )
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    allowed = _ingress(policy)
+    assert set(allowed) == {c.GRPC_PORT, c.METRICS_PORT}
+    spark_pods = _by_kind(_children(FULL_SPEC))["SparkApplication"]["spec"]["driver"]["labels"]
+    assert allowed[c.GRPC_PORT] == [
+        {"namespaceSelector": {"matchLabels": {"a": "b"}}},
+        {"podSelector": {"matchLabels": {"role": "tail"}}},
+        {"podSelector": {"matchLabels": specs.selector_labels("run1", "spark")}},
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "evb-system"}},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "evb-operator"}},
+        },
+    ]
+    spark_selector = allowed[c.GRPC_PORT][2]["podSelector"]["matchLabels"]
+    assert spark_selector.items() <= spark_pods.items()  # it selects the job's pods
+    assert allowed[c.METRICS_PORT] == [
+        {"namespaceSelector": {"matchLabels": {"team": "monitoring"}}}
+    ]
+    # nobody else: no empty selector (a whole namespace) anywhere
+    assert all(peer.get("podSelector") != {} for peers in allowed.values() for peer in peers)
+
+
+def test_a_bare_network_policy_admits_the_operator_only_and_closes_the_metrics_port() -> None:
+    valid = validation.validate({"networkPolicy": {"enabled": True}})
+    same = _ingress(
+        specs.build_networkpolicy_spec(
+            "r", "daq", valid, operator_namespace="daq", operator_labels={"k": "v"}
+        )
+    )
+    assert same == {c.GRPC_PORT: [{"podSelector": {"matchLabels": {"k": "v"}}}]}
+    unknown = specs.build_networkpolicy_spec("r", "daq", valid)
+    assert unknown["spec"]["ingress"] == []  # no peer declared: nothing gets in
+
+
+def test_tls_and_the_token_reach_the_orderer_and_the_spark_pods() -> None:
+    valid = validation.validate(FULL_SPEC)
+    kinds = _by_kind(_children(FULL_SPEC))
+    pod = kinds["StatefulSet"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = build_parser().parse_args(container["args"])
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert str(args.tls_cert) == f"{mounts['tls']['mountPath']}/tls.crt"
+    assert str(args.tls_key) == f"{mounts['tls']['mountPath']}/tls.key"
+    assert str(args.tls_client_ca) == f"{mounts['tls']['mountPath']}/ca.crt"
+    assert str(args.token_file) == f"{mounts['auth']['mountPath']}/token"
+    assert volumes["auth"]["secret"]["secretName"] == "run-token"
+    assert volumes["auth"]["secret"]["items"] == [{"key": "daq", "path": "token"}]
+    assert all(m["readOnly"] for name, m in mounts.items() if name in ("tls", "auth"))
+    assert "tcpSocket" in container["readinessProbe"]  # the kubelet's gRPC probe has no TLS
+    app = kinds["SparkApplication"]["spec"]
+    spark_volumes = {v["name"]: v for v in app["volumes"]}
+    # the Spark pods get the CA only, never the orderer's key
+    assert spark_volumes["orderer-ca"]["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+    assert spark_volumes["client-tls"]["secret"]["secretName"] == "run-client"
+    for role in ("driver", "executor"):
+        env = {e["name"]: e["value"] for e in app[role]["env"]}
+        where = {m["name"]: m["mountPath"] for m in app[role]["volumeMounts"]}
+        assert env == {
+            "EVB_TLS_CA": f"{where['orderer-ca']}/ca.crt",
+            "EVB_TLS_CERT": f"{where['client-tls']}/tls.crt",
+            "EVB_TLS_KEY": f"{where['client-tls']}/tls.key",
+            "EVB_TOKEN_FILE": f"{where['auth']}/token",
+        }
+    plain = validation.validate({})
+    assert "--tls-cert" not in specs.serve_args(plain)
+    assert valid.spec["tls"]["mutual"] is True
 
 
 def test_building_is_pure() -> None:

@@ -147,10 +147,23 @@ def test_an_invalid_spec_status_names_the_field() -> None:
     }
 
 
-def test_a_tls_secret_is_reported_as_not_served_yet() -> None:
-    valid = validation.validate({"tls": {"secretName": "run-tls"}})
+def test_tls_is_reported_served_once_the_orderer_answered_over_it() -> None:
+    valid = validation.validate(
+        {"tls": {"secretName": "run-tls"}, "auth": {"tokenSecretRef": {"name": "t"}}}
+    )
+    before, _ = status.observe(
+        {}, valid=valid, endpoint="e", stats=None, error="refused", spark=None, now=NOW
+    )
+    (tls,) = [c for c in before["conditions"] if c["type"] == "TLS"]
+    assert (tls["status"], tls["reason"]) == ("False", "NotVerified")
     new, _ = status.observe(
-        {}, valid=valid, endpoint="e", stats=_stats(), error=None, spark=None, now=NOW
+        before, valid=valid, endpoint="e", stats=_stats(), error=None, spark=None, now=NOW
     )
     (tls,) = [c for c in new["conditions"] if c["type"] == "TLS"]
-    assert tls["status"] == "False" and "plaintext" in tls["message"]
+    assert (tls["status"], tls["reason"]) == ("True", "Served")
+    assert "run-tls" in tls["message"] and "bearer token" in tls["message"]
+    plain, _ = status.observe(
+        {}, valid=validation.validate({}), endpoint="e", stats=_stats(), error=None, spark=None,
+        now=NOW,
+    )
+    assert not [c for c in plain["conditions"] if c["type"] == "TLS"]
