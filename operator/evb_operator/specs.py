@@ -62,6 +62,19 @@ RESTRICTED_CONTAINER: dict[str, Any] = {
 }
 """The Pod Security Standard "restricted" for a container, plus a read-only root."""
 
+RESTRICTED_POD: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": c.RUN_AS_USER,
+    "runAsGroup": c.RUN_AS_USER,
+    "fsGroup": c.RUN_AS_USER,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+"""The pod half of "restricted": fixed non-root ids, RuntimeDefault seccomp."""
+
+SPARK_SCRATCH = {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}
+"""The Spark pods' writable /tmp (their root filesystem is read-only; Spark's local dirs are
+emptyDirs the Spark operator adds)."""
+
 
 def labels_for(name: str, component: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """Labels of a child: ``extra`` (the EventBuilder's own labels) under the standard ones."""
@@ -246,13 +259,7 @@ def build_statefulset_spec(
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
                     "terminationGracePeriodSeconds": c.TERMINATION_GRACE_SECONDS,
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": c.RUN_AS_USER,
-                        "runAsGroup": c.RUN_AS_USER,
-                        "fsGroup": c.RUN_AS_USER,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
+                    "securityContext": dict(RESTRICTED_POD),
                     "containers": [container],
                     "volumes": volumes,
                 },
@@ -410,13 +417,20 @@ def build_sparkapplication_spec(
             "memory": spark["driver"]["memory"],
             "serviceAccount": spark["serviceAccount"],
             "labels": pod_labels,
+            "podSecurityContext": dict(RESTRICTED_POD),
+            "securityContext": dict(RESTRICTED_CONTAINER),
+            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
         },
         "executor": {
             "instances": spark["executors"]["instances"],
             "cores": spark["executors"]["cores"],
             "memory": spark["executors"]["memory"],
             "labels": pod_labels,
+            "podSecurityContext": dict(RESTRICTED_POD),
+            "securityContext": dict(RESTRICTED_CONTAINER),
+            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
         },
+        "volumes": [dict(SPARK_SCRATCH)],
     }
     if "imagePullPolicy" in spark:
         spec["imagePullPolicy"] = spark["imagePullPolicy"]
@@ -474,9 +488,9 @@ def _spark_security(spec: dict[str, Any], valid: ValidSpec) -> None:
         env.append({"name": "EVB_TOKEN_FILE", "value": f"{c.AUTH_DIR}/{c.TOKEN_FILE}"})
     if not volumes:
         return
-    spec["volumes"] = volumes
+    spec["volumes"] += volumes
     for role in ("driver", "executor"):
-        spec[role]["volumeMounts"] = [dict(m) for m in mounts]
+        spec[role]["volumeMounts"] += [dict(m) for m in mounts]
         spec[role]["env"] = [dict(e) for e in env]
 
 

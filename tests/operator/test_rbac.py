@@ -1,0 +1,168 @@
+"""RBAC is derived, not copied: every handler of ``evb_operator.handlers`` runs, on every path
+that calls the Kubernetes API (create, spec changes, network policy on and off, Spark section
+changed and removed, end of run, the status timer, deletion), with a spec that uses every
+feature (TLS, mutual TLS, token, NetworkPolicy, Spark), against a recording stand-in of
+:mod:`evb_operator.kube`. The (apiGroup, resource, verb) set it records, plus what kopf itself
+needs, must equal exactly the set the chart renders: a verb added to the chart without a use
+fails, and so does a new call the chart does not grant.
+
+The stand-in replaces the operator's four-verb HTTP client (``kube.Kube``) and the orderer's
+client calls: no API server or orderer runs here (``tests/e2e/test_operator.py`` runs the real
+operator against an API emulator and checks its calls against the chart too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from typing import Any
+
+import kopf
+import pytest
+
+from evb_operator import handlers, kube
+from tests.operator.test_chart import GENERATOR, WATCHED
+
+SPEC: dict[str, Any] = {
+    "sources": [1, 2],
+    "tls": {"secretName": "run-tls", "mutual": True, "clientSecretName": "run-client"},
+    "auth": {"tokenSecretRef": {"name": "run-token"}},
+    "networkPolicy": {"enabled": True, "allowedClients": [{"podSelector": {}}]},
+    "spark": {"dt": 10, "output": {"path": "file:///tmp/out"}},
+}
+
+KOPF_NEEDS = {
+    ("evb.io", "eventbuilders", "list"),  # the watch stream starts with a list
+    ("evb.io", "eventbuilders", "watch"),
+    ("evb.io", "eventbuilders", "patch"),  # finalizer, progress and diff-base annotations
+    ("evb.io", "eventbuilders/status", "patch"),  # every patch.status of the handlers
+    ("evb.io", "eventbuilders/finalizers", "update"),  # owner references blockOwnerDeletion
+    ("", "events", "create"),  # kopf.event and handler failures
+    ("apiextensions.k8s.io", "customresourcedefinitions", "list"),  # resource discovery
+    ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+}
+"""What kopf does on the operator's behalf (kopf/_cogs/clients, _core/reactor)."""
+KOPF_WATCHING_NAMESPACES = {("", "namespaces", "list"), ("", "namespaces", "watch")}
+"""kopf's namespace observer, when it runs with --namespace (a list of namespaces)."""
+
+
+def _secret(**data: bytes) -> dict[str, Any]:
+    return {"data": {key: base64.b64encode(value).decode() for key, value in data.items()}}
+
+
+class Recorder:
+    """Stands in for :class:`evb_operator.kube.Kube`: records (apiGroup, resource, verb)."""
+
+    def __init__(self) -> None:
+        self.calls: set[tuple[str, str, str]] = set()
+
+    def _record(self, api_version: str, kind: str, verb: str) -> None:
+        group = api_version.rsplit("/", 1)[0] if "/" in api_version else ""
+        path = kube.resource_path(api_version, kind, "ns")  # the kinds the client knows
+        self.calls.add((group, path.rsplit("/", 1)[1], verb))
+
+    async def create(self, obj: dict[str, Any]) -> bool:
+        self._record(obj["apiVersion"], obj["kind"], "create")
+        return True
+
+    async def get(self, api_version: str, kind: str, namespace: str, name: str) -> Any:
+        self._record(api_version, kind, "get")
+        if kind == "Secret":
+            return _secret(**{"ca.crt": b"CA", "tls.crt": b"C", "tls.key": b"K", "token": b"t"})
+        return {"metadata": {"name": name}, "status": {}}
+
+    async def patch(
+        self, api_version: str, kind: str, namespace: str, name: str, patch: Any
+    ) -> Any:
+        self._record(api_version, kind, "patch")
+        return {}
+
+    async def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
+        self._record(api_version, kind, "delete")
+        return True
+
+
+def _used_by_the_handlers(monkeypatch: pytest.MonkeyPatch) -> set[tuple[str, str, str]]:
+    recorder = Recorder()
+    monkeypatch.setattr(kube, "current", lambda: recorder)
+
+    async def stats(*_: Any, **__: Any) -> dict[str, Any]:
+        return {
+            "totals": {},
+            "config": {"build_window": 20.0},
+            "sources": {},
+            "barriers": {},
+            "run_ended": False,
+        }
+
+    async def control(*_: Any, **__: Any) -> Any:
+        return {"build_window": 20.0}
+
+    async def end(*_: Any, **__: Any) -> int:
+        return 0
+
+    monkeypatch.setattr(handlers.orderer_client, "get_stats_async", stats)
+    monkeypatch.setattr(handlers.orderer_client, "configure_async", control)
+    monkeypatch.setattr(handlers.orderer_client, "end_run_async", end)
+    monkeypatch.setattr(handlers.kopf, "event", lambda *_, **__: None)
+    body = {
+        "apiVersion": "evb.io/v1alpha1",
+        "kind": "EventBuilder",
+        "metadata": {"name": "run", "namespace": "daq", "uid": "u-1"},
+        "spec": SPEC,
+    }
+    common: dict[str, Any] = {
+        "body": body,
+        "spec": SPEC,
+        "name": "run",
+        "namespace": "daq",
+        "labels": {},
+        "annotations": {},
+        "status": {},
+        "patch": kopf.Patch(),
+        "logger": __import__("logging").getLogger("test"),
+    }
+    no_policy = {**SPEC, "networkPolicy": {"enabled": False}}
+
+    async def every_path() -> None:
+        await handlers.reconcile(**common)
+        await handlers.configure_live(**{**common, "param": "buildWindow", "reason": "update"})
+        await handlers.roll_orderer(**{**common, "reason": "update"})
+        await handlers.update_spark(**{**common, "reason": "update", "old": {}, "new": {}})
+        await handlers.update_spark(**{**common, "reason": "update", "old": {}, "new": None})
+        await handlers.update_network_policy(**{**common, "reason": "update"})
+        await handlers.update_network_policy(**{**common, "reason": "update", "spec": no_policy})
+        await handlers.end_run(**{**common, "new": "Ended"})
+        await handlers.refresh_status(**common)
+        await handlers.delete_children(**common)
+
+    asyncio.run(every_path())
+    return recorder.calls
+
+
+def _granted(values: dict[str, Any] | None) -> set[tuple[str, str, str]]:
+    granted = set()
+    for obj in GENERATOR.render_chart(values):
+        if obj["kind"] in ("ClusterRole", "Role"):
+            for rule in obj["rules"]:
+                for group in rule["apiGroups"]:
+                    for resource in rule["resources"]:
+                        granted |= {(group, resource, verb) for verb in rule["verbs"]}
+    return granted
+
+
+def test_the_chart_grants_exactly_the_verbs_the_operator_uses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    used = _used_by_the_handlers(monkeypatch)
+    # what the handlers do on their own
+    assert ("", "secrets", "get") in used  # the operator's TLS material; never list or watch
+    assert not {call for call in used if call[1] == "secrets" and call[2] != "get"}
+    assert _granted(None) == used | KOPF_NEEDS
+    assert _granted(WATCHED) == used | KOPF_NEEDS | KOPF_WATCHING_NAMESPACES
+
+
+def test_a_verb_granted_without_use_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The comparison can fail: an extra grant (list on secrets) is a difference."""
+    used = _used_by_the_handlers(monkeypatch)
+    assert _granted(None) | {("", "secrets", "list")} != used | KOPF_NEEDS
