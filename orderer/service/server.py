@@ -649,7 +649,11 @@ class OrdererService:
         streams end UNAVAILABLE (clients back off and resend what was not acknowledged; what
         the service already holds is deduplicated, then acknowledged once written)."""
         if self.degraded is None:
-            log.error("the log volume refuses writes (%s): input refused, retrying", error)
+            log.error(
+                "the log volume of %s refuses writes (%s): input refused, retrying",
+                self._arrivals.directory.parent,
+                error,
+            )
             self.health_changed.set()
         self.degraded = error
         for stream in self._streams:
@@ -665,7 +669,8 @@ class OrdererService:
             return ServiceUnavailable(f"the orderer's storage failed ({self.failed}); retry later")
         if self.degraded is not None:
             return ServiceUnavailable(
-                f"the log volume refuses writes ({self.degraded}); nothing more is acknowledged"
+                f"the log volume of {self._arrivals.directory.parent} refuses writes"
+                f" ({self.degraded}); nothing more is acknowledged"
                 " until it has space again; retry later"
             )
         return ServiceUnavailable("the orderer is shutting down; reconnect and resend")

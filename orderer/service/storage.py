@@ -411,6 +411,10 @@ class ArrivalLog:
         )
 
     @property
+    def directory(self) -> Path:
+        return self._stream.directory
+
+    @property
     def records(self) -> int:
         return self._stream.rows
 

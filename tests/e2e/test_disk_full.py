@@ -1,0 +1,179 @@
+"""A full log volume, for real: ``evb serve`` keeps its logs on a small tmpfs that the test fills
+to the last byte in the middle of a run. The service must say clearly what is wrong (log line,
+``UNAVAILABLE`` naming the volume, health ``NOT_SERVING``), stop acknowledging, and, once space
+is freed, resume by itself: the client's resends complete the run and the ordered log holds every
+fragment exactly once, in the order ``evb replay`` gives for the server's own arrival record."""
+
+from __future__ import annotations
+
+import collections
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from orderer.batch import FragmentBatch
+from orderer.client import OrderedStreamReader, SourceClient, end_run, get_stats
+from orderer.config import OrdererConfig
+from orderer.replay import read_records, replay
+from orderer.service.storage import ArrivalLog
+from tests.e2e.conftest import ServerProcess
+
+SOURCES = (1, 2)
+PER_PHASE = 5000
+"""Fragments per source before and after the volume fills."""
+CONFIG = OrdererConfig(build_window=0.2, startup_delay=0.1, sources=SOURCES)
+SERVE_FLAGS = ["--build-window", "0.2", "--startup-delay", "0.1", "--sources", "1,2"]
+
+
+@pytest.fixture
+def small_volume(tmp_path: Path) -> Iterator[Path]:
+    """A 16 MiB tmpfs: a volume that really runs out of space (needs CAP_SYS_ADMIN)."""
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(volume)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs to fill (not privileged): {mounted.stderr.strip()}")
+    try:
+        yield volume
+    finally:
+        subprocess.run(["umount", "-l", str(volume)], check=False)
+
+
+def _fill(volume: Path) -> Path:
+    """Write zeros until the volume refuses (ENOSPC): not a byte is left for the server."""
+    filler = volume / "filler"
+    block = bytes(64 << 10)
+    with filler.open("wb", buffering=0) as out:
+        try:
+            while True:
+                out.write(block)
+        except OSError:
+            pass
+        try:
+            while True:
+                out.write(b"\0")
+        except OSError:
+            pass
+    return filler
+
+
+def _phase(first: int) -> list[FragmentBatch]:
+    """PER_PHASE fragments per source, timestamps interleaved and rising across phases."""
+    ts = np.arange(first, first + PER_PHASE, dtype=np.uint64) * 10
+    return [
+        FragmentBatch.from_arrays(
+            source, ts + source, payloads=[b"%031d%d" % (i, source) for i in range(len(ts))]
+        )
+        for source in SOURCES
+    ]
+
+
+def _send(client: SourceClient, batches: list[FragmentBatch]) -> None:
+    for batch in batches:
+        client.send_fragments(batch)
+    client.flush()
+
+
+def _health(target: str) -> int:
+    with grpc.insecure_channel(target) as channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=""), timeout=5
+        )
+    return int(reply.status)
+
+
+def _wait(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.05)
+
+
+def test_full_log_volume_stops_acks_then_resumes_losing_nothing(
+    small_volume: Path, server_factory: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    server = server_factory(small_volume / "data", *SERVE_FLAGS)
+    client = SourceClient(
+        server.target, sources=SOURCES, batch_size=500, linger=0.01, backoff_max=0.3
+    )
+    try:
+        _send(client, _phase(0))
+        client.wait_acked(timeout=60)
+        acked_before = {s: client.acked(s) for s in SOURCES}
+        assert all(n == PER_PHASE for n in acked_before.values())
+
+        filler = _fill(small_volume)
+        _send(client, _phase(PER_PHASE))
+        _wait(lambda: _health(server.target) == health_pb2.HealthCheckResponse.NOT_SERVING,
+              "the service reports NOT_SERVING")  # fmt: skip
+        assert f"log volume of {small_volume / 'data'} refuses writes" in server.log_text()
+        assert "No space left on device" in server.log_text()
+        time.sleep(2.0)  # two storage retries: still no acknowledgement
+        assert {s: client.acked(s) for s in SOURCES} == acked_before
+        assert client.unacked() == PER_PHASE * len(SOURCES)
+        with pytest.raises(ConnectionError, match="log volume refuses writes"):
+            probe = SourceClient(server.target, sources=[1], reconnect_timeout=0.5)
+            try:
+                probe.send(1, 0)
+                probe.flush()
+                probe.wait_acked(timeout=10)
+            finally:
+                probe.close()
+        assert server.alive()
+
+        filler.unlink()
+        _wait(lambda: _health(server.target) == health_pb2.HealthCheckResponse.SERVING,
+              "the service serves again")  # fmt: skip
+        client.wait_acked(timeout=60)
+        assert all(client.acked(s) == 2 * PER_PHASE for s in SOURCES)
+        for s in SOURCES:
+            client.end_source(s)
+        client.flush()
+    finally:
+        client.close()
+
+    end = end_run(server.target)
+    total = 2 * PER_PHASE * len(SOURCES)
+    rows = [
+        (int(s), int(ts), int(b), bool(late))
+        for batch in OrderedStreamReader(server.target, 0, until=end)
+        for s, ts, b, late in zip(
+            batch.source, batch.timestamp, batch.barrier, batch.late, strict=True
+        )
+    ]
+    payloads = [
+        (int(batch.source[i]), int(batch.timestamp[i]), batch.payload_of(i))
+        for batch in OrderedStreamReader(server.target, 0, until=end)
+        for i in range(len(batch))
+    ]
+    assert end == total == len(rows) == len(payloads)
+    sent = collections.Counter(
+        (int(s), int(ts)) for b in _phase(0) + _phase(PER_PHASE)
+        for s, ts in zip(b.source, b.timestamp, strict=True)
+    )  # fmt: skip
+    assert collections.Counter((s, ts) for s, ts, _, _ in rows) == sent  # each exactly once
+    assert all(p == b"%031d%d" % ((ts // 10) % PER_PHASE, s) for s, ts, p in payloads)
+    assert get_stats(server.target)["totals"]["received"] == total
+    assert server.stop() == 0
+
+    arrivals = ArrivalLog.open(small_volume / "data" / "arrivals")
+    assert arrivals.export_replay(tmp_path / "arrivals.jsonl") == 0
+    arrivals.close()
+    with (tmp_path / "arrivals.jsonl").open() as lines:
+        emitted, _ = replay(read_records(lines), CONFIG)
+    assert rows == [
+        (int(s), int(ts), int(b), bool(late))
+        for s, ts, b, late in zip(
+            emitted.source, emitted.timestamp, emitted.barrier, emitted.late, strict=True
+        )
+    ]
