@@ -218,6 +218,7 @@ def _cmd_send(args: argparse.Namespace) -> int:
             end_sources=not args.no_end,
             progress=progress,
             client_options=options,
+            resume=args.resume,
         )
     print(json.dumps(summary), flush=True)
     return 0
@@ -383,6 +384,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     synthetic.add_argument("--only-sources", metavar="1,2", help="send only these sources")
     synthetic.add_argument("--no-end", action="store_true", help="do not end the sources")
+    synthetic.add_argument(
+        "--resume",
+        action="store_true",
+        help="after a crash: skip what the server already holds of each source",
+    )
     send.add_argument(
         "--speed", type=float, default=1.0, help="time factor; 0 sends as fast as possible"
     )

@@ -23,7 +23,9 @@ from rich.table import Table
 from orderer.batch import EmittedBatch, FragmentBatch
 from orderer.client import ChannelSecurity, OrderedStreamReader, SourceClient, get_stats
 from orderer.config import SOURCE_COUNTERS
+from orderer.errors import ServiceUnavailable
 from orderer.replay import END, FRAGMENT, WATERMARK, RecordColumns, read_records, write_emitted
+from orderer.service.convert import slice_batch
 from orderer.synthetic import SyntheticRun, iter_batches
 
 __all__ = ["print_stats", "send_records", "send_synthetic", "stats_table", "tail"]
@@ -67,16 +69,47 @@ def send_synthetic(
     end_sources: bool = True,
     progress: bool = True,
     client_options: dict[str, Any] | None = None,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Send a synthetic run (:mod:`orderer.synthetic`) as live sources would, paced by its
-    arrival times; ``only_sources`` lets several processes each play their own sources."""
+    arrival times; ``only_sources`` lets several processes each play their own sources.
+
+    ``resume``: a sender restarted after a crash (kill -9) plays the same run again but skips,
+    per source, the fragments the server already holds (its durable sequence, which the client
+    learns on connecting) and numbers the rest on from there: nothing is lost or duplicated."""
     wanted = set(spec.source_ids if only_sources is None else only_sources)
     batches = [(t, b) for t, b in iter_batches(spec) if int(b.source[0]) in wanted]
-    steps: list[_Step] = [(t, _fragments(b), len(b)) for t, b in batches]
-    if end_sources:
-        last = max((t for t, _ in batches), default=0.0)
-        steps += [(last, _end(source), 0) for source in sorted(wanted)]
+
+    def steps(done: dict[int, int]) -> list[_Step]:
+        out: list[_Step] = [
+            (t, _fragments(b), len(b)) for t, b in _skip_done(batches, done)
+        ]
+        if end_sources:
+            last = max((t for t, _ in batches), default=0.0)
+            out += [(last, _end(source), 0) for source in sorted(wanted)]
+        return out
+
+    if not resume:
+        return _send(target, steps({}), sorted(wanted), speed, progress, client_options)
     return _send(target, steps, sorted(wanted), speed, progress, client_options)
+
+
+def _skip_done(
+    batches: list[tuple[float, FragmentBatch]], done: dict[int, int]
+) -> Iterator[tuple[float, FragmentBatch]]:
+    """The batches without the first ``done[source]`` fragments of each (single-source)
+    batch's source."""
+    seen: dict[int, int] = {}
+    for t, batch in batches:
+        source = int(batch.source[0])
+        before = seen.get(source, 0)
+        seen[source] = before + len(batch)
+        skip = done.get(source, 0) - before
+        if skip >= len(batch):
+            continue
+        if skip > 0:
+            batch = slice_batch(batch, skip)
+        yield t, batch
 
 
 def send_records(
@@ -96,15 +129,19 @@ def send_records(
 
 def _send(
     target: str,
-    steps: list[_Step],
+    steps: list[_Step] | Callable[[dict[int, int]], list[_Step]],
     sources: list[int],
     speed: float,
     progress: bool,
     client_options: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    total = sum(count for _, _, count in steps)
+    """Play the steps; given a function instead, call it with what the server already holds
+    of each source (resume)."""
     started = time.monotonic()
     with SourceClient(target, sources=sources, **(client_options or {})) as client:
+        if callable(steps):
+            steps = steps(_durable_sequences(client, sources))
+        total = sum(count for _, _, count in steps)
         sent = _paced(steps, client, speed=speed, total=total, progress=progress)
         client.flush()
         client.wait_acked()
@@ -116,6 +153,18 @@ def _send(
         "acked": acked,
         "reconnects": reconnects,
     }
+
+
+def _durable_sequences(
+    client: SourceClient, sources: list[int], timeout: float = 120.0
+) -> dict[int, int]:
+    """Each source's durable sequence on the server, as the client learnt it on connecting."""
+    deadline = time.monotonic() + timeout
+    while any(client.next_sequence(source) is None for source in sources):
+        if time.monotonic() > deadline:
+            raise ServiceUnavailable("the server did not tell where the sources stand")
+        time.sleep(0.01)
+    return {source: int(client.next_sequence(source) or 0) for source in sources}
 
 
 def _fragments(batch: FragmentBatch) -> Callable[[SourceClient], None]:
