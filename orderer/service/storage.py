@@ -290,6 +290,20 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+def _column(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
+    """A zero-copy Arrow view of a numpy column (``valid``: which rows are not null).
+
+    Not ``pa.array``: its first call imports pandas to look for pandas input, a second of a
+    live server's time spent in the middle of a run."""
+    validity = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    if values.dtype == np.bool_:
+        bits = np.packbits(values, bitorder="little")
+        return pa.Array.from_buffers(pa.bool_(), len(values), [validity, pa.py_buffer(bits)])
+    values = np.ascontiguousarray(values)
+    dtype = pa.from_numpy_dtype(values.dtype)
+    return pa.Array.from_buffers(dtype, len(values), [validity, pa.py_buffer(values)])
+
+
 def _binary_column(offsets: np.ndarray, payload: np.ndarray, n: int) -> pa.Array:
     """A large_binary column over packed payloads, without copying them."""
     return pa.Array.from_buffers(
@@ -423,17 +437,15 @@ class ArrivalLog:
         n = len(rows)
         if n == 0:
             return
-        sequence = pa.array(
-            rows.sequence, mask=None if rows.sequenced is None else ~rows.sequenced
-        )
+        sequence = _column(rows.sequence, valid=rows.sequenced)
         self._stream.append(
             pa.record_batch(
                 [
-                    pa.array(rows.kind),
-                    pa.array(np.full(n, t, dtype=np.float64)),
-                    pa.array(rows.source),
-                    pa.array(rows.value),
-                    pa.array(rows.barrier),
+                    _column(rows.kind),
+                    _column(np.full(n, t, dtype=np.float64)),
+                    _column(rows.source),
+                    _column(rows.value),
+                    _column(rows.barrier),
                     sequence,
                     _binary_column(rows.payload_offsets, rows.payload, n),
                 ],
@@ -572,12 +584,12 @@ class OrderedLog:
         first = emitted.first_seq
         whole = pa.record_batch(
             [
-                pa.array(np.arange(first, first + n, dtype=np.uint64)),
-                pa.array(emitted.t),
-                pa.array(emitted.source),
-                pa.array(emitted.timestamp),
-                pa.array(emitted.barrier),
-                pa.array(emitted.late),
+                _column(np.arange(first, first + n, dtype=np.uint64)),
+                _column(emitted.t),
+                _column(emitted.source),
+                _column(emitted.timestamp),
+                _column(emitted.barrier),
+                _column(emitted.late),
                 _binary_column(emitted.payload_offsets, emitted.payload, n),
             ],
             schema=ORDERED_SCHEMA,
