@@ -749,7 +749,7 @@ class OrdererService:
                     batch = self._ordered.read(offset, min(limit, durable - offset))
                     if not len(batch):
                         raise ServiceUnavailable(f"offset {offset} is not readable yet")
-                    batch = self._cut_bytes(batch)
+                    batch = _owned(self._cut_bytes(batch))
                     offset += len(batch)
                     yield batch, durable
                 else:
@@ -840,6 +840,23 @@ class OrdererService:
             if self._lock is not None:
                 os.close(self._lock)  # releases the directory lock
                 self._lock = None
+
+
+def _owned(batch: EmittedBatch) -> EmittedBatch:
+    """A copy of ``batch`` that owns its memory. A reply read from the ordered log is a view
+    into a whole record batch (up to 65,536 fragments with their payloads); a subscriber that
+    stops reading holds its reply while it waits for flow control, and must not pin more than
+    that reply (tests/e2e/test_stalled_subscriber.py)."""
+    return EmittedBatch(
+        first_seq=batch.first_seq,
+        t=batch.t.copy(),
+        source=batch.source.copy(),
+        timestamp=batch.timestamp.copy(),
+        barrier=batch.barrier.copy(),
+        late=batch.late.copy(),
+        payload_offsets=batch.payload_offsets.copy(),
+        payload=batch.payload.copy(),
+    )
 
 
 # ---------------------------------------------------------------------------------- gRPC edge
