@@ -28,9 +28,13 @@ bench: $(STAMP)
 	$(PY) tests/bench/bench_orderer.py --json bench-output/orderer.json
 	$(PY) tests/bench/bench_service.py --json bench-output/service.json
 
-# Long randomised runs of the property tests (many more scenarios than `make test`).
+# Long randomised runs of the property tests and the bad-input fuzzers (twenty times the inputs
+# of `make test`), and the load test at full size: 64 sources x 10,000,000 fragments
+# (EVB_LOAD_FRAGMENTS per source and EVB_LOAD_RATE fragments/s per source change it).
 soak: $(STAMP)
-	EVB_SOAK=1 $(PY) -m pytest -q tests/orderer/test_property.py
+	EVB_SOAK=1 $(PY) -m pytest -q -s tests/orderer/test_property.py \
+		tests/service/test_fuzz_submit.py tests/orderer/test_fuzz_replay.py \
+		tests/operator/test_fuzz_spec.py tests/e2e/test_load.py
 
 # The generated CRD (from operator/evb_operator/crd.py) and manifests/ (the chart, rendered).
 manifests: $(STAMP)
