@@ -12,7 +12,7 @@ export OPENBLAS_NUM_THREADS ?= 1
 $(STAMP): pyproject.toml setup.py orderer/_core/core.pyx orderer/_core/core.pxd
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --editable '.[test,operator]'
+	$(PY) -m pip install --quiet --editable '.[test,operator,spark]'
 	touch $(STAMP)
 
 demo: $(STAMP)

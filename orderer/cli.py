@@ -239,6 +239,12 @@ def _cmd_tail(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_spark_job(args: argparse.Namespace) -> int:
+    from orderer.spark.job import main as spark_job
+
+    return spark_job(args.job_args)
+
+
 def _cmd_stats(args: argparse.Namespace) -> int:
     from orderer.remote import print_stats
 
@@ -412,11 +418,22 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--json", action="store_true", help="JSON instead of a table")
     stats.add_argument("--timeout", type=float, default=10.0, metavar="S", help="(10)")
     stats.set_defaults(handler=_cmd_stats)
+
+    spark_job = commands.add_parser(
+        "spark-job",
+        help="build events from the ordered stream with Spark (see evb spark-job --help)",
+        add_help=False,
+    )
+    spark_job.add_argument("job_args", nargs="*")
+    spark_job.set_defaults(handler=_cmd_spark_job)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["spark-job"]:  # its own parser (also the SparkApplication's main file)
+        argv = ["spark-job", "--", *argv[1:]]
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args))

@@ -1,0 +1,476 @@
+"""The ``evb`` PySpark data source: the ordered stream as rows, split only where events start.
+
+``spark.readStream.format("evb").option("target", "orderer:50051")`` reads a live orderer over
+gRPC; ``spark.read.format("evb").option("path", "<data dir>")`` reads a finished run's ordered log
+directly (``option("target", ...)`` also works for a batch read of what a live orderer holds).
+Rows: ``offset, source, timestamp, barrier, late, payload`` (:data:`~orderer.spark.glom.
+FRAGMENT_SPARK_SCHEMA`).
+
+Why the source knows the glom window (options ``dt``, ``maxFragments``): event building is the one
+order-sensitive step, and it is only sensitive to *where an event starts*. The driver runs
+:func:`~orderer.spark.glom.event_starts` over the timestamp and barrier columns only (the orderer
+leaves the payloads out: ``omit_payload``) and ends every micro-batch and every partition at an
+event start. Each partition then holds whole events, the executors build them in parallel with no
+shuffle and no state, and the result is the sequential glom's for any number of partitions and
+any trigger. The event still open at the live end of the log is left for the next micro-batch; at
+the end of the run (``GetStats.run_ended``) the end of the log closes it.
+
+Offsets are ``{"offset": N}``, the ordered log's offset (replayable: the orderer serves any offset
+it still holds). ``commit`` tells the orderer (``Commit``) that the query processed everything
+below the offset, so its retention keeps the rest until then. Without ``dt`` the source does not
+build (every offset is an event start).
+
+Options: ``target`` or ``path``; ``dt``, ``maxFragments`` (1000); ``numPartitions`` (2);
+``maxFragmentsPerTrigger`` (a micro-batch holds at most this many fragments, or one whole event if
+that is longer); ``consumer`` (``spark``, the name commits are kept under); ``startingOffset``
+(0); ``endingOffset`` (read only a prefix of the run: it ends there); ``pollInterval``
+(seconds between two looks at an idle orderer, 0.05); ``reconnectTimeout`` (seconds, 120).
+
+gRPC channels are opened in the methods that use them, never in ``__init__`` (readers are pickled
+to the executors).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.types import StructType
+
+from orderer.batch import EmittedBatch
+from orderer.errors import ConfigError, InterfaceError, ServiceUnavailable
+from orderer.spark.glom import FRAGMENT_SCHEMA, FRAGMENT_SPARK_SCHEMA, GlomConfig, event_starts
+
+__all__ = ["EvbDataSource", "plan_partitions", "register"]
+
+log = logging.getLogger("evb.spark")
+
+_INT64_LIMIT = 2**63
+
+
+def register(spark: Any) -> None:
+    """Make ``format("evb")`` known to a SparkSession."""
+    spark.dataSource.register(EvbDataSource)
+
+
+@dataclass(frozen=True)
+class _Options:
+    target: str | None
+    path: Path | None
+    glom: GlomConfig
+    partitions: int
+    max_per_trigger: int | None
+    consumer: str
+    starting_offset: int
+    ending_offset: int | None
+    poll_interval: float
+    reconnect_timeout: float
+
+    @classmethod
+    def parse(cls, options: Any) -> _Options:
+        lowered = {str(key).lower(): str(value) for key, value in dict(options).items()}
+
+        def number(name: str, default: float | None, kind: type = int, low: float = 0) -> Any:
+            raw = lowered.get(name.lower())
+            if raw is None or raw == "":
+                return default
+            try:
+                value = kind(raw)
+            except ValueError:
+                what = "an integer" if kind is int else "a number"
+                raise ConfigError(name, raw, f"must be {what}") from None
+            if value < low:
+                raise ConfigError(name, raw, f"must be >= {low}")
+            return value
+
+        target = lowered.get("target") or None
+        path = lowered.get("path") or None
+        if (target is None) == (path is None):
+            raise ConfigError("target", target, "give exactly one of the options target and path")
+        return cls(
+            target=target,
+            path=Path(path) if path else None,
+            glom=GlomConfig.from_options(dict(options)),
+            partitions=number("numPartitions", 2, int, 1),
+            max_per_trigger=number("maxFragmentsPerTrigger", None, int, 1),
+            consumer=lowered.get("consumer", "spark"),
+            starting_offset=number("startingOffset", 0, int, 0),
+            ending_offset=number("endingOffset", None, int, 0),
+            poll_interval=number("pollInterval", 0.05, float, 0),
+            reconnect_timeout=number("reconnectTimeout", 120.0, float, 0),
+        )
+
+    def starts(self, timestamp: np.ndarray, barrier: np.ndarray) -> np.ndarray:
+        """Event starts (indices) of a stretch that begins at an event start."""
+        dt = self.glom.dt if self.glom.builds else None
+        return event_starts(timestamp, barrier, dt=dt, max_fragments=self.glom.max_fragments)
+
+
+@dataclass(frozen=True)
+class OffsetRange(InputPartition):
+    """One partition: the offsets ``[first, until)``, whole events (pickled to an executor)."""
+
+    first: int
+    until: int
+    target: str | None
+    segments: tuple[str, ...] = ()
+    reconnect_timeout: float = 120.0
+
+
+def plan_partitions(
+    starts: np.ndarray, first: int, until: int, parts: int
+) -> list[tuple[int, int]]:
+    """Cut ``[first, until)`` into at most ``parts`` offset ranges of about equal size, each
+    beginning at an event start (``starts``: absolute offsets of the event starts, ascending)."""
+    if until <= first:
+        return []
+    cuts = [first]
+    for k in range(1, parts):
+        ideal = first + (until - first) * k // parts
+        at = int(np.searchsorted(starts, ideal, "left"))
+        if at < len(starts) and cuts[-1] < int(starts[at]) < until:
+            cuts.append(int(starts[at]))
+    cuts.append(until)
+    return list(itertools.pairwise(cuts))
+
+
+def _fragments_of(batch: EmittedBatch) -> pa.RecordBatch:
+    """An ordered batch from the orderer as source rows."""
+    n = len(batch)
+    timestamp = batch.timestamp
+    if n and int(timestamp.max()) >= _INT64_LIMIT:
+        bad = int(np.argmax(timestamp >= np.uint64(_INT64_LIMIT)))
+        raise InterfaceError(
+            f"offset {batch.first_seq + bad}: timestamp {int(timestamp[bad])} does not fit "
+            "Spark's signed 64-bit long"
+        )
+    offsets = batch.payload_offsets
+    if offsets.shape[0]:
+        base = offsets[0]
+        if int(offsets[-1] - base) >= 2**31:
+            raise InterfaceError(f"offset {batch.first_seq}: more than 2 GiB of payload in a batch")
+        binary = pa.Array.from_buffers(
+            pa.binary(),
+            n,
+            [None, pa.py_buffer((offsets - base).astype(np.int32)), pa.py_buffer(batch.payload)],
+        )
+    else:
+        binary = pa.array([b""] * n, pa.binary())
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(np.arange(batch.first_seq, batch.first_seq + n, dtype=np.int64)),
+            pa.array(batch.source.astype(np.int64)),
+            pa.array(timestamp.view(np.int64)),
+            pa.array(batch.barrier.astype(np.int64)),
+            pa.array(batch.late.astype(np.bool_)),
+            binary,
+        ],
+        schema=FRAGMENT_SCHEMA,
+    )
+
+
+# ------------------------------------------------------------------------------ live orderer
+
+
+def _read_target(partition: OffsetRange) -> Iterator[pa.RecordBatch]:
+    from orderer.client import OrderedStreamReader
+
+    assert partition.target is not None
+    reader = OrderedStreamReader(
+        partition.target,
+        partition.first,
+        until=partition.until,
+        reconnect_timeout=partition.reconnect_timeout,
+    )
+    for batch in reader:
+        yield _fragments_of(batch)
+
+
+def _scan_target(options: _Options, first: int, until: int) -> tuple[np.ndarray, np.ndarray]:
+    """Timestamps and barrier types of ``[first, until)``, without payloads."""
+    from orderer.client import OrderedStreamReader
+
+    assert options.target is not None
+    if until <= first:
+        return np.zeros(0, np.uint64), np.zeros(0, np.uint32)
+    batches = list(
+        OrderedStreamReader(
+            options.target,
+            first,
+            until=until,
+            payload=False,
+            reconnect_timeout=options.reconnect_timeout,
+        )
+    )
+    return (
+        np.concatenate([b.timestamp for b in batches]),
+        np.concatenate([b.barrier for b in batches]),
+    )
+
+
+def _stats(options: _Options) -> tuple[int, bool]:
+    """(durable end of the ordered log, whether the run ended)."""
+    from orderer.client import get_stats
+
+    assert options.target is not None
+    stats = get_stats(options.target, timeout=options.reconnect_timeout)
+    return int(stats["next_offset"]), bool(stats["run_ended"])
+
+
+class _Planner:
+    """Where a read may end and how it splits, from the timestamps of the orderer's output."""
+
+    def __init__(self, options: _Options) -> None:
+        self.options = options
+        self._plans: dict[tuple[int, int], np.ndarray] = {}
+
+    def end(self, first: int, available: int, ended: bool, limit: int | None) -> int:
+        """The furthest event start at or below ``first + limit`` (at least one whole event),
+        ``available`` itself once the run ended; ``first`` when no event is complete yet."""
+        if available <= first:
+            return first
+        cap = available if limit is None else min(available, first + limit)
+        if not self.options.glom.builds:
+            self._plans[(first, cap)] = np.arange(first, cap, dtype=np.int64)
+            return cap
+        scan_to = min(available, cap + 1)  # one more: is `cap` itself an event start?
+        ts, barrier = _scan_target(self.options, first, scan_to)
+        starts = first + self.options.starts(ts, barrier)
+        if cap == available and ended:
+            end = available
+        else:
+            closed = starts[(starts > first) & (starts <= cap)]
+            if closed.size:
+                end = int(closed[-1])
+            elif scan_to < available:  # one event longer than the limit: take it whole
+                longer = min(available, first + self.options.glom.max_fragments + 1)
+                ts, barrier = _scan_target(self.options, first, longer)
+                starts = first + self.options.starts(ts, barrier)
+                later = starts[starts > first]
+                end = int(later[0]) if later.size else (available if ended else first)
+            else:
+                end = available if ended else first
+        self._plans[(first, end)] = starts[starts < end]
+        return end
+
+    def partitions(self, first: int, until: int) -> list[tuple[int, int]]:
+        starts = self._plans.pop((first, until), None)
+        if starts is None:  # planned by an earlier driver (a restart): plan again
+            if self.options.glom.builds:
+                ts, barrier = _scan_target(self.options, first, until)
+                starts = first + self.options.starts(ts, barrier)
+            else:
+                starts = np.arange(first, until, dtype=np.int64)
+        self._plans = {k: v for k, v in self._plans.items() if k[0] >= until}
+        return plan_partitions(starts, first, until, self.options.partitions)
+
+
+class EvbStreamReader(DataSourceStreamReader):
+    """Micro-batches of the live orderer's output, ending at event starts."""
+
+    def __init__(self, options: _Options) -> None:
+        if options.target is None:
+            raise ConfigError("target", None, "a streaming read needs the option target")
+        self.options = options
+        self._planner = _Planner(options)
+        self._last_look = 0.0
+        self._idle_at: int | None = None
+
+    def initialOffset(self) -> dict:
+        from orderer.client import commit
+
+        offset = self.options.starting_offset
+        try:  # register: retention keeps this consumer's output from now on
+            commit(self.options.target, self.options.consumer, offset)  # type: ignore[arg-type]
+        except InterfaceError as error:
+            log.warning("could not register consumer %s: %s", self.options.consumer, error)
+        return {"offset": offset}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_per_trigger is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.options.max_per_trigger)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        first = int(start["offset"])
+        now = time.monotonic()
+        if self._idle_at == first and now - self._last_look < self.options.poll_interval:
+            return start
+        self._last_look = now
+        available, ended = _stats(self.options)
+        ending = self.options.ending_offset
+        if ending is not None and available >= ending:  # read a prefix: it ends there
+            available, ended = ending, True
+        rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        end = self._planner.end(first, available, ended, rows)
+        self._idle_at = first if end == first else None
+        return {"offset": end}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        first, until = int(start["offset"]), int(end["offset"])
+        return [
+            OffsetRange(a, b, self.options.target, (), self.options.reconnect_timeout)
+            for a, b in self._planner.partitions(first, until)
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, OffsetRange)
+        return _read_target(partition)
+
+    def commit(self, end: dict) -> None:
+        from orderer.client import commit
+
+        try:
+            commit(self.options.target, self.options.consumer, int(end["offset"]))  # type: ignore[arg-type]
+        except (ServiceUnavailable, InterfaceError) as error:
+            # only delays retention: the next commit covers this one
+            log.warning("commit of offset %s failed: %s", end["offset"], error)
+
+
+# ------------------------------------------------------------------------------ finished run
+
+
+def _segment_files(path: Path) -> list[Path]:
+    """The ordered log's segments: ``path`` is the data directory or its ``ordered/``."""
+    directory = path / "ordered" if (path / "ordered").is_dir() else path
+    segments = sorted(directory.glob("ordered-*.arrow"))
+    if not segments:
+        raise ConfigError("path", str(path), "holds no ordered log (ordered-*.arrow)")
+    return segments
+
+
+def _segment_batches(segment: Path) -> Iterator[pa.RecordBatch]:
+    """Whole record batches of one segment (a torn tail of a crashed writer is left out)."""
+    with pa.memory_map(str(segment)) as source:
+        reader = pa.ipc.open_stream(source)
+        while True:
+            try:
+                yield reader.read_next_batch()
+            except StopIteration:
+                return
+            except (pa.ArrowInvalid, OSError):
+                return
+
+
+def _log_rows(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """An ordered-log record batch (ORDERED_SCHEMA) as source rows."""
+    ts = batch.column("timestamp").to_numpy()
+    if batch.num_rows and int(ts.max()) >= _INT64_LIMIT:
+        bad = int(np.argmax(ts >= np.uint64(_INT64_LIMIT)))
+        raise InterfaceError(
+            f"offset {batch.column('offset')[bad]}: timestamp {int(ts[bad])} does not fit "
+            "Spark's signed 64-bit long"
+        )
+    return pa.RecordBatch.from_arrays(
+        [
+            batch.column("offset").cast(pa.int64()),
+            batch.column("source").cast(pa.int64()),
+            pa.array(ts.view(np.int64)),
+            batch.column("barrier").cast(pa.int64()),
+            batch.column("late"),
+            batch.column("payload").cast(pa.binary()),
+        ],
+        schema=FRAGMENT_SCHEMA,
+    )
+
+
+def _read_segments(partition: OffsetRange) -> Iterator[pa.RecordBatch]:
+    for name in partition.segments:
+        for batch in _segment_batches(Path(name)):
+            if not batch.num_rows:
+                continue
+            offsets = batch.column("offset")
+            low, high = int(offsets[0].as_py()), int(offsets[-1].as_py()) + 1
+            if high <= partition.first or low >= partition.until:
+                continue
+            start = max(partition.first, low) - low
+            stop = min(partition.until, high) - low
+            yield _log_rows(batch.slice(start, stop - start))
+
+
+class EvbBatchReader(DataSourceReader):
+    """A finished run's ordered log (``path``), or what a live orderer holds (``target``)."""
+
+    def __init__(self, options: _Options) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        options = self.options
+        if options.path is not None:
+            segments = _segment_files(options.path)
+            offsets, timestamps, barriers, spans = [], [], [], []
+            for segment in segments:
+                first = None
+                for batch in _segment_batches(segment):
+                    if not batch.num_rows:
+                        continue
+                    offsets.append(batch.column("offset").to_numpy())
+                    timestamps.append(batch.column("timestamp").to_numpy())
+                    barriers.append(batch.column("barrier").to_numpy())
+                    first = int(offsets[-1][0]) if first is None else first
+                    last = int(offsets[-1][-1]) + 1
+                if first is not None:
+                    spans.append((first, last, str(segment)))
+            if not offsets:
+                return []
+            offset = np.concatenate(offsets).astype(np.int64)
+            first = max(int(offset[0]), options.starting_offset)
+            until = int(offset[-1]) + 1
+            if options.ending_offset is not None:
+                until = min(until, options.ending_offset)
+            keep = (offset >= first) & (offset < until)
+            starts = first + options.starts(
+                np.concatenate(timestamps)[keep], np.concatenate(barriers)[keep]
+            )
+            return [
+                OffsetRange(
+                    a, b, None, tuple(s for lo, hi, s in spans if lo < b and hi > a)
+                )
+                for a, b in plan_partitions(starts, first, until, options.partitions)
+            ]
+        available, ended = _stats(options)
+        if options.ending_offset is not None:
+            available, ended = min(available, options.ending_offset), True
+        planner = _Planner(options)
+        end = planner.end(options.starting_offset, available, ended, None)
+        return [
+            OffsetRange(a, b, options.target, (), options.reconnect_timeout)
+            for a, b in planner.partitions(options.starting_offset, end)
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, OffsetRange)
+        if partition.segments:
+            return _read_segments(partition)
+        return _read_target(partition)
+
+
+class EvbDataSource(DataSource):
+    """``format("evb")``: the orderer's ordered output as fragment rows."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "evb"
+
+    def schema(self) -> str:
+        return FRAGMENT_SPARK_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return EvbBatchReader(_Options.parse(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return EvbStreamReader(_Options.parse(self.options))
