@@ -82,9 +82,13 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from orderer.demo import run_demo
+    if args.replay_only:
+        from orderer.demo import run_demo
 
-    return run_demo(output_dir=args.output_dir, seed=args.seed)
+        return run_demo(output_dir=args.output_dir, seed=args.seed)
+    from orderer.spark.demo import run_live_demo
+
+    return run_live_demo(output_dir=args.output_dir, seed=args.seed, seconds=args.seconds)
 
 
 def _load_yaml(path: Path) -> dict[str, Any]:
@@ -316,9 +320,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_orderer_flags(replay)
     replay.set_defaults(handler=_cmd_replay)
 
-    demo = commands.add_parser("demo", help="generate a synthetic run, replay it, print a summary")
+    demo = commands.add_parser(
+        "demo",
+        help="a live run: orderer, gRPC sources and the Spark job building events",
+    )
     demo.add_argument("--output-dir", type=Path, default=Path("demo-output"))
     demo.add_argument("--seed", type=int, default=2026)
+    demo.add_argument("--seconds", type=float, default=20.0, help="length of the live run")
+    demo.add_argument(
+        "--replay-only",
+        action="store_true",
+        help="the in-process demo instead: a synthetic run through evb replay (no gRPC, no Spark)",
+    )
     demo.set_defaults(handler=_cmd_demo)
 
     serve = commands.add_parser(

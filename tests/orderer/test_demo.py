@@ -30,5 +30,5 @@ def test_run_demo_writes_the_run_and_its_results(
 
 
 def test_evb_demo_command(tmp_path: Path) -> None:
-    assert main(["demo", "--output-dir", str(tmp_path), "--seed", "3"]) == 0
+    assert main(["demo", "--replay-only", "--output-dir", str(tmp_path), "--seed", "3"]) == 0
     assert (tmp_path / "emitted.jsonl").exists()

@@ -1,0 +1,221 @@
+"""``evb demo`` (``make demo``): the whole path on one machine, for real.
+
+A local orderer (``evb serve`` as a subprocess on loopback, data in ``OUTPUT/orderer-data``), six
+synthetic data sources each streaming its fragments over gRPC from its own client (paced in real
+time, with a hung source, a source delivering a late backlog, a heterogeneous barrier and a lost
+end-run barrier), and the Spark job in local mode (``local[2]``) consuming the ordered stream
+live, building events and writing Parquet, the run summary and the report. At the end: the
+summary, and where the report and the Parquet files are. About a minute and a half here.
+
+``evb demo --replay-only`` is the older in-process demo (:mod:`orderer.demo`, no gRPC, no Spark).
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from orderer import synthetic
+from orderer.errors import ServiceUnavailable
+
+__all__ = ["live_run", "run_live_demo"]
+
+DT = 100_000
+"""Glom window: 1 ms at the sources' 100 MHz clock."""
+START_TIMEOUT = 60.0
+
+
+def live_run(seed: int, seconds: float = 20.0) -> synthetic.SyntheticRun:
+    """Six sources at 200 fragments/s for ``seconds``, in batches of 10 with 20 ms jitter; source
+    4 hangs for 2 s, source 5 holds its data for 3 s then delivers it (late), source 1 sends
+    type 4 at the first sync barrier, source 6 loses its end-run barrier."""
+    return synthetic.SyntheticRun(
+        n_sources=6,
+        fragments_per_source=int(200 * seconds),
+        rate=200.0,
+        tick_rate=1e8,
+        jitter=0.02,
+        batch_size=10,
+        stalls=(
+            synthetic.Stall(source=4, start=0.2 * seconds, end=0.2 * seconds + 2.0),
+            synthetic.Stall(source=5, start=0.6 * seconds, end=0.6 * seconds + 3.0, backlog=True),
+        ),
+        sync_barriers=2,
+        heterogeneous_barrier=True,
+        incomplete_barrier=6,
+        payload_size=16,
+        seed=seed,
+    )
+
+
+class _Server:
+    """``evb serve`` in a subprocess on a free loopback port."""
+
+    def __init__(self, data_dir: Path, log: Path, *flags: str) -> None:
+        command = [
+            sys.executable, "-m", "orderer.cli", "serve", "--listen", "127.0.0.1:0",
+            "--data-dir", str(data_dir), "--stop-grace", "2", *flags,
+        ]
+        with log.open("w") as errors:
+            self.process = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=errors, text=True
+            )
+        assert self.process.stdout is not None
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.process.stdout, selectors.EVENT_READ)
+            line = self.process.stdout.readline() if selector.select(START_TIMEOUT) else ""
+        if "listening on" not in line:
+            self.stop()
+            raise ServiceUnavailable(f"evb serve did not start; see {log}")
+        self.target = "127.0.0.1:" + line.rsplit(":", 1)[1].strip()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(30)
+
+
+def _play(
+    target: str, spec: synthetic.SyntheticRun, ready: Path, errors: list[BaseException]
+) -> None:
+    """Every source from its own client, once the Spark query has registered with the orderer."""
+    from orderer.client import end_run
+    from orderer.remote import send_synthetic
+
+    try:
+        deadline = time.monotonic() + 300
+        while not ready.exists():
+            if time.monotonic() > deadline:
+                raise ServiceUnavailable("the Spark job did not start within 300 s")
+            time.sleep(0.05)
+        senders = [
+            threading.Thread(
+                target=send_synthetic,
+                args=(target, spec),
+                kwargs={"only_sources": [source], "progress": False},
+                name=f"source-{source}",
+            )
+            for source in spec.source_ids
+        ]
+        for sender in senders:
+            sender.start()
+        for sender in senders:
+            sender.join()
+        end_run(target)
+    except BaseException as error:
+        errors.append(error)
+
+
+def _summary_table(summary: dict[str, Any]) -> Table:
+    table = Table(title="Per source", title_justify="left", box=box.SIMPLE_HEAD)
+    for column in ("source", "fragments", "late", "rate (Hz)"):
+        table.add_column(column, justify="right")
+    for source, values in summary["sources"].items():
+        late = values["late"]
+        table.add_row(
+            source,
+            f"{values['fragments']:,}",
+            f"[yellow]{late:,}[/yellow]" if late else "0",
+            f"{values['rate_hz']}",
+        )
+    return table
+
+
+def run_live_demo(output_dir: Path, seed: int, seconds: float = 20.0) -> int:
+    """The live demo into ``output_dir`` (replaced); exit status 0."""
+    from orderer.spark import job
+
+    console = Console()
+    output_dir = Path(output_dir).resolve()
+    if output_dir.exists():
+        shutil.rmtree(output_dir)
+    output_dir.mkdir(parents=True)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spec = live_run(seed, seconds)
+    sources = ",".join(str(s) for s in spec.source_ids)
+    console.rule("[bold]evb demo: orderer, gRPC sources and the Spark job, live")
+    console.print(
+        f"{spec.n_sources} sources at {spec.rate:g} fragments/s each for {seconds:g} s over gRPC; "
+        "source 4 hangs for 2 s, source 5 holds its data for 3 s and then delivers it (late), "
+        "source 1 sends type 4 at the first sync barrier, source 6 loses its end-run barrier. "
+        f"Spark (local[2]) builds events with dt = {DT} ticks (1 ms) as the data flows."
+    )
+    started = time.monotonic()
+    server = _Server(
+        output_dir / "orderer-data", output_dir / "orderer.log",
+        "--build-window", "2", "--startup-delay", "1", "--sources", sources,
+    )
+    console.print(f"orderer: {server.target} (data in {output_dir / 'orderer-data'})")
+    errors: list[BaseException] = []
+    player = threading.Thread(
+        target=_play,
+        args=(server.target, spec, output_dir / "orderer-data" / "consumers.json", errors),
+        name="sources",
+    )
+    player.start()
+    spark = job.create_session("local[2]", app="evb-demo")
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        console.print("Spark job started; the sources start as soon as it reads the stream.")
+        args = job.build_parser().parse_args(
+            [
+                "--target", server.target, "--dt", str(DT), "--output",
+                str(output_dir / "spark"), "--run", "demo", "--quiet", "--poll", "0.5",
+            ]
+        )
+        result = job.run(spark, args)
+    finally:
+        player.join()
+        spark.stop()
+        server.stop()
+    if errors:
+        raise errors[0]
+    summary = result.summary
+    console.print(
+        f"\nDone in {time.monotonic() - started:.0f} s: {summary['fragments']:,} fragments "
+        f"in {result.batches} micro-batches -> {summary['events']:,} events "
+        f"(mean multiplicity {summary['multiplicity']['mean']}, "
+        f"max {summary['multiplicity']['max']}) and {summary['barrier_rows']} barrier rows."
+    )
+    histogram = summary["multiplicity"]["histogram"]
+    console.print(
+        "Multiplicity: " + ", ".join(f"{m}: {c:,}" for m, c in histogram.items())
+    )
+    console.print(_summary_table(summary))
+    late = summary["late"]
+    console.print(
+        f"Late fragments: {late['fragments']:,} in {late['events_with_late']:,} events, "
+        f"max lateness {late['max_lateness_seconds'] * 1e3:.1f} ms."
+    )
+    console.print(
+        "Barriers: " + ", ".join(
+            f"type {b['type']} from {b['source']} at offset {b['offset']}"
+            for b in summary["barriers"]
+        ),
+        soft_wrap=True,
+    )
+    console.print()
+    for label, path in (
+        ("events", result.events_path),
+        ("summary", result.summary_path),
+        ("report", result.report_path),
+        ("orderer", str(output_dir / "orderer-data")),
+    ):
+        console.print(f"{label + ':':9}{path}", soft_wrap=True)
+    return 0
