@@ -381,7 +381,7 @@ def _spec_schema() -> dict[str, Any]:
             "imagePullPolicy": _string(
                 "Image pull policy.", enum=["Always", "IfNotPresent", "Never"]
             ),
-            "sparkVersion": _string("Spark version of the image.", minLength=1, default="3.5.3"),
+            "sparkVersion": _string("Spark version of the image.", minLength=1, default="4.3.0"),
             "serviceAccount": _string(
                 "Service account of the driver (it creates the executor pods).",
                 minLength=1,

@@ -270,6 +270,8 @@ def create_session(master: str | None, app: str = "evb-spark-job") -> Any:
     if master or not conf.contains("spark.master"):
         builder = builder.master(master or "local[2]")
     builder = builder.config("spark.ui.showConsoleProgress", "false")
+    if not conf.contains("spark.sql.shuffle.partitions"):  # the job shuffles nothing big
+        builder = builder.config("spark.sql.shuffle.partitions", "4")
     return builder.getOrCreate()
 
 

@@ -212,3 +212,29 @@ def test_spark_job_help_and_bad_arguments(capsys: pytest.CaptureFixture[str]) ->
     assert "--timestamp-policy" in capsys.readouterr().out
     assert main(["spark-job", "--target", "127.0.0.1:1", "--output", "x"]) == 2
     assert "--dt" in capsys.readouterr().err
+
+
+def test_the_sparkapplication_runs_this_job_with_arguments_it_accepts() -> None:
+    """The operator's SparkApplication names ``local:///opt/evb/orderer/spark/job.py``;
+    Dockerfile.spark links /opt/evb/orderer to the installed ``orderer`` package (COPY orderer/,
+    ``orderer.spark`` a listed package); the arguments the operator builds parse, and the output
+    formats are the CRD's."""
+    import tomllib
+
+    from evb_operator import constants, crd, specs
+
+    repo = Path(__file__).resolve().parents[2]
+    relative = constants.SPARK_JOB_FILE.removeprefix("local:///opt/evb/")
+    assert (repo / relative).is_file() and relative == "orderer/spark/job.py"
+    dockerfile = (repo / "Dockerfile.spark").read_text()
+    assert "COPY orderer/ orderer/" in dockerfile and "/opt/evb/orderer" in dockerfile
+    packages = tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "orderer.spark" in packages["packages"]
+    spark_spec = {"dt": 250, "timestampPolicy": "average",
+                  "output": {"path": "s3a://bucket/run", "format": "json"}}
+    args = job.build_parser().parse_args(specs.spark_arguments("run-42", "daq", spark_spec))
+    assert (args.dt, args.timestamp_policy, args.format) == (250, "average", "json")
+    assert job._run_name(args) == "run-42"
+    spark_schema = crd._spec_schema()["properties"]["spark"]
+    formats = spark_schema["properties"]["output"]["properties"]["format"]["enum"]
+    assert tuple(formats) == job.FORMATS
