@@ -14,9 +14,26 @@ import numpy.typing as npt
 
 from orderer.errors import InterfaceError
 
-__all__ = ["EmittedBatch", "FragmentBatch"]
+__all__ = ["EmittedBatch", "FragmentBatch", "concat_payloads"]
 
 _EMPTY_BYTES = np.zeros(0, dtype=np.uint8)
+
+
+def concat_payloads(
+    parts: Sequence[tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint8]]],
+) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint8]]:
+    """One (offsets from 0, blob) from several; a part's offsets need not start at 0 (a slice
+    of a bigger batch), only its used bytes are kept."""
+    offsets = [np.zeros(1, dtype=np.uint64)]
+    blobs = []
+    base = 0
+    for part_offsets, blob in parts:
+        start, stop = int(part_offsets[0]), int(part_offsets[-1])
+        blobs.append(blob[start:stop])
+        tail = part_offsets[1:]
+        offsets.append(tail if start == base else (tail - np.uint64(start)) + np.uint64(base))
+        base += stop - start
+    return np.concatenate(offsets), np.concatenate(blobs) if blobs else _EMPTY_BYTES
 
 
 def _array(name: str, values: object, dtype: type[np.generic]) -> npt.NDArray:
@@ -103,6 +120,20 @@ class FragmentBatch:
     def __len__(self) -> int:
         return int(self.timestamp.shape[0])
 
+    @classmethod
+    def concat(cls, batches: Sequence[FragmentBatch]) -> FragmentBatch:
+        """One batch from several (payload offsets rebased); one batch is returned as is."""
+        if len(batches) == 1:
+            return batches[0]
+        offsets, payload = concat_payloads([(b.payload_offsets, b.payload) for b in batches])
+        return cls(
+            np.concatenate([b.source for b in batches]),
+            np.concatenate([b.timestamp for b in batches]),
+            np.concatenate([b.barrier for b in batches]),
+            offsets,
+            payload,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class EmittedBatch:
@@ -163,11 +194,7 @@ class EmittedBatch:
         """One batch from consecutive batches (payload offsets rebased)."""
         if not batches:
             return cls.empty()
-        offsets = [batches[0].payload_offsets]
-        base = int(batches[0].payload_offsets[-1])
-        for b in batches[1:]:
-            offsets.append(b.payload_offsets[1:] + np.uint64(base))
-            base += int(b.payload_offsets[-1])
+        offsets, payload = concat_payloads([(b.payload_offsets, b.payload) for b in batches])
         return cls(
             batches[0].first_seq,
             np.concatenate([b.t for b in batches]),
@@ -175,6 +202,6 @@ class EmittedBatch:
             np.concatenate([b.timestamp for b in batches]),
             np.concatenate([b.barrier for b in batches]),
             np.concatenate([b.late for b in batches]),
-            np.concatenate(offsets),
-            np.concatenate([b.payload for b in batches]),
+            offsets,
+            payload,
         )

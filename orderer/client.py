@@ -156,25 +156,7 @@ class _Buffer:
         chunks, self.chunks, self.count = self.chunks, [], 0
         if not chunks:
             return None
-        return chunks[0] if len(chunks) == 1 else _concat(chunks)
-
-
-def _concat(batches: list[FragmentBatch]) -> FragmentBatch:
-    offsets = [np.zeros(1, dtype=np.uint64)]
-    payloads = []
-    base = 0
-    for batch in batches:
-        start, stop = int(batch.payload_offsets[0]), int(batch.payload_offsets[-1])
-        payloads.append(batch.payload[start:stop])
-        offsets.append(batch.payload_offsets[1:] - np.uint64(start) + np.uint64(base))
-        base += stop - start
-    return FragmentBatch(
-        source=np.concatenate([b.source for b in batches]),
-        timestamp=np.concatenate([b.timestamp for b in batches]),
-        barrier=np.concatenate([b.barrier for b in batches]),
-        payload_offsets=np.concatenate(offsets),
-        payload=np.concatenate(payloads),
-    )
+        return FragmentBatch.concat(chunks)
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,14 +65,14 @@ class IntakePass:
         start = 0
         for before, marker in self.markers:
             if before > start:
-                orderer.submit(_concat(self.batches[start:before]), now=now)
+                orderer.submit(FragmentBatch.concat(self.batches[start:before]), now=now)
                 start = before
             if marker.kind is ArrivalKind.WATERMARK:
                 orderer.watermark(marker.source, marker.value, now=now)
             else:
                 orderer.end_source(marker.source, now=now)
         if len(self.batches) > start:
-            orderer.submit(_concat(self.batches[start:]), now=now)
+            orderer.submit(FragmentBatch.concat(self.batches[start:]), now=now)
 
     def arrival_rows(self) -> ArrivalRows:
         """The pass as arrival-log rows (fragments and markers interleaved in arrival order)."""
@@ -88,7 +88,7 @@ class IntakePass:
         return ArrivalRows.concat(pieces)
 
     def _fragment_rows(self, start: int, stop: int) -> ArrivalRows:
-        batch = _concat(self.batches[start:stop])
+        batch = FragmentBatch.concat(self.batches[start:stop])
         lengths = [len(b) for b in self.batches[start:stop]]
         firsts = self.sequences[start:stop]
         sequence = np.zeros(len(batch), dtype=np.uint64)
@@ -103,23 +103,6 @@ class IntakePass:
                 sequence[position : position + n] = np.arange(first, first + n, dtype=np.uint64)
             position += n
         return ArrivalRows.fragments(batch, sequence, sequenced)
-
-
-def _concat(batches: list[FragmentBatch]) -> FragmentBatch:
-    if len(batches) == 1:
-        return batches[0]
-    offsets = [batches[0].payload_offsets]
-    base = int(batches[0].payload_offsets[-1])
-    for b in batches[1:]:
-        offsets.append(b.payload_offsets[1:] + np.uint64(base))
-        base += int(b.payload_offsets[-1])
-    return FragmentBatch(
-        np.concatenate([b.source for b in batches]),
-        np.concatenate([b.timestamp for b in batches]),
-        np.concatenate([b.barrier for b in batches]),
-        np.concatenate(offsets),
-        np.concatenate([b.payload for b in batches]),
-    )
 
 
 class Intake:

@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from orderer.api import Orderer
-from orderer.batch import EmittedBatch, FragmentBatch
+from orderer.batch import EmittedBatch, FragmentBatch, concat_payloads
 from orderer.clock import MonotonicClock
 from orderer.config import OrdererConfig
 from orderer.errors import InterfaceError, InternalOrdererError
@@ -380,11 +380,7 @@ class ArrivalRows:
     def concat(cls, pieces: list[ArrivalRows]) -> ArrivalRows:
         if len(pieces) == 1:
             return pieces[0]
-        offsets = [pieces[0].payload_offsets]
-        base = int(pieces[0].payload_offsets[-1])
-        for piece in pieces[1:]:
-            offsets.append(piece.payload_offsets[1:] + np.uint64(base))
-            base += int(piece.payload_offsets[-1])
+        offsets, payload = concat_payloads([(p.payload_offsets, p.payload) for p in pieces])
         masked = any(piece.sequenced is not None for piece in pieces)
         return cls(
             np.concatenate([piece.kind for piece in pieces]),
@@ -401,8 +397,8 @@ class ArrivalRows:
             )
             if masked
             else None,
-            np.concatenate(offsets),
-            np.concatenate([piece.payload for piece in pieces]),
+            offsets,
+            payload,
         )
 
 
