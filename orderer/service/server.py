@@ -620,6 +620,12 @@ class OrdererService:
                     if not _retryable(error):
                         raise
                     self._degrade(error)
+                    if self._closed:
+                        log.error(
+                            "stopping with the log volume full: what is not written was never"
+                            " acknowledged, and its senders resend it to the next server"
+                        )
+                        return
                     await asyncio.sleep(STORAGE_RETRY)
                     continue
                 if self.degraded is not None:
@@ -792,7 +798,9 @@ class OrdererService:
             high_water_mark=self._orderer.high_water_mark,
             queued=self._orderer.queued,
             now=now,
-            run_ended=self._run_ended,
+            # ended only once the run's last output is durable: a consumer that sees run_ended
+            # and next_offset has the whole run (the Spark source closes its last event there)
+            run_ended=self._run_ended and self._durable_offset == self._written_offset,
             config=self._orderer.config,
         )
 
@@ -830,7 +838,7 @@ class OrdererService:
         while self._sync_task is not None:
             await asyncio.shield(self._sync_task)
         try:
-            if self.failed is None:
+            if self.failed is None and self.degraded is None:
                 await asyncio.to_thread(self._write_out)
             self._arrivals.close()
             self._ordered.close()
@@ -1103,7 +1111,8 @@ async def serve(
     ready: Callable[[RunningServer], None] | None = None,
 ) -> int:
     """Run until SIGTERM/SIGINT (graceful stop) or a storage failure (exit status 1, so that the
-    pod restarts and recovers from the logs)."""
+    pod restarts and recovers from the logs; 1 also for a stop while the log volume is full,
+    since then input that arrived was not written: never acknowledged, so it is resent)."""
     running = await start_server(config, service_config)
     log.info("serving on port %d (data in %s)", running.port, service_config.data_dir)
     if ready is not None:
@@ -1120,4 +1129,5 @@ async def serve(
     failed.cancel()
     log.info("stopping (grace %.1f s)", service_config.stop_grace)
     await running.stop()
-    return 1 if running.service.failed is not None else 0
+    service = running.service
+    return 1 if service.failed is not None or service.degraded is not None else 0

@@ -99,29 +99,76 @@ def _wait(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> No
         time.sleep(0.05)
 
 
+def _fill_mid_run(server: ServerProcess, client: SourceClient, volume: Path) -> Path:
+    """Phase 0 acknowledged, the volume filled, phase 1 sent: the service must degrade."""
+    _send(client, _phase(0))
+    client.wait_acked(timeout=60)
+    assert all(client.acked(s) == PER_PHASE for s in SOURCES)
+    filler = _fill(volume)
+    _send(client, _phase(PER_PHASE))
+    _wait(lambda: _health(server.target) == health_pb2.HealthCheckResponse.NOT_SERVING,
+          "the service reports NOT_SERVING")  # fmt: skip
+    return filler
+
+
+def _client(server: ServerProcess) -> SourceClient:
+    return SourceClient(
+        server.target, sources=SOURCES, batch_size=500, linger=0.01, backoff_max=0.3
+    )
+
+
+def _ordered_rows(server: ServerProcess, end: int) -> list[tuple[int, int, int, bool, bytes]]:
+    return [
+        (
+            int(batch.source[i]),
+            int(batch.timestamp[i]),
+            int(batch.barrier[i]),
+            bool(batch.late[i]),
+            batch.payload_of(i),
+        )
+        for batch in OrderedStreamReader(server.target, 0, until=end)
+        for i in range(len(batch))
+    ]
+
+
+def _check_everything_once(rows: list[tuple[int, int, int, bool, bytes]]) -> None:
+    sent = collections.Counter(
+        (int(s), int(ts)) for b in _phase(0) + _phase(PER_PHASE)
+        for s, ts in zip(b.source, b.timestamp, strict=True)
+    )  # fmt: skip
+    assert collections.Counter((s, ts) for s, ts, *_ in rows) == sent  # each exactly once
+    assert all(p == b"%031d%d" % ((ts // 10) % PER_PHASE, s) for s, ts, _, _, p in rows)
+
+
+def _replayed(data_dir: Path, tmp_path: Path) -> list[tuple[int, int, int, bool]]:
+    """What ``evb replay`` gives for the server's own arrival record."""
+    arrivals = ArrivalLog.open(data_dir / "arrivals")
+    assert arrivals.export_replay(tmp_path / "arrivals.jsonl") == 0
+    arrivals.close()
+    with (tmp_path / "arrivals.jsonl").open() as lines:
+        emitted, _ = replay(read_records(lines), CONFIG)
+    return [
+        (int(s), int(ts), int(b), bool(late))
+        for s, ts, b, late in zip(
+            emitted.source, emitted.timestamp, emitted.barrier, emitted.late, strict=True
+        )
+    ]
+
+
 def test_full_log_volume_stops_acks_then_resumes_losing_nothing(
     small_volume: Path, server_factory: Callable[..., ServerProcess], tmp_path: Path
 ) -> None:
     server = server_factory(small_volume / "data", *SERVE_FLAGS)
-    client = SourceClient(
-        server.target, sources=SOURCES, batch_size=500, linger=0.01, backoff_max=0.3
-    )
+    client = _client(server)
+    filler = None
     try:
-        _send(client, _phase(0))
-        client.wait_acked(timeout=60)
-        acked_before = {s: client.acked(s) for s in SOURCES}
-        assert all(n == PER_PHASE for n in acked_before.values())
-
-        filler = _fill(small_volume)
-        _send(client, _phase(PER_PHASE))
-        _wait(lambda: _health(server.target) == health_pb2.HealthCheckResponse.NOT_SERVING,
-              "the service reports NOT_SERVING")  # fmt: skip
+        filler = _fill_mid_run(server, client, small_volume)
         assert f"log volume of {small_volume / 'data'} refuses writes" in server.log_text()
         assert "No space left on device" in server.log_text()
         time.sleep(2.0)  # two storage retries: still no acknowledgement
-        assert {s: client.acked(s) for s in SOURCES} == acked_before
+        assert all(client.acked(s) == PER_PHASE for s in SOURCES)
         assert client.unacked() == PER_PHASE * len(SOURCES)
-        with pytest.raises(ConnectionError, match="log volume refuses writes"):
+        with pytest.raises(ConnectionError, match=r"refuses writes .*No space left on device"):
             probe = SourceClient(server.target, sources=[1], reconnect_timeout=0.5)
             try:
                 probe.send(1, 0)
@@ -132,8 +179,46 @@ def test_full_log_volume_stops_acks_then_resumes_losing_nothing(
         assert server.alive()
 
         filler.unlink()
+        filler = None
         _wait(lambda: _health(server.target) == health_pb2.HealthCheckResponse.SERVING,
               "the service serves again")  # fmt: skip
+        assert "takes writes again" in server.log_text()
+        client.wait_acked(timeout=60)
+        assert all(client.acked(s) == 2 * PER_PHASE for s in SOURCES)
+        for s in SOURCES:
+            client.end_source(s)
+        client.flush()
+    finally:
+        client.close()
+        if filler is not None:
+            filler.unlink()
+
+    end = end_run(server.target)
+    rows = _ordered_rows(server, end)
+    assert end == 2 * PER_PHASE * len(SOURCES) == len(rows)
+    _check_everything_once(rows)
+    assert get_stats(server.target)["totals"]["received"] == len(rows)
+    assert server.stop() == 0
+    assert [r[:4] for r in rows] == _replayed(small_volume / "data", tmp_path)
+
+
+def test_stopped_while_the_volume_is_full_then_restarted_loses_nothing(
+    small_volume: Path, server_factory: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    """SIGTERM while degraded: a prompt exit, status 1 (input was left unwritten, never
+    acknowledged); restarted once space is back, the resends complete the run."""
+    server = server_factory(small_volume / "data", *SERVE_FLAGS)
+    client = _client(server)
+    try:
+        filler = _fill_mid_run(server, client, small_volume)
+        began = time.monotonic()
+        assert server.stop() == 1
+        assert time.monotonic() - began < 20
+        assert "stopping with the log volume full" in server.log_text()
+        assert all(client.acked(s) == PER_PHASE for s in SOURCES)
+
+        filler.unlink()
+        server.start()  # same data directory and port
         client.wait_acked(timeout=60)
         assert all(client.acked(s) == 2 * PER_PHASE for s in SOURCES)
         for s in SOURCES:
@@ -143,37 +228,8 @@ def test_full_log_volume_stops_acks_then_resumes_losing_nothing(
         client.close()
 
     end = end_run(server.target)
-    total = 2 * PER_PHASE * len(SOURCES)
-    rows = [
-        (int(s), int(ts), int(b), bool(late))
-        for batch in OrderedStreamReader(server.target, 0, until=end)
-        for s, ts, b, late in zip(
-            batch.source, batch.timestamp, batch.barrier, batch.late, strict=True
-        )
-    ]
-    payloads = [
-        (int(batch.source[i]), int(batch.timestamp[i]), batch.payload_of(i))
-        for batch in OrderedStreamReader(server.target, 0, until=end)
-        for i in range(len(batch))
-    ]
-    assert end == total == len(rows) == len(payloads)
-    sent = collections.Counter(
-        (int(s), int(ts)) for b in _phase(0) + _phase(PER_PHASE)
-        for s, ts in zip(b.source, b.timestamp, strict=True)
-    )  # fmt: skip
-    assert collections.Counter((s, ts) for s, ts, _, _ in rows) == sent  # each exactly once
-    assert all(p == b"%031d%d" % ((ts // 10) % PER_PHASE, s) for s, ts, p in payloads)
-    assert get_stats(server.target)["totals"]["received"] == total
+    rows = _ordered_rows(server, end)
+    assert end == 2 * PER_PHASE * len(SOURCES) == len(rows)
+    _check_everything_once(rows)
     assert server.stop() == 0
-
-    arrivals = ArrivalLog.open(small_volume / "data" / "arrivals")
-    assert arrivals.export_replay(tmp_path / "arrivals.jsonl") == 0
-    arrivals.close()
-    with (tmp_path / "arrivals.jsonl").open() as lines:
-        emitted, _ = replay(read_records(lines), CONFIG)
-    assert rows == [
-        (int(s), int(ts), int(b), bool(late))
-        for s, ts, b, late in zip(
-            emitted.source, emitted.timestamp, emitted.barrier, emitted.late, strict=True
-        )
-    ]
+    assert [r[:4] for r in rows] == _replayed(small_volume / "data", tmp_path)
