@@ -189,9 +189,9 @@ def test_full_log_volume_stops_acks_then_resumes_losing_nothing(
             client.end_source(s)
         client.flush()
     finally:
-        client.close()
         if filler is not None:
-            filler.unlink()
+            filler.unlink()  # first: close() waits until everything sent is durable
+        client.close()
 
     end = end_run(server.target)
     rows = _ordered_rows(server, end)
@@ -209,6 +209,7 @@ def test_stopped_while_the_volume_is_full_then_restarted_loses_nothing(
     acknowledged); restarted once space is back, the resends complete the run."""
     server = server_factory(small_volume / "data", *SERVE_FLAGS)
     client = _client(server)
+    filler = None
     try:
         filler = _fill_mid_run(server, client, small_volume)
         began = time.monotonic()
@@ -218,6 +219,7 @@ def test_stopped_while_the_volume_is_full_then_restarted_loses_nothing(
         assert all(client.acked(s) == PER_PHASE for s in SOURCES)
 
         filler.unlink()
+        filler = None
         server.start()  # same data directory and port
         client.wait_acked(timeout=60)
         assert all(client.acked(s) == 2 * PER_PHASE for s in SOURCES)
@@ -225,6 +227,10 @@ def test_stopped_while_the_volume_is_full_then_restarted_loses_nothing(
             client.end_source(s)
         client.flush()
     finally:
+        if filler is not None:
+            filler.unlink()
+            if not server.alive():
+                server.start()
         client.close()
 
     end = end_run(server.target)
