@@ -304,6 +304,33 @@ def _column(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
     return pa.Array.from_buffers(dtype, len(values), [validity, pa.py_buffer(values)])
 
 
+_NUMPY_OF_ARROW = {
+    pa.uint8(): np.uint8,
+    pa.uint32(): np.uint32,
+    pa.uint64(): np.uint64,
+    pa.int64(): np.int64,
+    pa.float64(): np.float64,
+}
+
+
+def _numpy(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """The values of a numeric or boolean column, a view where Arrow's layout allows one; the
+    inverse of :func:`_column`, and like it without pandas. Nulls are not looked at."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    n, start = len(column), column.offset
+    data = column.buffers()[1]
+    if column.type == pa.bool_():
+        if data is None:
+            return np.zeros(n, dtype=np.bool_)
+        bits = np.frombuffer(data, dtype=np.uint8)
+        return np.unpackbits(bits, count=start + n, bitorder="little")[start:].view(np.bool_)
+    dtype = np.dtype(_NUMPY_OF_ARROW[column.type])
+    if data is None:
+        return np.zeros(n, dtype=dtype)
+    return np.frombuffer(data, dtype=dtype, count=n, offset=start * dtype.itemsize)
+
+
 def _binary_column(offsets: np.ndarray, payload: np.ndarray, n: int) -> pa.Array:
     """A large_binary column over packed payloads, without copying them."""
     return pa.Array.from_buffers(
@@ -665,11 +692,11 @@ def _emitted_from_arrow(batch: pa.RecordBatch) -> EmittedBatch:
     offsets, payload = _unpack_binary(batch.column("payload"))
     return EmittedBatch(
         first_seq=int(batch.column("offset")[0].as_py()) if batch.num_rows else 0,
-        t=batch.column("t").to_numpy(),
-        source=batch.column("source").to_numpy(),
-        timestamp=batch.column("timestamp").to_numpy(),
-        barrier=batch.column("barrier").to_numpy(),
-        late=batch.column("late").to_numpy(zero_copy_only=False),
+        t=_numpy(batch.column("t")),
+        source=_numpy(batch.column("source")),
+        timestamp=_numpy(batch.column("timestamp")),
+        barrier=_numpy(batch.column("barrier")),
+        late=_numpy(batch.column("late")),
         payload_offsets=offsets,
         payload=payload,
     )
@@ -728,11 +755,11 @@ def recover(config: OrdererConfig, arrivals: ArrivalLog, ordered: OrderedLog) ->
         table = pa.Table.from_batches(pending).combine_chunks()
         payload_offsets, payload = _unpack_binary(table.column("payload").chunk(0))
         orderer.replay_arrays(
-            table.column("kind").to_numpy(),
-            table.column("t").to_numpy(),
-            table.column("source").to_numpy(),
-            table.column("value").to_numpy(),
-            table.column("barrier").to_numpy(),
+            _numpy(table.column("kind")),
+            _numpy(table.column("t")),
+            _numpy(table.column("source")),
+            _numpy(table.column("value")),
+            _numpy(table.column("barrier")),
             payload_offsets,
             payload,
         )
@@ -740,12 +767,12 @@ def recover(config: OrdererConfig, arrivals: ArrivalLog, ordered: OrderedLog) ->
         complete_log()
 
     for batch in arrivals.batches():
-        kinds = batch.column("kind").to_numpy()
+        kinds = _numpy(batch.column("kind"))
         sequences = batch.column("sequence")
         if sequences.null_count < len(sequences):
-            sources = batch.column("source").to_numpy()
-            values = sequences.to_numpy(zero_copy_only=False)
-            valid = ~np.asarray(sequences.is_null().to_numpy(zero_copy_only=False))
+            sources = _numpy(batch.column("source"))
+            values = _numpy(sequences)
+            valid = _numpy(sequences.is_valid())
             for source in np.unique(sources[valid]):
                 top = int(values[valid & (sources == source)].max())
                 next_sequence[int(source)] = max(next_sequence.get(int(source), 0), top + 1)

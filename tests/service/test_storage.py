@@ -223,3 +223,43 @@ def test_a_large_append_is_stored_in_bounded_record_batches(tmp_path: Path) -> N
     part = log.read(APPEND_CHUNK - 5, 20)
     assert part.first_seq == APPEND_CHUNK - 5
     assert part.timestamp.tolist() == list(range(APPEND_CHUNK - 5, APPEND_CHUNK + 15))
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint32, np.uint64, np.float64, np.bool_])
+def test_numpy_and_arrow_columns_convert_both_ways_also_for_slices(dtype: type) -> None:
+    from orderer.service.storage import _column, _numpy
+
+    values = (np.arange(37) % 3 == 1) if dtype is np.bool_ else np.arange(37).astype(dtype)
+    column = _column(values)
+    assert column.to_pylist() == values.tolist()
+    assert _numpy(column).tolist() == values.tolist()
+    assert _numpy(column.slice(5, 20)).tolist() == values[5:25].tolist()
+    assert _numpy(_column(values[3:])).tolist() == values[3:].tolist()
+
+
+def test_writing_reading_and_recovering_the_logs_never_imports_pandas(tmp_path: Path) -> None:
+    """pandas costs a second to import: on the live path (the first write, the first
+    Subscribe) that second is a stall of the whole service."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from pathlib import Path
+        from tests.service.test_storage import _live_run, CONFIG
+        from orderer.service.storage import ArrivalLog, OrderedLog, recover
+        arrivals, ordered = _live_run(Path({str(tmp_path)!r}))
+        first = ordered.read(3, 1000)
+        arrivals.close()
+        ordered.close()
+        arrivals = ArrivalLog.open(Path({str(tmp_path)!r}) / "arrivals")
+        ordered = OrderedLog.open(Path({str(tmp_path)!r}) / "ordered")
+        recover(CONFIG, arrivals, ordered)
+        assert len(first) and "pandas" not in sys.modules
+        """
+    )
+    repo = Path(__file__).parents[2]
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=repo)
+    assert done.returncode == 0, done.stderr
