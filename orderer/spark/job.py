@@ -138,6 +138,7 @@ def _stream(spark: Any, args: argparse.Namespace, glom: Any, events_path: str, r
     from pyspark.sql import functions as F
 
     from orderer.client import get_stats
+    from orderer.errors import ServiceUnavailable
     from orderer.spark.glom import EVENT_SPARK_SCHEMA
 
     reader = (
@@ -165,7 +166,12 @@ def _stream(spark: Any, args: argparse.Namespace, glom: Any, events_path: str, r
         while True:  # until the run ended; then read to its end and stop
             if query.awaitTermination(args.poll):
                 break
-            if get_stats(args.target)["run_ended"]:
+            try:
+                ended = get_stats(args.target)["run_ended"]
+            except ServiceUnavailable as error:  # the orderer restarts: the query retries too
+                print(f"evb spark-job: orderer unavailable, waiting: {error}", file=sys.stderr)
+                continue
+            if ended:
                 query.processAllAvailable()
                 break
     finally:
