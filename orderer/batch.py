@@ -191,9 +191,12 @@ class EmittedBatch:
 
     @classmethod
     def concat(cls, batches: Sequence[EmittedBatch]) -> EmittedBatch:
-        """One batch from consecutive batches (payload offsets rebased)."""
+        """One batch from consecutive batches (payload offsets rebased); one batch is returned
+        as is (a drained backlog can be millions of fragments: a copy would cost a second)."""
         if not batches:
             return cls.empty()
+        if len(batches) == 1:
+            return batches[0]
         offsets, payload = concat_payloads([(b.payload_offsets, b.payload) for b in batches])
         return cls(
             batches[0].first_seq,
