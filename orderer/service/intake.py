@@ -56,6 +56,8 @@ class IntakePass:
     acks: list[tuple[Any, int, int]] = field(default_factory=list)
     """(stream, source, durable sequence) owed once this pass is written."""
     fragments: int = 0
+    _joined: dict[tuple[int, int], FragmentBatch] = field(default_factory=dict)
+    """Runs of batches joined for the orderer, reused for the arrival log (one copy, not two)."""
 
     def __bool__(self) -> bool:
         return bool(self.batches or self.markers or self.acks)
@@ -65,14 +67,14 @@ class IntakePass:
         start = 0
         for before, marker in self.markers:
             if before > start:
-                orderer.submit(FragmentBatch.concat(self.batches[start:before]), now=now)
+                orderer.submit(self._join(start, before), now=now)
                 start = before
             if marker.kind is ArrivalKind.WATERMARK:
                 orderer.watermark(marker.source, marker.value, now=now)
             else:
                 orderer.end_source(marker.source, now=now)
         if len(self.batches) > start:
-            orderer.submit(FragmentBatch.concat(self.batches[start:]), now=now)
+            orderer.submit(self._join(start, len(self.batches)), now=now)
 
     def arrival_rows(self) -> ArrivalRows:
         """The pass as arrival-log rows (fragments and markers interleaved in arrival order)."""
@@ -87,8 +89,14 @@ class IntakePass:
             pieces.append(self._fragment_rows(start, len(self.batches)))
         return ArrivalRows.concat(pieces)
 
+    def _join(self, start: int, stop: int) -> FragmentBatch:
+        joined = self._joined.get((start, stop))
+        if joined is None:
+            joined = self._joined[start, stop] = FragmentBatch.concat(self.batches[start:stop])
+        return joined
+
     def _fragment_rows(self, start: int, stop: int) -> ArrivalRows:
-        batch = FragmentBatch.concat(self.batches[start:stop])
+        batch = self._join(start, stop)
         lengths = [len(b) for b in self.batches[start:stop]]
         firsts = self.sequences[start:stop]
         sequence = np.zeros(len(batch), dtype=np.uint64)

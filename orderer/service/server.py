@@ -564,12 +564,10 @@ class OrdererService:
         return self._durable_offset
 
     def _after_call(self) -> None:
-        """After every orderer call: stage what it emitted for the ordered log, relay flow
-        control, re-arm the timer, and have the new state written and made durable."""
-        emitted = self._orderer.take_emitted()
-        if len(emitted):
-            self._unwritten_output.append(emitted)
-            self._written_offset = emitted.first_seq + len(emitted)
+        """After every orderer call: note what it emitted (the output stays in the core until
+        the next write round takes it all at once), relay flow control, re-arm the timer, and
+        have the new state written and made durable."""
+        self._written_offset = self._orderer.emitted_seq
         self._orderer.take_barrier_log()  # the counters keep the totals; don't let it grow
         self._written_generation += 1
         for flow in self._orderer.take_flow_signals():
@@ -582,6 +580,14 @@ class OrdererService:
             self._sync_task = asyncio.get_running_loop().create_task(self._sync_loop())
 
     # ------------------------------------------------------------------ durability
+
+    def _stage_output(self) -> None:
+        """Take the output the core holds for the ordered log: once per write round, one copy
+        of everything emitted since the last, instead of a copy per intake pass and another to
+        join them."""
+        emitted = self._orderer.take_emitted()
+        if len(emitted):
+            self._unwritten_output.append(emitted)
 
     def _write_out(self) -> None:
         """Write what is staged, in order, then force both logs to disk (worker thread).
@@ -614,6 +620,7 @@ class OrdererService:
         try:
             while self._synced_generation < self._written_generation and not self.failed:
                 generation, offset = self._written_generation, self._written_offset
+                self._stage_output()
                 try:
                     await asyncio.to_thread(self._write_out)
                 except OSError as error:
@@ -839,6 +846,7 @@ class OrdererService:
             await asyncio.shield(self._sync_task)
         try:
             if self.failed is None and self.degraded is None:
+                self._stage_output()
                 await asyncio.to_thread(self._write_out)
             self._arrivals.close()
             self._ordered.close()
