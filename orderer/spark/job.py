@@ -84,7 +84,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--master", help="Spark master (default: spark-submit's, else local[2])")
     parser.add_argument("--poll", type=float, default=1.0, help="seconds between end-of-run checks")
     parser.add_argument("--quiet", action="store_true", help="do not print the summary")
+    security = parser.add_argument_group("security (a TLS orderer; files on driver and executors)")
+    security.add_argument("--tls-ca", metavar="FILE", help="PEM CA of the server's certificate")
+    security.add_argument("--tls-cert", metavar="FILE", help="PEM client certificate (mutual TLS)")
+    security.add_argument("--tls-key", metavar="FILE", help="PEM key of the client certificate")
+    security.add_argument("--token-file", metavar="FILE", help="file holding the bearer token")
+    security.add_argument("--tls", action="store_true", help="TLS with the system's CAs")
     return parser
+
+
+def _security_options(args: argparse.Namespace) -> dict[str, str]:
+    """The job's security flags as options of the evb data source."""
+    given = {
+        "tlsCa": args.tls_ca,
+        "tlsCert": args.tls_cert,
+        "tlsKey": args.tls_key,
+        "tokenFile": args.token_file,
+        "tls": "true" if args.tls else None,
+    }
+    return {name: str(value) for name, value in given.items() if value}
 
 
 def _glom(args: argparse.Namespace) -> Any:
@@ -140,6 +158,9 @@ def _stream(spark: Any, args: argparse.Namespace, glom: Any, events_path: str, r
     from orderer.client import get_stats
     from orderer.errors import ServiceUnavailable
     from orderer.spark.glom import EVENT_SPARK_SCHEMA
+    from orderer.spark.source import _security
+
+    security = _security(tuple(_security_options(args).items()))
 
     reader = (
         spark.readStream.format("evb")
@@ -147,6 +168,7 @@ def _stream(spark: Any, args: argparse.Namespace, glom: Any, events_path: str, r
         .options(**glom.to_options())
         .option("numPartitions", args.partitions)
         .option("consumer", args.consumer)
+        .options(**_security_options(args))
     )
     if args.max_fragments_per_trigger:
         reader = reader.option("maxFragmentsPerTrigger", args.max_fragments_per_trigger)
@@ -167,7 +189,7 @@ def _stream(spark: Any, args: argparse.Namespace, glom: Any, events_path: str, r
             if query.awaitTermination(args.poll):
                 break
             try:
-                ended = get_stats(args.target)["run_ended"]
+                ended = get_stats(args.target, security=security)["run_ended"]
             except ServiceUnavailable as error:  # the orderer restarts: the query retries too
                 print(f"evb spark-job: orderer unavailable, waiting: {error}", file=sys.stderr)
                 continue

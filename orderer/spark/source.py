@@ -24,7 +24,9 @@ Options: ``target`` or ``path``; ``dt``, ``maxFragments`` (1000); ``numPartition
 ``maxFragmentsPerTrigger`` (a micro-batch holds at most this many fragments, or one whole event if
 that is longer); ``consumer`` (``spark``, the name commits are kept under); ``startingOffset``
 (0); ``endingOffset`` (read only a prefix of the run: it ends there); ``pollInterval``
-(seconds between two looks at an idle orderer, 0.05); ``reconnectTimeout`` (seconds, 120).
+(seconds between two looks at an idle orderer, 0.05); ``reconnectTimeout`` (seconds, 120);
+``tlsCa``, ``tlsCert``, ``tlsKey``, ``tokenFile``, ``tls`` (an orderer serving TLS and tokens,
+as ``evb tail``'s flags; the files must be readable on the driver and the executors).
 
 gRPC channels are opened in the methods that use them, never in ``__init__`` (readers are pickled
 to the executors).
@@ -60,6 +62,23 @@ __all__ = ["EvbDataSource", "plan_partitions", "register"]
 log = logging.getLogger("evb.spark")
 
 _INT64_LIMIT = 2**63
+_SECURITY_OPTIONS = ("tlsCa", "tlsCert", "tlsKey", "tokenFile", "tls")
+
+
+def _security(options: tuple[tuple[str, str], ...]) -> Any:
+    """The client's ChannelSecurity from the source's security options; None for plaintext."""
+    if not options:
+        return None
+    from orderer.client import ChannelSecurity
+
+    given = dict(options)
+    return ChannelSecurity.from_files(
+        ca=given.get("tlsCa"),
+        cert=given.get("tlsCert"),
+        key=given.get("tlsKey"),
+        token_file=given.get("tokenFile"),
+        tls=given.get("tls", "").lower() in ("1", "true", "yes"),
+    )
 
 
 def register(spark: Any) -> None:
@@ -79,6 +98,9 @@ class _Options:
     ending_offset: int | None
     poll_interval: float
     reconnect_timeout: float
+    security: tuple[tuple[str, str], ...] = ()
+    """TLS and token files (``tlsCa``, ``tlsCert``, ``tlsKey``, ``tokenFile``, ``tls``), read
+    where a channel is opened (driver and executors alike)."""
 
     @classmethod
     def parse(cls, options: Any) -> _Options:
@@ -112,6 +134,11 @@ class _Options:
             ending_offset=number("endingOffset", None, int, 0),
             poll_interval=number("pollInterval", 0.05, float, 0),
             reconnect_timeout=number("reconnectTimeout", 120.0, float, 0),
+            security=tuple(
+                (name, lowered[name.lower()])
+                for name in _SECURITY_OPTIONS
+                if lowered.get(name.lower())
+            ),
         )
 
     def starts(self, timestamp: np.ndarray, barrier: np.ndarray) -> np.ndarray:
@@ -129,6 +156,7 @@ class OffsetRange(InputPartition):
     target: str | None
     segments: tuple[str, ...] = ()
     reconnect_timeout: float = 120.0
+    security: tuple[tuple[str, str], ...] = ()
 
 
 def plan_partitions(
@@ -195,6 +223,7 @@ def _read_target(partition: OffsetRange) -> Iterator[pa.RecordBatch]:
         partition.first,
         until=partition.until,
         reconnect_timeout=partition.reconnect_timeout,
+        security=_security(partition.security),
     )
     for batch in reader:
         yield _fragments_of(batch)
@@ -214,6 +243,7 @@ def _scan_target(options: _Options, first: int, until: int) -> tuple[np.ndarray,
             until=until,
             payload=False,
             reconnect_timeout=options.reconnect_timeout,
+            security=_security(options.security),
         )
     )
     return (
@@ -227,7 +257,9 @@ def _stats(options: _Options) -> tuple[int, bool]:
     from orderer.client import get_stats
 
     assert options.target is not None
-    stats = get_stats(options.target, timeout=options.reconnect_timeout)
+    stats = get_stats(
+        options.target, timeout=options.reconnect_timeout, security=_security(options.security)
+    )
     return int(stats["next_offset"]), bool(stats["run_ended"])
 
 
@@ -295,7 +327,12 @@ class EvbStreamReader(DataSourceStreamReader):
 
         offset = self.options.starting_offset
         try:  # register: retention keeps this consumer's output from now on
-            commit(self.options.target, self.options.consumer, offset)  # type: ignore[arg-type]
+            commit(
+                self.options.target,  # type: ignore[arg-type]
+                self.options.consumer,
+                offset,
+                security=_security(self.options.security),
+            )
         except InterfaceError as error:
             log.warning("could not register consumer %s: %s", self.options.consumer, error)
         return {"offset": offset}
@@ -323,7 +360,10 @@ class EvbStreamReader(DataSourceStreamReader):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         first, until = int(start["offset"]), int(end["offset"])
         return [
-            OffsetRange(a, b, self.options.target, (), self.options.reconnect_timeout)
+            OffsetRange(
+                a, b, self.options.target, (), self.options.reconnect_timeout,
+                self.options.security,
+            )
             for a, b in self._planner.partitions(first, until)
         ]
 
@@ -335,7 +375,12 @@ class EvbStreamReader(DataSourceStreamReader):
         from orderer.client import commit
 
         try:
-            commit(self.options.target, self.options.consumer, int(end["offset"]))  # type: ignore[arg-type]
+            commit(
+                self.options.target,  # type: ignore[arg-type]
+                self.options.consumer,
+                int(end["offset"]),
+                security=_security(self.options.security),
+            )
         except (ServiceUnavailable, InterfaceError) as error:
             # only delays retention: the next commit covers this one
             log.warning("commit of offset %s failed: %s", end["offset"], error)
@@ -448,7 +493,7 @@ class EvbBatchReader(DataSourceReader):
         planner = _Planner(options)
         end = planner.end(options.starting_offset, available, ended, None)
         return [
-            OffsetRange(a, b, options.target, (), options.reconnect_timeout)
+            OffsetRange(a, b, options.target, (), options.reconnect_timeout, options.security)
             for a, b in planner.partitions(options.starting_offset, end)
         ]
 

@@ -20,6 +20,7 @@ from orderer.client import end_run
 from orderer.remote import send_synthetic
 from orderer.spark import job
 from orderer.spark.glom import EVENT_SPARK_SCHEMA, GlomConfig, glom_batches
+from orderer.synthetic import SyntheticRun
 from tests.e2e.conftest import ServerProcess
 from tests.spark.conftest import DT, RUN, SERVE_FLAGS, FinishedRun, source_rows
 from tests.spark.oracle import events_of, fragments_of, glom
@@ -238,3 +239,46 @@ def test_the_sparkapplication_runs_this_job_with_arguments_it_accepts() -> None:
     spark_schema = crd._spec_schema()["properties"]["spark"]
     formats = spark_schema["properties"]["output"]["properties"]["format"]["enum"]
     assert tuple(formats) == job.FORMATS
+
+
+def test_the_source_reads_an_orderer_serving_tls_and_a_token(spark: Any, tmp_path: Path) -> None:
+    """The security options reach every channel: the driver's planning and commits and the
+    executors' reads; without them the orderer refuses the query."""
+    from orderer.client import ChannelSecurity
+    from tests.certs import CertificateAuthority
+
+    ca = CertificateAuthority(tmp_path / "ca")
+    server_pem = ca.issue("server", server=True)
+    token = tmp_path / "token"
+    token.write_text("spark-token-123\n")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    server = ServerProcess(
+        tmp_path / "data", logs, *SERVE_FLAGS, "--tls-cert", str(server_pem.cert),
+        "--tls-key", str(server_pem.key), "--token-file", str(token),
+    ).start()
+    security = ChannelSecurity.from_files(ca=ca.cert, token_file=token)
+    try:
+        small = SyntheticRun(n_sources=4, fragments_per_source=40, rate=400.0, batch_size=5,
+                             payload_size=8, seed=9)
+        send_synthetic(server.target, small, speed=0.0, progress=False,
+                       client_options={"security": security})
+        last = end_run(server.target, security=security)
+        config = GlomConfig(DT, 4)
+        options = {"target": server.target, "tlsCa": str(ca.cert), "tokenFile": str(token),
+                   **config.to_options(), "consumer": "tls"}
+        query = (
+            spark.readStream.format("evb").options(**options).option("numPartitions", 2).load()
+            .mapInArrow(_build(config), EVENT_SPARK_SCHEMA).writeStream.format("parquet")
+            .option("path", str(tmp_path / "events"))
+            .option("checkpointLocation", str(tmp_path / "checkpoint")).start()
+        )
+        query.processAllAvailable()
+        query.stop()
+        got = events_of(spark.read.parquet(str(tmp_path / "events")).toArrow())
+        assert sum(e.multiplicity for e in got) == last > 0
+        with pytest.raises(Exception, match=r"ServiceUnavailable|UNAUTHENTICATED"):
+            spark.read.format("evb").option("target", server.target).option(
+                "reconnectTimeout", "2").load().count()
+    finally:
+        server.stop()
