@@ -145,5 +145,6 @@ cdef class OrdererCore:
     cdef int _update_flow(self) except -1
     cdef int _reserve_out(self, Py_ssize_t n, size_t pay) except -1
     cdef int _shrink_out(self, Py_ssize_t used) except -1
+    cdef tuple _hand_over_emitted(self)
     cdef _watermark(self, Py_ssize_t index, double now, uint64_t watermark)
     cdef _check_time(self, double now)

@@ -104,6 +104,29 @@ DEF PAY_PREFIX = 4                   # bytes of the length stored before each pa
 
 # ---------------------------------------------------------------- memory helpers
 
+cdef class _OwnedBlock:
+    """A PyMem block that the core handed to a numpy array; freed with the array."""
+    cdef void *ptr
+
+    def __dealloc__(self):
+        PyMem_Free(self.ptr)
+
+
+cdef cnp.ndarray _adopt(void *ptr, Py_ssize_t n, int typenum):
+    """A numpy array over ``ptr`` that owns it (no copy)."""
+    cdef cnp.npy_intp dims = n
+    cdef _OwnedBlock owner = _OwnedBlock.__new__(_OwnedBlock)
+    owner.ptr = ptr
+    cdef cnp.ndarray array = cnp.PyArray_SimpleNewFromData(1, &dims, typenum, ptr)
+    cnp.set_array_base(array, owner)
+    return array
+
+
+# From this many fragments, take_emitted hands its buffers over instead of copying them: a
+# drained backlog of millions would otherwise cost a copy of hundreds of MB on the loop.
+cdef Py_ssize_t _HANDOVER = 65536
+
+
 cdef int _grow(void **ptr, size_t new_bytes) except -1:
     cdef void *p = PyMem_Realloc(ptr[0], new_bytes if new_bytes else 1)
     if p == NULL:
@@ -1081,6 +1104,8 @@ cdef class OrdererCore:
     def take_emitted(self):
         """Everything emitted since the last call, as columns (numpy arrays) plus ``first_seq``."""
         cdef Py_ssize_t n = self._out_n
+        if n >= _HANDOVER:
+            return self._hand_over_emitted()
         cdef cnp.ndarray ts = np.empty(n, dtype=np.uint64)
         cdef cnp.ndarray source = np.empty(n, dtype=np.uint32)
         cdef cnp.ndarray barrier = np.empty(n, dtype=np.uint32)
@@ -1105,6 +1130,45 @@ cdef class OrdererCore:
         self._out_pay_len = 0
         self._shrink_out(n)
         return first_seq, t, source, ts, barrier, late, offsets, payload
+
+    cdef tuple _hand_over_emitted(self):
+        """take_emitted without copying: the output buffers become the arrays, and the next
+        emission starts on fresh ones. Only the payload offsets are built (a leading 0)."""
+        cdef Py_ssize_t n = self._out_n
+        cdef uint64_t first_seq = self._out_seq
+        cdef cnp.ndarray offsets = np.empty(n + 1, dtype=np.uint64)
+        (<uint64_t *>cnp.PyArray_DATA(offsets))[0] = 0
+        memcpy(<uint64_t *>cnp.PyArray_DATA(offsets) + 1, self._out_pay_end, n * sizeof(uint64_t))
+        cdef void *ts = self._out_ts
+        cdef void *source = self._out_source
+        cdef void *barrier = self._out_barrier
+        cdef void *late = self._out_late
+        cdef void *t = self._out_t
+        cdef void *payload = self._out_pay
+        cdef Py_ssize_t pay_len = self._out_pay_len
+        self._out_ts = NULL
+        self._out_source = NULL
+        self._out_barrier = NULL
+        self._out_late = NULL
+        self._out_t = NULL
+        self._out_pay = NULL
+        self._out_cap = 0
+        self._out_pay_cap = 0
+        PyMem_Free(self._out_pay_end)
+        self._out_pay_end = NULL
+        self._out_seq += n
+        self._out_n = 0
+        self._out_pay_len = 0
+        return (
+            first_seq,
+            _adopt(t, n, cnp.NPY_FLOAT64),
+            _adopt(source, n, cnp.NPY_UINT32),
+            _adopt(ts, n, cnp.NPY_UINT64),
+            _adopt(barrier, n, cnp.NPY_UINT32),
+            _adopt(late, n, cnp.NPY_BOOL),
+            offsets,
+            _adopt(payload, pay_len, cnp.NPY_UINT8),
+        )
 
     cdef int _shrink_out(self, Py_ssize_t used) except -1:
         """Give back output buffers that a burst (an end of run, a drained backlog) grew."""
