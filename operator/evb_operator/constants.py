@@ -18,6 +18,10 @@ ENDPOINT = "{orderer}.{namespace}.svc:{port}"
 """The orderer's gRPC address as the operator and the Spark job reach it."""
 
 GRPC_PORT = 50051
+LIVENESS_SERVICE = "liveness"
+"""gRPC health service name that is NOT_SERVING only when the orderer failed (it then exits);
+a full log volume leaves it SERVING, so the kubelet does not restart a pod that a restart
+cannot cure (readiness, on the overall status "", takes it out of the Service instead)."""
 METRICS_PORT = 9090
 
 CONFIG_FILE = "evb.yaml"

@@ -152,9 +152,11 @@ def _token_volume(valid: ValidSpec) -> dict[str, Any]:
     }
 
 
-def _probe(tls: bool, **timing: int) -> dict[str, Any]:
-    """gRPC health probe; a TCP probe under TLS (the kubelet's gRPC probe has no TLS)."""
-    check = {"tcpSocket": {"port": "grpc"}} if tls else {"grpc": {"port": c.GRPC_PORT}}
+def _probe(tls: bool, service: str = "", **timing: int) -> dict[str, Any]:
+    """gRPC health probe of ``service``; a TCP probe under TLS (the kubelet's gRPC probe has
+    no TLS)."""
+    grpc = {"port": c.GRPC_PORT, **({"service": service} if service else {})}
+    check = {"tcpSocket": {"port": "grpc"}} if tls else {"grpc": grpc}
     return {**check, **timing}
 
 
@@ -201,7 +203,11 @@ def build_statefulset_spec(
         "env": [{"name": "OPENBLAS_NUM_THREADS", "value": "1"}],
         "readinessProbe": _probe("tls" in spec, periodSeconds=5),
         "livenessProbe": _probe(
-            "tls" in spec, initialDelaySeconds=10, periodSeconds=10, failureThreshold=6
+            "tls" in spec,
+            c.LIVENESS_SERVICE,
+            initialDelaySeconds=10,
+            periodSeconds=10,
+            failureThreshold=6,
         ),
         "resources": orderer_spec["resources"],
         "securityContext": dict(RESTRICTED_CONTAINER),

@@ -85,6 +85,11 @@ log = logging.getLogger("evb.service")
 
 SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["Orderer"].full_name
 
+LIVENESS_SERVICE = "liveness"
+"""Health service name for liveness probes: NOT_SERVING only once the service failed. The
+overall status ("") is for readiness: NOT_SERVING also while the log volume is full, which a
+restart would not cure."""
+
 STORAGE_RETRY = 1.0
 """Seconds between attempts to write to a log volume that refused a write (full, quota)."""
 
@@ -1077,7 +1082,7 @@ async def start_server(config: OrdererConfig, service_config: ServiceConfig) -> 
         await service.close()
         raise ConfigError("listen", service_config.listen, "cannot bind this address")
     await server.start()
-    for name in ("", SERVICE_NAME):
+    for name in ("", SERVICE_NAME, LIVENESS_SERVICE):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     metrics = ServiceMetrics(_metrics_snapshot_function(service, asyncio.get_running_loop()))
     metrics_port = None
@@ -1098,6 +1103,9 @@ async def start_server(config: OrdererConfig, service_config: ServiceConfig) -> 
             for name in ("", SERVICE_NAME):
                 await health_servicer.set(name, status)
             if service.failed is not None:
+                await health_servicer.set(
+                    LIVENESS_SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING
+                )
                 return
 
     return RunningServer(

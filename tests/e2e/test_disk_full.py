@@ -21,6 +21,7 @@ from orderer.batch import FragmentBatch
 from orderer.client import OrderedStreamReader, SourceClient, end_run, get_stats
 from orderer.config import OrdererConfig
 from orderer.replay import read_records, replay
+from orderer.service.server import LIVENESS_SERVICE
 from orderer.service.storage import ArrivalLog
 from tests.e2e.conftest import ServerProcess
 
@@ -84,10 +85,10 @@ def _send(client: SourceClient, batches: list[FragmentBatch]) -> None:
     client.flush()
 
 
-def _health(target: str) -> int:
+def _health(target: str, service: str = "") -> int:
     with grpc.insecure_channel(target) as channel:
         reply = health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(service=""), timeout=5
+            health_pb2.HealthCheckRequest(service=service), timeout=5
         )
     return int(reply.status)
 
@@ -165,6 +166,8 @@ def test_full_log_volume_stops_acks_then_resumes_losing_nothing(
         filler = _fill_mid_run(server, client, small_volume)
         assert f"log volume of {small_volume / 'data'} refuses writes" in server.log_text()
         assert "No space left on device" in server.log_text()
+        # not ready, but alive: a restart would not cure a full volume
+        assert _health(server.target, LIVENESS_SERVICE) == health_pb2.HealthCheckResponse.SERVING
         time.sleep(2.0)  # two storage retries: still no acknowledgement
         assert all(client.acked(s) == PER_PHASE for s in SOURCES)
         assert client.unacked() == PER_PHASE * len(SOURCES)

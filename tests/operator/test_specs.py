@@ -158,6 +158,21 @@ def test_the_orderer_pod_is_locked_down() -> None:
     assert pod["terminationGracePeriodSeconds"] > c.STOP_GRACE_SECONDS
 
 
+def test_liveness_asks_the_health_name_that_a_full_log_volume_leaves_serving() -> None:
+    """Readiness follows the overall health (NOT_SERVING while the volume is full); liveness
+    only the orderer's failure, since a restart cannot free a volume."""
+    from orderer.service.server import LIVENESS_SERVICE
+
+    pod = _by_kind(_children({}))["StatefulSet"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["readinessProbe"]["grpc"] == {"port": c.GRPC_PORT}
+    assert container["livenessProbe"]["grpc"] == {
+        "port": c.GRPC_PORT,
+        "service": LIVENESS_SERVICE,
+    }
+    assert c.LIVENESS_SERVICE == LIVENESS_SERVICE
+
+
 @pytest.mark.parametrize("spec", SPECS.values(), ids=SPECS.keys())
 def test_evb_serve_accepts_the_configmap_and_the_arguments(
     spec: dict[str, Any], tmp_path: Path
