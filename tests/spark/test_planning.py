@@ -1,0 +1,82 @@
+"""How the source plans reads, without Spark or a server (the scan of the orderer's timestamps
+is replaced by slices of an in-memory stream): a read ends only at an event start, never beyond
+its limit unless one event is longer, takes the open event only once the run ended, and its
+partitions are offset ranges that start at event starts."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import pytest
+
+from orderer.errors import ConfigError
+from orderer.spark import source
+from orderer.spark.glom import event_starts
+from tests.spark.oracle import random_stream
+
+STREAM = random_stream(11, 2000, late_share=0.1)
+TS = STREAM.column("timestamp").to_numpy().view(np.uint64)
+BARRIER = STREAM.column("barrier").to_numpy()
+
+
+@pytest.fixture
+def planner(monkeypatch: pytest.MonkeyPatch) -> source._Planner:
+    def scan(options: Any, first: int, until: int) -> tuple[np.ndarray, np.ndarray]:
+        return TS[first:until], BARRIER[first:until]
+
+    monkeypatch.setattr(source, "_scan_target", scan)
+    options = source._Options.parse(
+        {"target": "unused:1", "dt": "60", "maxFragments": "5", "numPartitions": "3"}
+    )
+    return source._Planner(options)
+
+
+def test_reads_end_at_event_starts_within_their_limit(planner: source._Planner) -> None:
+    starts = set(event_starts(TS, BARRIER, dt=60, max_fragments=5).tolist())
+    first = 0
+    for limit in (1, 2, 7, 37, 3, 100, None, 5):
+        end = planner.end(first, 1500, False, limit)
+        if first == max(s for s in starts if s < 1500):  # only the open event is left
+            assert end == first
+            continue
+        assert end in starts and end > first
+        if limit is not None and limit >= 5:
+            assert end - first <= limit
+        for a, b in planner.partitions(first, end):
+            assert a in starts and a < b <= end
+        first = end
+    assert first < 1500  # the open event at the live end waits
+
+
+def test_the_open_event_goes_only_once_the_run_ended(planner: source._Planner) -> None:
+    starts = event_starts(TS, BARRIER, dt=60, max_fragments=5)
+    last = int(starts[starts < 2000][-1])
+    assert planner.end(last, 2000, False, None) == last  # nothing complete yet
+    assert planner.end(last, 2000, True, None) == 2000  # the end of the run closes it
+
+
+def test_partitions_cover_the_range_in_order() -> None:
+    starts = np.array([0, 3, 4, 10, 11, 12, 30, 31, 50], dtype=np.int64)
+    assert source.plan_partitions(starts, 0, 60, 3) == [(0, 30), (30, 50), (50, 60)]
+    assert source.plan_partitions(starts, 0, 60, 1) == [(0, 60)]
+    assert source.plan_partitions(starts, 5, 5, 2) == []
+    parts = source.plan_partitions(starts, 0, 60, 7)
+    assert parts[0][0] == 0 and parts[-1][1] == 60
+    assert all(b == c for (_, b), (c, _) in itertools.pairwise(parts))
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({}, "give exactly one of the options target and path"),
+        ({"target": "a:1", "path": "/x"}, "give exactly one"),
+        ({"target": "a:1", "numPartitions": "0"}, "numPartitions: must be >= 1"),
+        ({"target": "a:1", "maxFragmentsPerTrigger": "many"}, "maxFragmentsPerTrigger: must be"),
+        ({"target": "a:1", "dt": "1.5"}, "dt: must be an integer"),
+    ],
+)
+def test_bad_options_name_the_option(options: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        source._Options.parse(options)
