@@ -86,13 +86,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         from orderer.demo import run_demo
 
         return run_demo(output_dir=args.output_dir, seed=args.seed)
-    try:
-        import pyspark  # noqa: F401
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("pyspark") is None:
         raise ConfigError(
             "demo", "pyspark", "the live demo needs the spark extra (pip install 'evb[spark]'); "
             "evb demo --replay-only runs without it"
-        ) from None
+        )
     from orderer.spark.demo import run_live_demo
 
     return run_live_demo(output_dir=args.output_dir, seed=args.seed, seconds=args.seconds)
