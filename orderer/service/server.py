@@ -85,6 +85,11 @@ log = logging.getLogger("evb.service")
 
 SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["Orderer"].full_name
 
+MAX_UNWRITTEN = 1_000_000
+"""Records taken in but not yet written (the disk behind the network). Past this the service
+stops reading Submit streams until a write round catches up: HTTP/2 flow control then holds
+the clients back, instead of the server's memory growing with the length of the run."""
+
 LIVENESS_SERVICE = "liveness"
 """Health service name for liveness probes: NOT_SERVING only once the service failed. The
 overall status ("") is for readiness: NOT_SERVING also while the log volume is full, which a
@@ -338,6 +343,10 @@ class OrdererService:
         self.health_changed = asyncio.Event()
         self._unwritten_arrivals: deque[tuple[float, ArrivalRows]] = deque()
         self._unwritten_output: deque[EmittedBatch] = deque()
+        self._unwritten_records = 0
+        self._writes_caught_up = asyncio.Event()
+        self._writes_caught_up.set()
+        self.max_unwritten = MAX_UNWRITTEN
         self._ingest = RateMeter()
         self._intake = Intake()
         self._intake_scheduled = False
@@ -467,6 +476,12 @@ class OrdererService:
     def close_stream(self, stream: SubmitStream) -> None:
         self._streams.discard(stream)
 
+    async def room_for_input(self) -> None:
+        """Returns at once unless the writes are ``max_unwritten`` records behind; then when a
+        write round has caught up (or the service stops taking input)."""
+        if not self._writes_caught_up.is_set():
+            await self._writes_caught_up.wait()
+
     def _speaks_for(self, stream: SubmitStream, source: int) -> None:
         if source not in stream.sources:
             stream.sources.add(source)
@@ -530,7 +545,11 @@ class OrdererService:
         if taken.batches or taken.markers:
             # convert checked every batch as the core does: the core cannot refuse one here
             taken.run(self._orderer, now)
-            self._unwritten_arrivals.append((now, taken.arrival_rows()))
+            rows = taken.arrival_rows()
+            self._unwritten_arrivals.append((now, rows))
+            self._unwritten_records += len(rows)
+            if self._unwritten_records >= self.max_unwritten:
+                self._writes_caught_up.clear()
         if taken.fragments:
             self._ingest.add(now, taken.fragments)
             self._run_ended = False
@@ -642,6 +661,9 @@ class OrdererService:
                     continue
                 if self.degraded is not None:
                     self._recovered_from(self.degraded)
+                self._unwritten_records = sum(len(rows) for _, rows in self._unwritten_arrivals)
+                if self._unwritten_records < self.max_unwritten:
+                    self._writes_caught_up.set()
                 self._synced_generation = generation
                 if offset > self._durable_offset:
                     self._durable_offset = offset
@@ -674,6 +696,7 @@ class OrdererService:
             )
             self.health_changed.set()
         self.degraded = error
+        self._writes_caught_up.set()  # readers wake up to find their streams finished
         for stream in self._streams:
             stream.finish(self._unavailable())
 
@@ -732,6 +755,7 @@ class OrdererService:
         log.error("storage failed, no more input is taken: %r", error)
         self.failed = error
         self.failure.set()
+        self._writes_caught_up.set()
         self.health_changed.set()
         self._rearm()
         for stream in self._streams:
@@ -839,6 +863,7 @@ class OrdererService:
         if not self._closed:
             self.take_intake()
         self._closed = True
+        self._writes_caught_up.set()
         for stream in self._streams:
             stream.finish(ServiceUnavailable("the orderer is shutting down; reconnect and resend"))
         self._rearm()
@@ -903,6 +928,7 @@ class OrdererServicer(pb_grpc.OrdererServicer):
         service = self._service
         try:
             async for request in requests:
+                await service.room_for_input()
                 if not stream.reading:
                     return
                 item = request.WhichOneof("item")

@@ -362,3 +362,52 @@ def test_retention_drops_old_sealed_segments_of_the_ordered_log(tmp_path: Path) 
             call.cancel()
 
     run(body())
+
+
+def test_a_disk_behind_the_network_holds_the_clients_back_not_the_servers_memory(
+    tmp_path: Path,
+) -> None:
+    """While writes lag (here: the arrival log stalls), the service stops reading Submit
+    streams once ``max_unwritten`` records wait: HTTP/2 flow control then blocks the sender,
+    and everything goes through once the disk catches up."""
+    batches, per_batch = 200, 1000  # 100 kB messages, 20 MB in all: more than gRPC buffers
+    payloads = [bytes(100)] * per_batch
+
+    def request(k: int) -> pb.SubmitRequest:
+        timestamps = list(range(k * per_batch, (k + 1) * per_batch))
+        batch = FragmentBatch.from_arrays(source=1, timestamp=timestamps, payloads=payloads)
+        return pb.SubmitRequest(batch=convert.batch_to_pb(batch, k * per_batch))
+
+    async def body() -> None:
+        async with serving(tmp_path, CONFIG) as running:
+            service = running.service
+            service.max_unwritten = 5000
+            disk = threading.Event()
+            append_rows = service.arrivals.append_rows
+
+            def stalled(t: float, rows: object) -> None:
+                disk.wait(60)
+                append_rows(t, rows)  # type: ignore[arg-type]
+
+            service.arrivals.append_rows = stalled  # type: ignore[method-assign]
+            try:
+                async with grpc.aio.insecure_channel(target(running)) as channel:
+                    call = _Stream(channel)
+
+                    async def send_all() -> None:
+                        for k in range(batches):
+                            await call.write(request(k))
+
+                    sender = asyncio.create_task(send_all())
+                    await asyncio.sleep(2.0)
+                    taken = await _received(running, 1)
+                    assert 5000 <= taken <= 5000 + 10 * per_batch  # of 200,000 sent
+                    assert not sender.done()  # held back by flow control
+                    disk.set()
+                    await asyncio.wait_for(sender, 30)
+                    assert await call.close() == grpc.StatusCode.OK
+            finally:
+                disk.set()
+            assert await _received(running, 1) == batches * per_batch
+
+    run(body())
