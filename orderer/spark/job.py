@@ -84,11 +84,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--master", help="Spark master (default: spark-submit's, else local[2])")
     parser.add_argument("--poll", type=float, default=1.0, help="seconds between end-of-run checks")
     parser.add_argument("--quiet", action="store_true", help="do not print the summary")
-    security = parser.add_argument_group("security (a TLS orderer; files on driver and executors)")
-    security.add_argument("--tls-ca", metavar="FILE", help="PEM CA of the server's certificate")
-    security.add_argument("--tls-cert", metavar="FILE", help="PEM client certificate (mutual TLS)")
-    security.add_argument("--tls-key", metavar="FILE", help="PEM key of the client certificate")
-    security.add_argument("--token-file", metavar="FILE", help="file holding the bearer token")
+    # each defaults to the variable the operator sets in the SparkApplication's pods
+    # (orderer.service.security.ENV_*), as for the other evb commands
+    security = parser.add_argument_group(
+        "security (a TLS orderer; files on driver and executors; defaults from EVB_TLS_CA,"
+        " EVB_TLS_CERT, EVB_TLS_KEY, EVB_TOKEN_FILE)"
+    )
+    for flag, variable, text in (
+        ("--tls-ca", "EVB_TLS_CA", "PEM CA of the server's certificate"),
+        ("--tls-cert", "EVB_TLS_CERT", "PEM client certificate (mutual TLS)"),
+        ("--tls-key", "EVB_TLS_KEY", "PEM key of the client certificate"),
+        ("--token-file", "EVB_TOKEN_FILE", "file holding the bearer token"),
+    ):
+        security.add_argument(
+            flag, metavar="FILE", default=os.environ.get(variable) or None, help=text
+        )
     security.add_argument("--tls", action="store_true", help="TLS with the system's CAs")
     return parser
 
