@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -250,3 +251,5 @@ def test_64_sources_with_stalls_and_barriers_lose_nothing_and_keep_the_order(
         )  # fmt: skip
         assert live == replayed
         assert stats["totals"] == counters["totals"]
+    else:  # the soak's logs are tens of GB: not left for pytest's last three temp dirs
+        shutil.rmtree(tmp_path / "data")
