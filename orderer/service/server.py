@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import errno
 import fcntl
-import json
 import logging
 import math
 import os
@@ -566,9 +565,7 @@ class OrdererService:
         self.take_intake()
         now = self._tick()
         self._orderer.configure(new, now=now)
-        payload = json.dumps(dict(changes)).encode()
-        row = ArrivalRows.marker(ArrivalKind.CONFIGURE, payload=payload)
-        self._unwritten_arrivals.append((now, row))
+        self._unwritten_arrivals.append((now, ArrivalRows.configure(changes)))
         self._after_call()
         await self._durable(self._written_generation)
         log.info("configured %s", dict(changes))
@@ -624,11 +621,9 @@ class OrdererService:
             t, rows = arrivals[0]
             self._arrivals.append_rows(t, rows)
             arrivals.popleft()
-        if output:
-            staged = list(output)
-            self._ordered.append(EmittedBatch.concat(staged))  # appends what it lacks
-            for _ in staged:
-                output.popleft()
+        while output:
+            self._ordered.append(output[0])  # after a failed try: appends only what it lacks
+            output.popleft()
         try:
             self._arrivals.sync()
             self._ordered.sync()

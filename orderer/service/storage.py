@@ -23,7 +23,7 @@ import errno
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from orderer.batch import EmittedBatch, FragmentBatch, concat_payloads
 from orderer.clock import MonotonicClock
 from orderer.config import OrdererConfig
 from orderer.errors import InterfaceError, InternalOrdererError
+from orderer.service.convert import slice_emitted
 
 __all__ = [
     "ARRIVAL_SCHEMA",
@@ -354,7 +355,6 @@ def _unpack_binary(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return (offsets - start).astype(np.uint64), data
 
 
-
 @dataclass(slots=True)
 class ArrivalRows:
     """Rows for the arrival log as columns; the arrival time is given when they are appended."""
@@ -402,6 +402,11 @@ class ArrivalRows:
             np.array([0, len(payload)], dtype=np.uint64),
             np.frombuffer(payload, dtype=np.uint8),
         )
+
+    @classmethod
+    def configure(cls, changes: Mapping[str, Any]) -> ArrivalRows:
+        """A live change of parameters; ``recover`` reads the JSON back."""
+        return cls.marker(ArrivalKind.CONFIGURE, payload=json.dumps(dict(changes)).encode())
 
     @classmethod
     def concat(cls, pieces: list[ArrivalRows]) -> ArrivalRows:
@@ -476,33 +481,6 @@ class ArrivalLog:
             )
         )
 
-    def append_batch(self, t: float, batch: FragmentBatch, first_sequence: int | None) -> None:
-        n = len(batch)
-        if first_sequence is None:
-            rows = ArrivalRows.fragments(
-                batch, np.zeros(n, dtype=np.uint64), np.zeros(n, dtype=np.bool_)
-            )
-        else:
-            sequence = np.arange(first_sequence, first_sequence + n, dtype=np.uint64)
-            rows = ArrivalRows.fragments(batch, sequence, None)
-        self.append_rows(t, rows)
-
-    def _append_one(
-        self, kind: ArrivalKind, t: float, source: int = 0, value: int = 0, payload: bytes = b""
-    ) -> None:
-        self.append_rows(t, ArrivalRows.marker(kind, source, value, payload))
-
-    def append_watermark(self, t: float, source: int, watermark: int) -> None:
-        self._append_one(ArrivalKind.WATERMARK, t, source, watermark)
-
-    def append_end_of_source(self, t: float, source: int) -> None:
-        self._append_one(ArrivalKind.END_OF_SOURCE, t, source)
-
-    def append_configure(self, t: float, changes: dict[str, Any]) -> None:
-        self._append_one(ArrivalKind.CONFIGURE, t, payload=json.dumps(changes).encode())
-
-    def append_end_run(self, t: float) -> None:
-        self._append_one(ArrivalKind.END_RUN, t)
 
     def sync(self) -> None:
         """Everything appended before this call is durable when it returns (group commit)."""
@@ -600,7 +578,7 @@ class OrderedLog:
                 f"{emitted.first_seq} to {emitted.first_seq + n}"
             )
         if emitted.first_seq < self.next_offset:  # a retry after a failed write: what it lacks
-            emitted = _slice_emitted(emitted, self.next_offset - emitted.first_seq)
+            emitted = slice_emitted(emitted, self.next_offset - emitted.first_seq, len(emitted))
             n = len(emitted)
             if n == 0:
                 return
@@ -742,7 +720,7 @@ def recover(config: OrdererConfig, arrivals: ArrivalLog, ordered: OrderedLog) ->
             return
         skip = max(0, logged - emitted.first_seq)
         if skip:
-            emitted = _slice_emitted(emitted, skip)
+            emitted = slice_emitted(emitted, skip, len(emitted))
         ordered.append(emitted)
 
     pending: list[pa.RecordBatch] = []
@@ -807,21 +785,6 @@ def recover(config: OrdererConfig, arrivals: ArrivalLog, ordered: OrderedLog) ->
         )
     ordered.sync()
     return Recovered(orderer, next_sequence, resume, run_ended)
-
-
-def _slice_emitted(emitted: EmittedBatch, start: int) -> EmittedBatch:
-    offsets = emitted.payload_offsets[start:]
-    base = offsets[0]
-    return EmittedBatch(
-        first_seq=emitted.first_seq + start,
-        t=emitted.t[start:],
-        source=emitted.source[start:],
-        timestamp=emitted.timestamp[start:],
-        barrier=emitted.barrier[start:],
-        late=emitted.late[start:],
-        payload_offsets=offsets - base,
-        payload=emitted.payload[int(base) : int(emitted.payload_offsets[-1])],
-    )
 
 
 class ConsumerOffsets:

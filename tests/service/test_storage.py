@@ -20,7 +20,14 @@ from orderer import (
 )
 from orderer.clock import SimulatedClock
 from orderer.replay import read_records, replay
-from orderer.service.storage import ArrivalLog, FsyncPolicy, OrderedLog, recover
+from orderer.service.storage import (
+    ArrivalKind,
+    ArrivalLog,
+    ArrivalRows,
+    FsyncPolicy,
+    OrderedLog,
+    recover,
+)
 
 CONFIG = OrdererConfig(build_window=2.0, startup_delay=0.5, source_timeout=None)
 
@@ -50,11 +57,12 @@ def _live_run(
             barrier=barrier,
             payloads=[f"{source}:{s}".encode() for s in stamps],
         )
-        arrivals.append_batch(t, batch, first_sequence=step * 5)
+        sequence = np.arange(step * 5, step * 5 + len(batch), dtype=np.uint64)
+        arrivals.append_rows(t, ArrivalRows.fragments(batch, sequence, None))
         orderer.submit(batch, now=t)
         ordered.append(orderer.take_emitted())
         if step == 40:
-            arrivals.append_watermark(t, 2, 450)
+            arrivals.append_rows(t, ArrivalRows.marker(ArrivalKind.WATERMARK, 2, 450))
             orderer.watermark(2, 450, now=t)
             ordered.append(orderer.take_emitted())
     if timer_after_last:
