@@ -52,6 +52,9 @@ def test_handed_over_arrays_outlive_the_orderer() -> None:
     orderer.submit(_batch(1, 0, N), now=1.0)
     orderer.end_run(now=2.0)
     emitted = orderer.take_emitted()
+    # handed over, not copied: the arrays are views of blocks the core allocated
+    assert type(emitted.payload.base).__name__ == "_OwnedBlock"
+    assert type(emitted.timestamp.base).__name__ == "_OwnedBlock"
     del orderer
     assert len(emitted) == N
     assert emitted.timestamp[-1] == (N - 1) * 2 + 1
