@@ -11,6 +11,13 @@ cdef enum RecordKind:
     RECORD_END = 2
 
 
+cdef enum Violation:
+    VIOLATION_NONE = 0
+    VIOLATION_RESERVED_TIMESTAMP = 1
+    VIOLATION_OFFSETS_BACKWARDS = 2
+    VIOLATION_PAYLOAD_TOO_LARGE = 3
+
+
 cdef enum PopMode:
     POP_BY_RULES = 0   # mark rule, else window rule (a normal flush)
     POP_DRAIN = 1      # end of run: everything up to a barrier, without waiting

@@ -4,6 +4,16 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+RULE_RESERVED_TIMESTAMP: int
+RULE_OFFSETS_BACKWARDS: int
+RULE_PAYLOAD_TOO_LARGE: int
+
+def first_violation(
+    timestamp: npt.NDArray[np.uint64],
+    payload_offsets: npt.NDArray[np.uint64],
+    max_payload: int,
+) -> tuple[int, int]: ...
+
 class OrdererCore:
     def __init__(
         self,

@@ -100,6 +100,7 @@ cdef extern from *:
 
 DEF MIN_QUEUE_CAP = 64
 DEF PAY_PREFIX = 4                   # bytes of the length stored before each payload
+cdef uint64_t MAX_PAYLOAD = 0xFFFFFFFFU  # a payload's length is stored in 4 bytes
 
 
 # ---------------------------------------------------------------- memory helpers
@@ -195,25 +196,78 @@ cdef int _queue_emptied(Queue *q) except -1:
     return 0
 
 
+cdef bint _arena_in_order(const Queue *q) noexcept nogil:
+    """Whether the queued payloads lie in the arena in queue order (the usual case: payloads
+    are appended in arrival order, runs are appended at the tail, and pops take the head)."""
+    cdef Py_ssize_t i
+    cdef uint64_t last = 0
+    cdef bint first = True
+    for i in range(q.head, q.tail):
+        if q.pay_off[i] != NO_PAYLOAD:
+            if not first and q.pay_off[i] <= last:
+                return False
+            last = q.pay_off[i]
+            first = False
+    return True
+
+
+cdef void _arena_compact(Queue *q) noexcept nogil:
+    """Move the live payloads, in queue order = arena order, to the start of the arena: one
+    memmove per stretch of adjacent payloads (usually a single one), no new memory. Each
+    payload only moves down, onto bytes already moved or dead, so nothing live is overwritten."""
+    cdef Py_ssize_t i = q.head, j
+    cdef size_t pos = 0, start, end, delta
+    while i < q.tail:
+        if q.pay_off[i] == NO_PAYLOAD:
+            i += 1
+            continue
+        start = q.pay_off[i]
+        end = start + PAY_PREFIX + _pay_size(q, i)
+        delta = start - pos
+        q.pay_off[i] = pos
+        j = i + 1
+        while j < q.tail and (q.pay_off[j] == NO_PAYLOAD or q.pay_off[j] == end):
+            if q.pay_off[j] != NO_PAYLOAD:
+                end += PAY_PREFIX + _pay_size(q, j)
+                q.pay_off[j] -= delta
+            j += 1
+        if delta:
+            memmove(q.arena + pos, q.arena + start, end - start)
+        pos += end - start
+        i = j
+    q.arena_len = pos
+    q.arena_live = pos
+
+
 cdef int _arena_reserve(Queue *q, size_t extra) except -1:
-    """Room for ``extra`` payload bytes; repack live payloads when most of the arena is dead."""
+    """Room for ``extra`` payload bytes: repack the live payloads when most of the arena is
+    dead, grow it otherwise.
+
+    Why in place: a queue that is popped as fast as it fills repacks each time its arena fills
+    up, and repacking into a fresh block costs a page fault per 4 KiB on top of the copy; a
+    large block grows by remapping, not copying. Dead bytes left in front by a growth are
+    reclaimed by the next repack."""
     cdef size_t need = q.arena_len + extra
     cdef size_t cap, pos, size
     cdef uint8_t *fresh
     cdef Py_ssize_t i
     if need <= q.arena_cap:
         return 0
-    if q.arena_live + extra <= q.arena_cap // 2 and q.arena_live < q.arena_len:
-        # Repack in place order: payloads are appended in arrival order and fragments are mostly
-        # popped in that order, so copying the live ones forward is one linear pass.
-        cap = q.arena_cap
-    else:
+    if not (q.arena_live + extra <= q.arena_cap // 2 and q.arena_live < q.arena_len):
         cap = q.arena_cap + q.arena_cap // 2
-        if cap < q.arena_live + extra:
-            cap = q.arena_live + extra
+        if cap < need:
+            cap = need
         if cap < 4096:
             cap = 4096
-    fresh = <uint8_t *>PyMem_Malloc(cap)
+        _grow(<void **>&q.arena, cap)
+        q.arena_cap = cap
+        return 0
+    if _arena_in_order(q):
+        _arena_compact(q)
+        return 0
+    # Out of order (a fragment was inserted before queued ones): copy the live payloads to a
+    # fresh block in queue order, which puts them back in order.
+    fresh = <uint8_t *>PyMem_Malloc(q.arena_cap)
     if fresh == NULL:
         raise MemoryError()
     pos = 0
@@ -225,7 +279,6 @@ cdef int _arena_reserve(Queue *q, size_t extra) except -1:
             pos += size
     PyMem_Free(q.arena)
     q.arena = fresh
-    q.arena_cap = cap
     q.arena_len = pos
     q.arena_live = pos
     return 0
@@ -1291,12 +1344,69 @@ cdef inline void memset_source(Source *s) noexcept nogil:
         p[i] = 0
 
 
+cdef Py_ssize_t _first_violation(const uint64_t *ts, const uint64_t *off, Py_ssize_t n,
+                                 uint64_t max_len, Violation *what) noexcept nogil:
+    """The first fragment of a batch that breaks a rule every batch must keep, or -1: a
+    reserved timestamp (``ts`` may be NULL: not checked), payload offsets going backwards, a
+    payload longer than ``max_len`` (``off`` may be NULL: no payloads). The one scan behind
+    the core's own check and the service's check of a wire message."""
+    cdef Py_ssize_t i
+    cdef bint bad = False
+    what[0] = VIOLATION_NONE
+    # accumulate without branches (vectorises); look for the culprit only on failure
+    if ts != NULL:
+        for i in range(n):
+            bad |= ts[i] == TS_INF
+    if off != NULL:
+        for i in range(n):
+            bad |= (off[i + 1] < off[i]) | (off[i + 1] - off[i] > max_len)
+    if not bad:
+        return -1
+    for i in range(n):
+        if ts != NULL and ts[i] == TS_INF:
+            what[0] = VIOLATION_RESERVED_TIMESTAMP
+            return i
+        if off != NULL:
+            if off[i + 1] < off[i]:
+                what[0] = VIOLATION_OFFSETS_BACKWARDS
+                return i
+            if off[i + 1] - off[i] > max_len:
+                what[0] = VIOLATION_PAYLOAD_TOO_LARGE
+                return i
+    return -1
+
+
+RULE_RESERVED_TIMESTAMP = VIOLATION_RESERVED_TIMESTAMP
+RULE_OFFSETS_BACKWARDS = VIOLATION_OFFSETS_BACKWARDS
+RULE_PAYLOAD_TOO_LARGE = VIOLATION_PAYLOAD_TOO_LARGE
+
+
+def first_violation(const uint64_t[::1] timestamp, const uint64_t[::1] payload_offsets,
+                    uint64_t max_payload):
+    """``(rule, index)`` of the first fragment breaking a batch rule, or ``(0, -1)``; the rules
+    are the ``RULE_*`` constants: reserved timestamp, payload offsets going backwards, payload
+    above ``max_payload``.
+    ``payload_offsets`` is empty when the batch has no payloads. For callers that phrase the
+    error in their own terms (the service names wire fields)."""
+    cdef Py_ssize_t n = timestamp.shape[0]
+    cdef Violation what
+    cdef Py_ssize_t index
+    if payload_offsets.shape[0] and payload_offsets.shape[0] != n + 1:
+        raise InterfaceError(
+            f"payload_offsets has {payload_offsets.shape[0]} entries, expected {n + 1}")
+    if n == 0:
+        return 0, -1
+    index = _first_violation(&timestamp[0],
+                             &payload_offsets[0] if payload_offsets.shape[0] else NULL,
+                             n, max_payload, &what)
+    return <int>what, index
+
+
 cdef int _check_batch(const uint32_t[::1] source, const uint64_t[::1] timestamp,
                       const uint32_t[::1] barrier, const uint64_t[::1] payload_offsets,
                       const uint8_t[::1] payload, kind=None) except -1:
     """Validate a whole batch before any of it is taken in; errors name the field."""
     cdef Py_ssize_t n = timestamp.shape[0], i
-    cdef const uint8_t[::1] kinds
     if source.shape[0] != n:
         raise InterfaceError(f"source has {source.shape[0]} entries, timestamp has {n}")
     if barrier.shape[0] != n:
@@ -1313,29 +1423,24 @@ cdef int _check_batch(const uint32_t[::1] source, const uint64_t[::1] timestamp,
             f"({payload.shape[0]} bytes)")
     cdef const uint64_t *ts = &timestamp[0]
     cdef const uint64_t *off = &payload_offsets[0]
-    cdef uint64_t max_len = 0xFFFFFFFFU
-    cdef int bad = 0
-    if kind is None:
-        # accumulate without branches (vectorises); find the culprit only on failure
-        for i in range(n):
-            bad |= ts[i] == TS_INF
-        if bad:
-            for i in range(n):
-                if ts[i] == TS_INF:
-                    raise InterfaceError(f"timestamp[{i}] is 2**64-1, reserved for +infinity")
-    else:
+    cdef Violation what
+    cdef Py_ssize_t index
+    cdef const uint8_t[::1] kinds
+    if kind is not None:
         kinds = kind
         for i in range(n):
             if kinds[i] == RECORD_FRAGMENT and ts[i] == TS_INF:
                 raise InterfaceError(f"timestamp[{i}] is 2**64-1, reserved for +infinity")
             if kinds[i] > RECORD_END:
                 raise InterfaceError(f"kind[{i}]={kinds[i]} is not a record kind")
-    for i in range(n):
-        bad |= (off[i + 1] < off[i]) | (off[i + 1] - off[i] > max_len)
-    if bad:
-        for i in range(n):
-            if off[i + 1] < off[i]:
-                raise InterfaceError(f"payload_offsets[{i + 1}] is below payload_offsets[{i}]")
-            if off[i + 1] - off[i] > max_len:
-                raise InterfaceError(f"payload of fragment {i} is 4 GiB or more")
+        index = _first_violation(NULL, off, n, MAX_PAYLOAD, &what)
+    else:
+        index = _first_violation(ts, off, n, MAX_PAYLOAD, &what)
+    if what == VIOLATION_RESERVED_TIMESTAMP:
+        raise InterfaceError(f"timestamp[{index}] is 2**64-1, reserved for +infinity")
+    if what == VIOLATION_OFFSETS_BACKWARDS:
+        raise InterfaceError(
+            f"payload_offsets[{index + 1}] is below payload_offsets[{index}]")
+    if what == VIOLATION_PAYLOAD_TOO_LARGE:
+        raise InterfaceError(f"payload of fragment {index} is 4 GiB or more")
     return 0

@@ -20,6 +20,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from orderer._core.core import (
+    RULE_OFFSETS_BACKWARDS,
+    RULE_PAYLOAD_TOO_LARGE,
+    RULE_RESERVED_TIMESTAMP,
+    first_violation,
+)
 from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer.batch import EmittedBatch, FragmentBatch
 from orderer.config import LIVE_PARAMETERS, SOURCE_COUNTERS, TOTAL_COUNTERS, OrdererConfig
@@ -52,6 +58,7 @@ _LE_U32 = np.dtype("<u4")
 _LE_U64 = np.dtype("<u8")
 _LE_F64 = np.dtype("<f8")
 _EMPTY_BYTES = np.zeros(0, dtype=np.uint8)
+_NO_OFFSETS = np.zeros(0, dtype=np.uint64)
 
 
 _BARRIER_COUNTERS = ("complete", "incomplete", "homogeneous", "heterogeneous")
@@ -106,13 +113,17 @@ class IncomingBatch:
 
 def batch_from_pb(message: pb.FragmentBatch, limits: BatchLimits = BatchLimits()) -> IncomingBatch:
     """Check and convert one ``FragmentBatch``; every problem raises ``InterfaceError`` naming
-    the field."""
+    the field.
+
+    Each field is read once: reading a ``bytes`` field of a protobuf message makes a new copy
+    every time, and this runs for every message the service receives."""
     timestamp = _packed("timestamps", message.timestamps, _LE_U64, None)
     n = timestamp.shape[0]
     first_sequence: int | None
     single: int | None = None
-    if message.sources:
-        source = _packed("sources", message.sources, _LE_U32, n)
+    sources = message.sources
+    if sources:
+        source = _packed("sources", sources, _LE_U32, n)
         if message.source:
             raise InterfaceError("source: set together with sources; give one or the other")
         if message.first_sequence:
@@ -129,43 +140,44 @@ def batch_from_pb(message: pb.FragmentBatch, limits: BatchLimits = BatchLimits()
             raise InterfaceError(
                 f"first_sequence: {first_sequence} + {n} fragments overflows uint64"
             )
-        if limits.sources is not None and message.source not in limits.sources:
+        if limits.sources is not None and single not in limits.sources:
             raise InterfaceError(
-                f"source: {message.source} is not a declared source",
+                f"source: {single} is not a declared source",
                 hint=f"the server accepts only {sorted(limits.sources)}",
             )
-    if message.barrier_types:
-        barrier = _packed("barrier_types", message.barrier_types, _LE_U32, n)
+    barrier_types = message.barrier_types
+    if barrier_types:
+        barrier = _packed("barrier_types", barrier_types, _LE_U32, n)
     else:
         barrier = np.zeros(n, dtype=np.uint32)
-    if n and int(timestamp.max()) == RESERVED_TIMESTAMP:
-        index = int(np.argmax(timestamp == np.uint64(RESERVED_TIMESTAMP)))
-        raise InterfaceError(f"timestamps: fragment {index} has the reserved value 2**64-1")
-    if message.payload_offsets:
-        offsets = _packed("payload_offsets", message.payload_offsets, _LE_U64, n + 1)
+    payload_offsets, payload_bytes = message.payload_offsets, message.payload
+    if payload_offsets:
+        offsets = _packed("payload_offsets", payload_offsets, _LE_U64, n + 1)
         if offsets[0] != 0:
             raise InterfaceError(f"payload_offsets: must start at 0, got {int(offsets[0])}")
-        lengths = np.diff(offsets.astype(np.int64, copy=False))
-        if n and int(lengths.min()) < 0:
-            index = int(np.argmax(lengths < 0))
-            raise InterfaceError(f"payload_offsets: offset {index + 1} goes backwards")
-        if int(offsets[-1]) != len(message.payload):
-            raise InterfaceError(
-                f"payload_offsets: last offset {int(offsets[-1])} is not the payload's length "
-                f"{len(message.payload)}"
-            )
-        if n and int(lengths.max()) > limits.max_payload_bytes:
-            index = int(np.argmax(lengths > limits.max_payload_bytes))
-            raise InterfaceError(
-                f"payload: fragment {index} has {int(lengths[index])} bytes, above the limit of "
-                f"{limits.max_payload_bytes}"
-            )
-        payload = np.frombuffer(message.payload, dtype=np.uint8)
+        payload = np.frombuffer(payload_bytes, dtype=np.uint8)
     else:
-        if message.payload:
+        if payload_bytes:
             raise InterfaceError("payload: given without payload_offsets")
-        offsets = np.zeros(n + 1, dtype=np.uint64)
+        offsets = _NO_OFFSETS
         payload = _EMPTY_BYTES
+    rule, index = first_violation(timestamp, offsets, limits.max_payload_bytes)
+    if rule == RULE_RESERVED_TIMESTAMP:
+        raise InterfaceError(f"timestamps: fragment {index} has the reserved value 2**64-1")
+    if rule == RULE_OFFSETS_BACKWARDS:
+        raise InterfaceError(f"payload_offsets: offset {index + 1} goes backwards")
+    if offsets.shape[0] and int(offsets[-1]) != len(payload_bytes):
+        raise InterfaceError(
+            f"payload_offsets: last offset {int(offsets[-1])} is not the payload's length "
+            f"{len(payload_bytes)}"
+        )
+    if rule == RULE_PAYLOAD_TOO_LARGE:
+        raise InterfaceError(
+            f"payload: fragment {index} has {int(offsets[index + 1] - offsets[index])} bytes, "
+            f"above the limit of {limits.max_payload_bytes}"
+        )
+    if not offsets.shape[0]:
+        offsets = np.zeros(n + 1, dtype=np.uint64)
     return IncomingBatch(
         FragmentBatch(source, timestamp, barrier, offsets, payload), single, first_sequence
     )
