@@ -100,6 +100,8 @@ ORDERED_SCHEMA = pa.schema(
 _SEGMENT_DIGITS = 20
 APPEND_CHUNK = 65536
 """Most rows per record batch of the ordered log (what one read has to load at most)."""
+_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+"""The IPC stream format's end-of-stream marker (continuation token, zero length)."""
 
 
 @dataclass(slots=True)
@@ -136,8 +138,7 @@ class _SegmentedStream:
         self.rows = 0
         self.sealed = 0  # segments closed by this process (a cue for retention)
         self._file: pa.OSFile | None = None
-        self._sink: pa.OSFile | None = None
-        self._writer: pa.ipc.RecordBatchStreamWriter | None = None
+        self._position = 0  # bytes written to the open segment
         self._segment: Path | None = None
         self._dirty = False
         directory.mkdir(parents=True, exist_ok=True)
@@ -180,14 +181,14 @@ class _SegmentedStream:
     def append(self, batch: pa.RecordBatch) -> None:
         """Append one record batch. If the write fails (a full volume), the segment is cut back
         to where it was and closed, so the log is as before and a later append can retry."""
-        if self._writer is None or self._file is None:
+        if self._file is None:
             self._open_segment()
-        assert self._sink is not None and self._writer is not None
-        position = self._sink.tell()
-        if position == 0:  # the writer puts the schema in front of the first batch
-            position = len(self.schema.serialize())
+        assert self._file is not None
+        position = self._position
         try:
-            self._writer.write_batch(batch)
+            # the IPC stream's encapsulated message, written at once: a stream writer issues a
+            # write per buffer (a dozen system calls a batch, most of the cost of appending)
+            self._position += self._file.write(batch.serialize())
         except BaseException:
             self._cut_back(position)
             raise
@@ -196,14 +197,14 @@ class _SegmentedStream:
         self._dirty = True
         if self.fsync is FsyncPolicy.ALWAYS:
             self.sync()
-        if self._sink.tell() >= self.segment_bytes:
+        if self._position >= self.segment_bytes:
             self._close_segment()
 
     def _cut_back(self, good: int) -> None:
         """A write failed half way: drop the segment's torn tail (the whole segment if it holds
         no batch) and close it; the next append opens a new segment."""
         segment, file = self._segment, self._file
-        self._writer = self._sink = self._file = self._segment = None
+        self._file = self._segment = None
         if file is not None:
             with contextlib.suppress(OSError):
                 file.close()
@@ -223,20 +224,19 @@ class _SegmentedStream:
         if self._segment.exists():
             raise InternalOrdererError(f"{self._segment} exists already")
         # a native file: Arrow writes straight to the descriptor, without a Python layer
-        self._file = self._sink = pa.OSFile(str(self._segment), "wb")
+        self._file = pa.OSFile(str(self._segment), "wb")
         try:
-            self._writer = pa.ipc.new_stream(self._sink, self.schema)
+            self._position = self._file.write(self.schema.serialize())
             _fsync_directory(self.directory)
         except BaseException:
             self._cut_back(0)
             raise
 
     def _close_segment(self) -> None:
-        if self._writer is not None:
-            assert self._file is not None and self._sink is not None
-            good = self._sink.tell()
+        if self._file is not None:
+            good = self._position
             try:
-                self._writer.close()  # the end-of-stream marker; readers do without it
+                self._file.write(_END_OF_STREAM)  # readers do without it
             except OSError:
                 self._cut_back(good)
                 return
@@ -245,7 +245,7 @@ class _SegmentedStream:
             self._dirty = False
             self._file.close()
             self.sealed += 1
-        self._writer = self._sink = self._file = self._segment = None
+        self._file = self._segment = None
 
     def sync(self) -> None:
         """Make everything appended so far durable (per the fsync policy).
