@@ -19,7 +19,10 @@ until acknowledged) to show what a data source gets.
    ``GetStats`` shows every fragment emitted and durable (``next_offset``);
 2. the peer baseline: a bare ``grpc.aio`` server (``--bare-server``, this file) on the same proto
    whose ``Submit`` only parses the messages, counts the fragments and acknowledges (one ack per
-   source per wake-up, like evb); the same sender; the ratio evb / bare;
+   source per wake-up, like evb); the same sender; the ratio evb / bare. Both phases give the
+   server's and the sender's CPU per 1000 fragments, and with them the CPU budget of the target:
+   what two cores give per 1000 fragments at 3 M/s, what is left once the sender and a server
+   that only receives (the bare peer) are paid, against what evb spends beyond that transport;
 3. latency at paced loads (``--latency-points RATE@N,...``: N fragments per message, RATE in
    all; the first, 1 M/s in messages of 250, has every source send every 4 ms), each on a fresh
    server: the same fragments re-cut into messages of N per source, each written at the
@@ -581,6 +584,7 @@ def _throughput(sent: Sent, payload_size: int) -> dict[str, Any]:
         "server_cpu_s": sent.server_cpu,
         "sender_cpu_s": sent.sender_cpu,
         "server_cpu_us_per_1000": 1e9 * sent.server_cpu / sent.fragments,
+        "sender_cpu_us_per_1000": 1e9 * sent.sender_cpu / sent.fragments,
     }
 
 
@@ -1043,7 +1047,8 @@ def report(figures: dict[str, Any], console: Console) -> None:
         row("   to durable output", f"{ingest['seconds']:.2f} s")
         row("   payload / on the wire",
             f"{ingest['payload_mb_per_s']:.0f} / {ingest['wire_mb_per_s']:.0f} MB/s")
-        row("   server CPU per 1000 fragments", f"{ingest['server_cpu_us_per_1000']:.0f} us")
+        row("   server / sender CPU per 1000 fragments",
+            f"{ingest['server_cpu_us_per_1000']:.0f} / {ingest['sender_cpu_us_per_1000']:.0f} us")
     client = figures.get("client")
     if client:
         row("1b. evb serve, orderer.client", _rate(client["fragments_per_s"]))
@@ -1051,11 +1056,24 @@ def report(figures: dict[str, Any], console: Console) -> None:
             f"{client['sender_cpu_s']:.1f} / {client['server_cpu_s']:.1f} s")
     if bare:
         row("2. bare grpc.aio peer", _rate(bare["fragments_per_s"]))
-        row("   server CPU per 1000 fragments", f"{bare['server_cpu_us_per_1000']:.0f} us")
+        row("   server / sender CPU per 1000 fragments",
+            f"{bare['server_cpu_us_per_1000']:.0f} / {bare['sender_cpu_us_per_1000']:.0f} us")
     if ingest and bare:
         ratio = ingest["fragments_per_s"] / bare["fragments_per_s"]
         figures["ratio_evb_over_bare"] = ratio
         row("   ratio evb / bare", f"{ratio:.2f}", f"{TARGET_RATIO:g}", ratio >= TARGET_RATIO)
+        # What the target leaves for everything but the transport: the machine's cores give
+        # this much CPU per 1000 fragments at the target rate; the sender and a server that
+        # only receives (the bare peer) take their share first.
+        budget = 1e9 * (os.cpu_count() or 1) / TARGET_THROUGHPUT
+        left = budget - bare["sender_cpu_us_per_1000"] - bare["server_cpu_us_per_1000"]
+        beyond = ingest["server_cpu_us_per_1000"] - bare["server_cpu_us_per_1000"]
+        figures["cpu_budget_us_per_1000"] = {"at_target": budget, "left_after_transport": left,
+                                             "evb_beyond_transport": beyond}
+        row(f"   CPU at {_rate(TARGET_THROUGHPUT)} on {os.cpu_count()} cores, per 1000 fragments",
+            f"{budget:.0f} us")
+        row("   left once sender + bare transport are paid / evb uses beyond transport",
+            f"{left:.0f} / {beyond:.0f} us")
     for k, point in enumerate(figures.get("latency_points", [])):
         row(f"3{'abcdefgh'[k]}. paced {_rate(point['offered_fragments_per_s'])}, "
             f"{point['message_fragments']} / message (a source every "

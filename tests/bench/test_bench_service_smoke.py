@@ -35,6 +35,11 @@ def test_bench_service_runs_on_tiny_sizes(tmp_path: Path) -> None:
         assert figures[phase]["fragments_per_s"] > 0
         assert figures[phase]["payload_mb_per_s"] > 0
     assert figures["ratio_evb_over_bare"] > 0
+    budget = figures["cpu_budget_us_per_1000"]
+    assert budget["at_target"] > budget["left_after_transport"]
+    assert budget["evb_beyond_transport"] == (
+        figures["ingest"]["server_cpu_us_per_1000"] - figures["bare"]["server_cpu_us_per_1000"]
+    )
     assert len(figures["latency_points"]) == 2
     latency = figures["latency"]
     assert latency["fragments"] > 0
