@@ -53,7 +53,10 @@ extensions = [
         "orderer._core.core",
         ["orderer/_core/core.pyx"],
         include_dirs=[numpy.get_include()],
-        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        define_macros=[
+            ("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION"),
+            *([("EVB_DEBUG", "1")] if debug else []),
+        ],
         extra_compile_args=["-O3"] if not debug else ["-O0", "-g"],
     )
 ]
@@ -62,7 +65,6 @@ setup(
     ext_modules=cythonize(
         extensions,
         language_level=3,
-        compile_time_env={"EVB_DEBUG": debug},
         compiler_directives={
             "boundscheck": debug,
             "wraparound": False,

@@ -22,6 +22,11 @@ cnp.import_array()
 
 cdef extern from *:
     """
+    /* Invariant checks, compiled in by building with EVB_DEBUG=1 (setup.py defines the macro);
+       otherwise the compiler drops them. */
+    #ifndef EVB_DEBUG
+    #define EVB_DEBUG 0
+    #endif
     /* Merge keys are timestamps; runs are numbered in source id order, so a tie on the
        timestamp goes to the lower run number: the order (timestamp, source id). An exhausted
        run has the key UINT64_MAX, which no fragment can carry. */
@@ -85,6 +90,7 @@ cdef extern from *:
         return w;
     }
     """
+    bint EVB_DEBUG_CHECKS "EVB_DEBUG"
     ctypedef uint64_t evb_key_t
     evb_key_t EVB_KEY_MAX
     uint64_t TS_INF "UINT64_MAX"   # +infinity frontier; never a valid timestamp
@@ -852,9 +858,8 @@ cdef class OrdererCore:
             self._out_n = n_out
             for i in range(k):
                 s = &src[runs[i]]
-                IF EVB_DEBUG:
-                    if cur[i] != s.pop_end:
-                        raise InternalOrdererError("merge did not consume a popped prefix")
+                if EVB_DEBUG_CHECKS and cur[i] != s.pop_end:
+                    raise InternalOrdererError("merge did not consume a popped prefix")
                 # every popped fragment is emitted except the dropped ones (counted above)
                 s.emitted += (s.pop_end - s.q.head) - dropped_now[i]
                 self._queued -= s.pop_end - s.q.head
