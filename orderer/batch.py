@@ -120,6 +120,20 @@ class FragmentBatch:
     def __len__(self) -> int:
         return int(self.timestamp.shape[0])
 
+    def slice(self, start: int, stop: int | None = None) -> FragmentBatch:
+        """Fragments ``start:stop`` as views, payload offsets rebased to 0 (the new part of a
+        partly resent batch, or one message's worth of a large batch)."""
+        stop = len(self) if stop is None else stop
+        offsets = self.payload_offsets[start : stop + 1]
+        base = int(offsets[0])
+        return FragmentBatch(
+            source=self.source[start:stop],
+            timestamp=self.timestamp[start:stop],
+            barrier=self.barrier[start:stop],
+            payload_offsets=offsets - np.uint64(base),
+            payload=self.payload[base : int(offsets[-1])],
+        )
+
     @classmethod
     def concat(cls, batches: Sequence[FragmentBatch]) -> FragmentBatch:
         """One batch from several (payload offsets rebased); one batch is returned as is."""
@@ -157,6 +171,36 @@ class EmittedBatch:
     def payload_of(self, i: int) -> bytes:
         start, stop = int(self.payload_offsets[i]), int(self.payload_offsets[i + 1])
         return self.payload[start:stop].tobytes()
+
+    def slice(self, start: int, stop: int | None = None) -> EmittedBatch:
+        """Rows ``start:stop`` as views, payload offsets rebased to 0."""
+        stop = len(self) if stop is None else stop
+        offsets = self.payload_offsets[start : stop + 1]
+        base = int(offsets[0])
+        return EmittedBatch(
+            first_seq=self.first_seq + start,
+            t=self.t[start:stop],
+            source=self.source[start:stop],
+            timestamp=self.timestamp[start:stop],
+            barrier=self.barrier[start:stop],
+            late=self.late[start:stop],
+            payload_offsets=offsets - np.uint64(base),
+            payload=self.payload[base : int(offsets[-1])],
+        )
+
+    def copy(self) -> EmittedBatch:
+        """A copy owning its memory: a view into a large block (a record batch read from the
+        log, a handed-over backlog) pins the whole block for as long as it lives."""
+        return EmittedBatch(
+            first_seq=self.first_seq,
+            t=self.t.copy(),
+            source=self.source.copy(),
+            timestamp=self.timestamp.copy(),
+            barrier=self.barrier.copy(),
+            late=self.late.copy(),
+            payload_offsets=self.payload_offsets.copy(),
+            payload=self.payload.copy(),
+        )
 
     def records(self) -> Iterator[dict[str, object]]:
         """Rows in the ``evb replay`` OUT layout (slow; for output files and tests)."""

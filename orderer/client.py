@@ -477,7 +477,7 @@ class AsyncSourceClient:
             while start < len(batch):
                 stop = self._message_end(batch, start)
                 whole = start == 0 and stop == len(batch)
-                part = batch if whole else convert.slice_batch(batch, start, stop)
+                part = batch if whole else batch.slice(start, stop)
                 await self._wait(lambda: self._may_ship(source))
                 first = self._next_seq[source]
                 assert first is not None
@@ -807,7 +807,7 @@ class SourceClient:
 def _cut(batch: EmittedBatch, until: int | None) -> EmittedBatch:
     if until is None or batch.first_seq + len(batch) <= until:
         return batch
-    return convert.slice_emitted(batch, 0, max(0, until - batch.first_seq))
+    return batch.slice(0, max(0, until - batch.first_seq))
 
 
 async def subscribe(

@@ -25,7 +25,6 @@ from orderer.client import ChannelSecurity, OrderedStreamReader, SourceClient, g
 from orderer.config import SOURCE_COUNTERS
 from orderer.errors import ServiceUnavailable
 from orderer.replay import END, FRAGMENT, WATERMARK, RecordColumns, read_records, write_emitted
-from orderer.service.convert import slice_batch
 from orderer.synthetic import SyntheticRun, iter_batches
 
 __all__ = ["print_stats", "send_records", "send_synthetic", "stats_table", "tail"]
@@ -108,7 +107,7 @@ def _skip_done(
         if skip >= len(batch):
             continue
         if skip > 0:
-            batch = slice_batch(batch, skip)
+            batch = batch.slice(skip)
         yield t, batch
 
 

@@ -43,8 +43,6 @@ __all__ = [
     "emitted_from_pb",
     "emitted_to_pb",
     "end_of_source_from_pb",
-    "slice_batch",
-    "slice_emitted",
     "stats_to_mapping",
     "stats_to_pb",
     "watermark_from_pb",
@@ -221,37 +219,6 @@ def end_of_source_from_pb(message: pb.EndOfSource, limits: BatchLimits = BatchLi
     if limits.sources is not None and message.source not in limits.sources:
         raise InterfaceError(f"end_of_source.source: {message.source} is not a declared source")
     return message.source
-
-
-def slice_batch(batch: FragmentBatch, start: int, stop: int | None = None) -> FragmentBatch:
-    """Fragments ``start:stop`` of a batch, payload offsets rebased to 0 (the new part of a
-    partly resent batch, or one message's worth of a large batch)."""
-    stop = len(batch) if stop is None else stop
-    offsets = batch.payload_offsets[start : stop + 1]
-    base = int(offsets[0])
-    return FragmentBatch(
-        source=batch.source[start:stop],
-        timestamp=batch.timestamp[start:stop],
-        barrier=batch.barrier[start:stop],
-        payload_offsets=offsets - np.uint64(base),
-        payload=batch.payload[base : int(offsets[-1])],
-    )
-
-
-def slice_emitted(emitted: EmittedBatch, start: int, stop: int) -> EmittedBatch:
-    """Rows ``start:stop`` of an emitted batch, payload offsets rebased to 0."""
-    offsets = emitted.payload_offsets[start : stop + 1]
-    base = int(offsets[0])
-    return EmittedBatch(
-        first_seq=emitted.first_seq + start,
-        t=emitted.t[start:stop],
-        source=emitted.source[start:stop],
-        timestamp=emitted.timestamp[start:stop],
-        barrier=emitted.barrier[start:stop],
-        late=emitted.late[start:stop],
-        payload_offsets=offsets - np.uint64(base),
-        payload=emitted.payload[base : int(offsets[-1])],
-    )
 
 
 def emitted_to_pb(

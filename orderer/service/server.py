@@ -507,7 +507,7 @@ class OrdererService:
                 hint="resend from the last acknowledged sequence",
             )
         if n and first + n > expected:  # something new
-            new = batch if first == expected else convert.slice_batch(batch, expected - first)
+            new = batch if first == expected else batch.slice(expected - first)
             self._intake.add_batch(new, expected)
             self._next_sequence[source] = first + n
         self._intake.owe_ack(stream, source, self._next_sequence.get(source, 0))
@@ -786,7 +786,11 @@ class OrdererService:
                     batch = self._ordered.read(offset, min(limit, durable - offset))
                     if not len(batch):
                         raise ServiceUnavailable(f"offset {offset} is not readable yet")
-                    batch = _owned(self._cut_bytes(batch))
+                    # A read is a view into a whole record batch (up to 65,536 fragments with
+                    # their payloads); a subscriber that stops reading holds its reply while it
+                    # waits for flow control, and must pin only that reply
+                    # (tests/e2e/test_stalled_subscriber.py).
+                    batch = self._cut_bytes(batch).copy()
                     offset += len(batch)
                     yield batch, durable
                 else:
@@ -797,11 +801,13 @@ class OrdererService:
             self._subscribers -= 1
 
     def _cut_bytes(self, batch: EmittedBatch) -> EmittedBatch:
+        """At most ``subscribe_max_bytes`` of payload (at least one fragment): a reply stays
+        well below the gRPC message limit whatever the payload sizes."""
         offsets = batch.payload_offsets
         if int(offsets[-1]) - int(offsets[0]) <= self._subscribe_max_bytes:
             return batch
         fits = int(np.searchsorted(offsets, offsets[0] + self._subscribe_max_bytes, "right")) - 1
-        return convert.slice_emitted(batch, 0, max(fits, 1))
+        return batch.slice(0, max(fits, 1))
 
     def commit(self, consumer: str, offset: int) -> tuple[int, int]:
         """A consumer processed every offset below ``offset``: ``(its offset now, lowest over
@@ -881,23 +887,6 @@ class OrdererService:
             if self._lock is not None:
                 os.close(self._lock)  # releases the directory lock
                 self._lock = None
-
-
-def _owned(batch: EmittedBatch) -> EmittedBatch:
-    """A copy of ``batch`` that owns its memory. A reply read from the ordered log is a view
-    into a whole record batch (up to 65,536 fragments with their payloads); a subscriber that
-    stops reading holds its reply while it waits for flow control, and must not pin more than
-    that reply (tests/e2e/test_stalled_subscriber.py)."""
-    return EmittedBatch(
-        first_seq=batch.first_seq,
-        t=batch.t.copy(),
-        source=batch.source.copy(),
-        timestamp=batch.timestamp.copy(),
-        barrier=batch.barrier.copy(),
-        late=batch.late.copy(),
-        payload_offsets=batch.payload_offsets.copy(),
-        payload=batch.payload.copy(),
-    )
 
 
 # ---------------------------------------------------------------------------------- gRPC edge

@@ -36,7 +36,6 @@ from orderer.batch import EmittedBatch, FragmentBatch, concat_payloads
 from orderer.clock import MonotonicClock
 from orderer.config import OrdererConfig
 from orderer.errors import InterfaceError, InternalOrdererError
-from orderer.service.convert import slice_emitted
 
 __all__ = [
     "ARRIVAL_SCHEMA",
@@ -578,7 +577,7 @@ class OrderedLog:
                 f"{emitted.first_seq} to {emitted.first_seq + n}"
             )
         if emitted.first_seq < self.next_offset:  # a retry after a failed write: what it lacks
-            emitted = slice_emitted(emitted, self.next_offset - emitted.first_seq, len(emitted))
+            emitted = emitted.slice(self.next_offset - emitted.first_seq)
             n = len(emitted)
             if n == 0:
                 return
@@ -720,7 +719,7 @@ def recover(config: OrdererConfig, arrivals: ArrivalLog, ordered: OrderedLog) ->
             return
         skip = max(0, logged - emitted.first_seq)
         if skip:
-            emitted = slice_emitted(emitted, skip, len(emitted))
+            emitted = emitted.slice(skip)
         ordered.append(emitted)
 
     pending: list[pa.RecordBatch] = []

@@ -349,6 +349,7 @@ class Sent:
     send_times: list[float] | None = None  # per message, paced phases
     xoff_at: float | None = None
     xoff_events: int = 0
+    replies: int = 0  # SubmitReply messages received (acks, flow control)
 
 
 class StreamState:
@@ -360,9 +361,11 @@ class StreamState:
         self.acked: dict[int, int] = {}
         self.xoff_events = 0
         self.first_xoff: float | None = None
+        self.replies = 0
 
     async def read(self, call: Any) -> None:
         async for reply in call:
+            self.replies += 1
             item = reply.WhichOneof("item")
             if item == "ack":
                 self.acked[reply.ack.source] = reply.ack.durable_sequence
@@ -505,6 +508,7 @@ async def send(
             send_times=send_times if paced else None,
             xoff_at=min(xoffs) - start if xoffs else None,
             xoff_events=sum(s.xoff_events for s in states),
+            replies=sum(s.replies for s in states),
         )
     finally:
         for channel in [*channels, control]:
@@ -585,6 +589,7 @@ def _throughput(sent: Sent, payload_size: int) -> dict[str, Any]:
         "sender_cpu_s": sent.sender_cpu,
         "server_cpu_us_per_1000": 1e9 * sent.server_cpu / sent.fragments,
         "sender_cpu_us_per_1000": 1e9 * sent.sender_cpu / sent.fragments,
+        "replies_per_1000": 1e3 * sent.replies / sent.fragments,
     }
 
 
