@@ -292,19 +292,33 @@ class AsyncSourceClient:
         else:
             await self.abort()
 
-    async def close(self) -> None:
+    async def close(self, timeout: float | None = None) -> None:
         """Ship what is buffered, then wait until the server has made everything sent durable
-        (it ends the stream OK), and disconnect. Raises the error that stopped the client."""
+        (it ends the stream OK), and disconnect. Raises the error that stopped the client.
+
+        Without ``timeout`` it waits as long as the server takes (a server down is waited for
+        up to ``reconnect_timeout``), like a Kafka producer's close. With it, it gives up after
+        ``timeout`` seconds with ``TimeoutError`` naming what was never acknowledged, which is
+        then lost with this client as after :meth:`abort`."""
         if self._task is None:
             return
         try:
-            if not self._closing:
-                await self.flush()
-                self._closing = True
-                self._writer_wake.set()
-            await self._wait(lambda: self._finished)
+            await asyncio.wait_for(self._close(), timeout)
+        except TimeoutError:
+            outstanding = self.unacked() + sum(b.count for b in self._buffers.values())
+            raise TimeoutError(
+                f"close: {outstanding} fragments not acknowledged within {timeout} s; they are"
+                " lost with this client unless sent again"
+            ) from None
         finally:
             await self.abort()
+
+    async def _close(self) -> None:
+        if not self._closing:
+            await self.flush()
+            self._closing = True
+            self._writer_wake.set()
+        await self._wait(lambda: self._finished)
 
     async def abort(self) -> None:
         """Disconnect now; whatever was not acknowledged is lost with this client."""
@@ -766,12 +780,13 @@ class SourceClient:
     def reconnects(self) -> int:
         return self._client.reconnects
 
-    def close(self) -> None:
-        """Ship, wait until everything is durable, disconnect."""
+    def close(self, timeout: float | None = None) -> None:
+        """Ship, wait until everything is durable (at most ``timeout`` seconds, see
+        :meth:`AsyncSourceClient.close`), disconnect."""
         if self._loop.is_closed():
             return
         try:
-            self._call(self._client.close())
+            self._call(self._client.close(timeout))
         finally:
             self._stop_loop()
 

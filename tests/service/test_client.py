@@ -261,3 +261,24 @@ def test_large_sends_are_split_into_messages(tmp_path: Path) -> None:
         assert sum(sizes) == 1200 and max(sizes) <= 100  # 10 kB of payload per message
 
     run(body())
+
+
+def test_close_with_a_timeout_gives_up_naming_what_was_not_acknowledged() -> None:
+    """Nothing listens at the target, so nothing is ever acknowledged: a bounded close returns
+    after its timeout, says how much is lost, and leaves the client disconnected."""
+
+    async def body() -> None:
+        client = await AsyncSourceClient("127.0.0.1:1", reconnect_timeout=60).start()
+        await client.send_batch(1, [1, 2, 3])
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(TimeoutError, match=r"close: 3 fragments not acknowledged within 0\.5"):
+            await client.close(timeout=0.5)
+        assert asyncio.get_running_loop().time() - started < 5
+        assert not client.connected
+        await client.close()  # closed already: nothing to wait for
+
+    run(body())
+    blocking = SourceClient("127.0.0.1:1", reconnect_timeout=60)
+    blocking.send_batch(2, [5, 6])
+    with pytest.raises(TimeoutError, match="close: 2 fragments"):
+        blocking.close(timeout=0.3)
