@@ -2,7 +2,7 @@
 sources send some 60 MB of output. The server reads the ordered log on demand and each reply
 waits for the gRPC stream's flow control, so a stalled subscriber costs at most one reply and
 the HTTP/2 windows, never the backlog: when the eight stalled subscribers finally go away, the
-server frees a few MB per subscriber at most (had it queued the backlog for each, ~470 MB).
+server frees a few MB per subscriber (had it queued the backlog for each, ~470 MB).
 Meanwhile a live subscriber follows the run and has everything moments after the end of run.
 
 The server runs as ``evb serve`` in a subprocess, its memory read from /proc (VmHWM, peak RSS).
@@ -28,8 +28,12 @@ from tests.e2e.conftest import ServerProcess, environment, evb_command
 SOURCES, FRAGMENTS, PAYLOAD = 3, 40_000, 512
 OUTPUT_MB = SOURCES * FRAGMENTS * PAYLOAD / 2**20
 STALLED = 8
-ALLOWANCE_MB = 8.0
-"""Per stalled subscriber: one reply (at most 4 MiB of payload) plus the HTTP/2 windows."""
+ALLOWANCE_MB = 20.0
+"""Per stalled subscriber: one reply (at most 4 MiB of payload) held twice, as the batch and as
+the serialized message gRPC waits to send, the HTTP/2 windows, and allocator slack (up to
+~100 MB in all seen). A queued backlog would free ~59 MB each. What the RSS drop cannot tell
+from that slack, a reply pinning its 65,536-row record batch (~34 MB each), the deterministic
+test below checks."""
 SERVE_FLAGS = ["--build-window", "0.2", "--startup-delay", "0", "--fsync", "never"]
 
 
@@ -63,11 +67,10 @@ class _Follower(threading.Thread):
 def test_stalled_subscribers_cost_bounded_memory_and_slow_nobody(
     tmp_path: Path, server_factory: Callable[..., ServerProcess], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Arrow's default pool (mimalloc) gives freed pages back to the system some time later,
-    # on the pool's next activity: a purge of what the run freed long ago could land in the
-    # window below and read as memory the stalled subscribers held (seen: 100-150 MB in one
-    # run out of three, before and after the fix this test guards). The system allocator
-    # gives large blocks back at once, so the window sees only what the subscribers held.
+    # Arrow's default pool (mimalloc) gives pages freed long ago back to the system on its
+    # next activity, which can land in the measuring window below (seen: 100-150 MB "freed" in
+    # one run of three, before and after the fix this test guards); with the system allocator
+    # the remaining slack is glibc trimming a heap top (seen up to 85 MB), within ALLOWANCE_MB.
     monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", "system")
     server = server_factory(tmp_path / "data", *SERVE_FLAGS)
     assert server.process is not None
@@ -113,7 +116,7 @@ def test_stalled_subscribers_cost_bounded_memory_and_slow_nobody(
         f" {peak:.0f} MB, {freed:.1f} MB freed when they left; the live subscriber had"
         f" everything {caught_up:.2f} s after the end of run"
     )
-    assert freed < STALLED * ALLOWANCE_MB, (held, freed)  # a backlog copy each: ~470 MB
+    assert freed < STALLED * ALLOWANCE_MB, (held, freed)  # pinned batches ~270 MB, backlogs ~470
     assert caught_up < 5.0
 
 
