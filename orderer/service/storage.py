@@ -480,7 +480,6 @@ class ArrivalLog:
             )
         )
 
-
     def sync(self) -> None:
         """Everything appended before this call is durable when it returns (group commit)."""
         self._stream.sync()

@@ -132,17 +132,6 @@ def test_ordered_batch_round_trip(n: int, payload_size: int) -> None:
         np.testing.assert_array_equal(back.payload_offsets, emitted.payload_offsets)
 
 
-def test_slices_rebase_payload_offsets() -> None:
-    emitted = _emitted(10, 5)
-    part = emitted.slice(3, 7)
-    assert part.first_seq == 103 and len(part) == 4
-    assert [part.payload_of(i) for i in range(4)] == [emitted.payload_of(i) for i in range(3, 7)]
-    batch = FragmentBatch.from_arrays(source=1, timestamp=[1, 2, 3], payloads=[b"a", b"bc", b"def"])
-    tail = batch.slice(1)
-    assert tail.timestamp.tolist() == [2, 3]
-    assert tail.payload_offsets.tolist() == [0, 2, 5] and tail.payload.tobytes() == b"bcdef"
-
-
 def test_configure_request_takes_spec_names_in_both_spellings() -> None:
     request = convert.configure_request({"buildWindow": 5, "source_timeout": "off"})
     assert request.build_window == 5.0 and request.source_timeout_off
