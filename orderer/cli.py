@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -272,9 +272,17 @@ def _add_target(parser: argparse.ArgumentParser) -> None:
         metavar="HOST:PORT",
         help=f"the orderer service (default: $EVB_TARGET or {DEFAULT_TARGET})",
     )
-    group = parser.add_argument_group(
-        "security (each flag defaults to its environment variable)"
-    )
+    add_security_arguments(parser)
+
+
+def add_security_arguments(
+    parser: argparse.ArgumentParser,
+    title: str = "security (each flag defaults to its environment variable)",
+    path_type: Callable[[str], Any] = Path,
+) -> None:
+    """A client's TLS and token flags, each defaulting to the variable the operator sets in the
+    pods it runs clients in (``evb send/tail/stats`` and the Spark job share them)."""
+    group = parser.add_argument_group(title)
     for flag, variable, what in (
         ("--tls-ca", "EVB_TLS_CA", "PEM CA of the server's certificate: connect with TLS"),
         ("--tls-cert", "EVB_TLS_CERT", "PEM client certificate (mutual TLS)"),
@@ -283,7 +291,7 @@ def _add_target(parser: argparse.ArgumentParser) -> None:
     ):
         group.add_argument(
             flag,
-            type=Path,
+            type=path_type,
             default=os.environ.get(variable) or None,
             metavar="FILE",
             help=f"{what} (${variable})",

@@ -49,6 +49,8 @@ class JobResult:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from orderer.cli import add_security_arguments
+
     parser = argparse.ArgumentParser(
         prog="evb spark-job",
         description="Build events from the ordered stream with Spark and write them with a run "
@@ -84,22 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--master", help="Spark master (default: spark-submit's, else local[2])")
     parser.add_argument("--poll", type=float, default=1.0, help="seconds between end-of-run checks")
     parser.add_argument("--quiet", action="store_true", help="do not print the summary")
-    # each defaults to the variable the operator sets in the SparkApplication's pods
-    # (orderer.service.security.ENV_*), as for the other evb commands
-    security = parser.add_argument_group(
-        "security (a TLS orderer; files on driver and executors; defaults from EVB_TLS_CA,"
-        " EVB_TLS_CERT, EVB_TLS_KEY, EVB_TOKEN_FILE)"
+    # each defaults to the variable the operator sets in the SparkApplication's pods; strings,
+    # as the evb data source takes its options
+    add_security_arguments(
+        parser, "security (a TLS orderer; the files must exist on driver and executors)", str
     )
-    for flag, variable, text in (
-        ("--tls-ca", "EVB_TLS_CA", "PEM CA of the server's certificate"),
-        ("--tls-cert", "EVB_TLS_CERT", "PEM client certificate (mutual TLS)"),
-        ("--tls-key", "EVB_TLS_KEY", "PEM key of the client certificate"),
-        ("--token-file", "EVB_TOKEN_FILE", "file holding the bearer token"),
-    ):
-        security.add_argument(
-            flag, metavar="FILE", default=os.environ.get(variable) or None, help=text
-        )
-    security.add_argument("--tls", action="store_true", help="TLS with the system's CAs")
     return parser
 
 
