@@ -1,4 +1,4 @@
-"""evb's event orderer: the ordering contract of ``shared/spec/ORDERING.md`` with a Cython core.
+"""evb's event orderer: the ordering contract of ``docs/ordering.md`` with a Cython core.
 
 Public API::
 

@@ -1,21 +1,23 @@
-"""Shared test fixtures: where the spec and its worked examples live."""
+"""Shared test fixtures: the repository's root and the worked examples of the ordering contract.
+
+The examples are test data inside the repository (``tests/data/ordering-examples/``, described in
+``docs/ordering.md``), so a clone needs nothing beside it to run the tests.
+"""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SPEC = Path(os.environ.get("EVB_SPEC_DIR", REPO.parent / "shared" / "spec"))
-EXAMPLES = SPEC / "examples"
+EXAMPLES = REPO / "tests" / "data" / "ordering-examples"
 
 
 def example_dirs() -> list[Path]:
-    """The worked examples of ORDERING.md; the spec is part of every checkout of the project."""
+    """The worked examples of ``docs/ordering.md``, one directory each."""
     if not EXAMPLES.is_dir():
-        raise RuntimeError(f"spec examples not found at {EXAMPLES}; set EVB_SPEC_DIR")
+        raise RuntimeError(f"the worked examples are missing from {EXAMPLES}")
     return sorted(p for p in EXAMPLES.iterdir() if p.is_dir())
 
 

@@ -1,4 +1,4 @@
-"""A slow, readable, pure-Python oracle of ``shared/spec/ORDERING.md``.
+"""A slow, readable, pure-Python oracle of the ordering contract, ``docs/ordering.md``.
 
 Written from the spec alone (not from the Cython core) so the tests can compare the two. It takes
 records in the ``evb replay`` INPUT layout, as dicts::
@@ -10,7 +10,7 @@ records in the ``evb replay`` INPUT layout, as dicts::
 and returns what is emitted (``{"t", "source", "ts", "barrier", "late"}`` dicts, in emission order)
 and the counters in the ``evb replay --stats`` layout.
 
-Choices where the spec is silent (the same as the core's; see the project docs):
+Choices where the contract is silent (the same as the core's; ``docs/ordering.md`` lists them):
 - the end of run drain emits even before the startup delay has passed;
 - a source's ``barriers`` counter counts its barrier fragments that were emitted;
 - ``duplicates``/``out_of_order`` compare with the previous fragment (barriers included) of the
@@ -72,7 +72,7 @@ def _seconds(config: Mapping[str, Any], name: str, default: float | None) -> flo
 
 
 class Oracle:
-    """The orderer of ORDERING.md, one record at a time, on simulated time."""
+    """The orderer of docs/ordering.md, one record at a time, on simulated time."""
 
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
         config = dict(config or {})

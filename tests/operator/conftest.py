@@ -1,10 +1,10 @@
 """Fixtures of the operator tests: the package importable from a plain checkout, the example
 EventBuilders, and validators for Kubernetes objects (kubernetes-validate, k8s 1.32) and for the
-SparkApplication CRD of ``shared/schemas`` (beside this repository)."""
+SparkApplication CRD of the Kubeflow Spark operator, kept with its descriptions stripped in
+``tests/data/schemas/sparkapplication-v1beta2.yaml`` (its header says where it came from)."""
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -17,8 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO / "operator") not in sys.path:  # installed packages win; a plain checkout works too
     sys.path.append(str(REPO / "operator"))
 
-SCHEMAS = Path(os.environ.get("EVB_SCHEMAS_DIR", REPO.parent / "shared" / "schemas"))
-SPARK_CRD = SCHEMAS / "sparkoperator.k8s.io_sparkapplications.yaml"
+SPARK_CRD = REPO / "tests" / "data" / "schemas" / "sparkapplication-v1beta2.yaml"
 EXAMPLES = REPO / "manifests" / "examples"
 KUBERNETES_VERSION = "1.32"
 
@@ -69,7 +68,7 @@ def _spark_validator() -> Any:
     import jsonschema
 
     if not SPARK_CRD.is_file():
-        raise RuntimeError(f"SparkApplication CRD not found at {SPARK_CRD}; set EVB_SCHEMAS_DIR")
+        raise RuntimeError(f"the SparkApplication CRD is missing from {SPARK_CRD}")
     crd = yaml.safe_load(SPARK_CRD.read_text())
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1beta2"]
     return jsonschema.Draft4Validator(version["schema"]["openAPIV3Schema"])

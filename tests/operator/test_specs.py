@@ -1,6 +1,6 @@
 """``evb_operator/specs.py`` without an API server: every object the operator builds validates
 (built-in kinds against Kubernetes 1.32 with kubernetes-validate, strictly; SparkApplications
-against the Spark operator's CRD in ``shared/schemas``), the pieces fit together (names,
+against the Spark operator's CRD in ``tests/data/schemas``), the pieces fit together (names,
 selectors, mounts, the Spark job's target), and the orderer pod would start: its ConfigMap and
 its arguments are accepted by ``evb serve`` itself."""
 
