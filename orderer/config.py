@@ -3,11 +3,18 @@
 Keys are the parameter names of ``ORDERING.md`` (``build_window``); the camelCase spelling of the
 EventBuilder custom resource (``buildWindow``) is accepted too, so a CR spec, a YAML file for
 ``evb serve`` and the flags of ``evb replay`` all land here. Every invalid value raises
-:class:`~orderer.errors.ConfigError` naming the parameter.
+:class:`~orderer.errors.ConfigError` naming the parameter, and an unknown key is answered with
+the nearest known one (:func:`unknown_key`): a misspelt key is the usual mistake in a file.
+
+The custom resource's spellings mean the same everywhere: ``sourceTimeout: 0`` (the CR's "off",
+its schema being a number) and ``off`` both disable dead-source detection, whether they come
+from a CR spec, a ``--config`` file, a flag or ``Configure``; :func:`parse_source_timeout` is
+the one place that says so.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -23,7 +30,11 @@ __all__ = [
     "TOTAL_COUNTERS",
     "FlowControl",
     "OrdererConfig",
+    "camel_case",
+    "check_keys",
+    "parse_source_timeout",
     "snake_case",
+    "unknown_key",
 ]
 
 LATE_POLICIES = ("emit", "drop")
@@ -47,9 +58,35 @@ def snake_case(key: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
 
 
-def _camel(key: str) -> str:
+def camel_case(key: str) -> str:
+    """``build_window`` -> ``buildWindow``: parameter names to the CR spec spelling."""
     head, *rest = key.split("_")
     return head + "".join(word.capitalize() for word in rest)
+
+
+
+def unknown_key(key: str, value: Any, known: Iterable[str], *, prefix: str = "") -> ConfigError:
+    """The error for a key that is none of ``known`` (parameter names). It suggests the nearest
+    known key, if one is close, and lists them all in the CR's camelCase spelling, the one the
+    documentation and ``kubectl explain`` show: ``barierTimeout`` -> ``did you mean
+    barrierTimeout?``."""
+    names = list(dict.fromkeys(camel_case(name) for name in known))
+    by_lower = {name.lower(): name for name in names}
+    written = camel_case(snake_case(str(key))).lower()
+    close = difflib.get_close_matches(written, list(by_lower), n=1, cutoff=0.6)
+    hint = f"did you mean {camel_case(prefix)}{by_lower[close[0]]}? " if close else ""
+    return ConfigError(
+        f"{prefix}{key}", value, f"unknown key; {hint}known keys: {', '.join(names)}"
+    )
+
+
+def check_keys(mapping: Mapping[Any, Any], known: Iterable[str], *, prefix: str = "") -> None:
+    """Raise :func:`unknown_key`'s error for the first key of ``mapping`` (either spelling)
+    that is none of ``known`` (parameter names)."""
+    names = list(known)
+    for key, value in mapping.items():
+        if snake_case(str(key)) not in names:
+            raise unknown_key(str(key), value, names, prefix=prefix)
 
 
 def _duration(name: str, value: Any, *, allow_zero: bool = False) -> float:
@@ -108,7 +145,8 @@ class OrdererConfig:
     barrier_timeout: float | None = None
     """How long a barrier waits for the other sources; ``None`` means 4 x build_window."""
     source_timeout: float | None = 60.0
-    """A source silent this long is dead; ``None`` disables (``off`` in flags and specs)."""
+    """A source silent this long is dead; ``None`` disables (``off`` or ``0`` in flags, files
+    and specs: :func:`parse_source_timeout`)."""
     late_policy: str = "emit"
     """``emit``: late fragments go out flagged late; ``drop``: counted and not emitted."""
     sources: tuple[int, ...] = ()
@@ -143,13 +181,8 @@ class OrdererConfig:
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any]) -> OrdererConfig:
         """Build from spec-named keys (snake_case or camelCase); unknown keys are an error."""
-        known = {f.name for f in fields(cls)}
-        values: dict[str, Any] = {}
-        for key, value in mapping.items():
-            name = snake_case(key)
-            if name not in known:
-                raise ConfigError(key, value, f"unknown parameter; expected one of {sorted(known)}")
-            values[name] = value
+        check_keys(mapping, [f.name for f in fields(cls)])
+        values = {snake_case(key): value for key, value in mapping.items()}
         for name in ("build_window", "startup_delay", "barrier_timeout"):
             if name in values and values[name] is not None:
                 values[name] = _duration(name, values[name], allow_zero=name == "startup_delay")
@@ -163,7 +196,7 @@ class OrdererConfig:
 
     def to_mapping(self, *, camel: bool = False) -> dict[str, Any]:
         """The inverse of :meth:`from_mapping`; ``camel=True`` gives the CR spelling."""
-        name = _camel if camel else str
+        name = camel_case if camel else str
         out: dict[str, Any] = {
             name("build_window"): self.build_window,
             name("startup_delay"): self.startup_delay,
@@ -183,10 +216,24 @@ class OrdererConfig:
 
 
 def parse_source_timeout(value: Any) -> float | None:
-    """``off`` (or ``None``) disables dead-source detection; anything else is seconds > 0."""
-    if value is None or (isinstance(value, str) and value.strip().lower() == "off"):
+    """Seconds > 0, or ``None``: dead-source detection disabled.
+
+    Disabled is spelt ``off`` (docs/ordering.md), ``0`` (the CR's spelling: its schema is a number;
+    a timeout of zero seconds would declare every source dead at once, so zero has no other use),
+    ``None``, or ``false`` (YAML 1.1 reads an unquoted ``off`` as false). The operator, ``evb
+    serve --config``, the flags and ``Configure`` all come here, so the spellings mean the same
+    everywhere."""
+    if value is None or value is False:
         return None
-    return _duration("source_timeout", value)
+    if isinstance(value, str) and value.strip().lower() == "off":
+        return None
+    try:
+        seconds = _duration("source_timeout", value, allow_zero=True)
+    except ConfigError:
+        raise ConfigError(
+            "source_timeout", value, "must be a number of seconds > 0, or 0 or off"
+        ) from None
+    return None if seconds == 0 else seconds
 
 
 def _sources(value: Any) -> tuple[int, ...]:
@@ -206,13 +253,5 @@ def _flow_control(value: Any) -> FlowControl:
         return value
     if not isinstance(value, Mapping):
         raise ConfigError("flow_control", value, "must be a mapping")
-    known = {f.name for f in fields(FlowControl)}
-    values = {}
-    for key, item in value.items():
-        name = snake_case(key)
-        if name not in known:
-            raise ConfigError(
-                f"flow_control.{key}", item, f"unknown; expected one of {sorted(known)}"
-            )
-        values[name] = item
-    return FlowControl(**values)
+    check_keys(value, [f.name for f in fields(FlowControl)], prefix="flow_control.")
+    return FlowControl(**{snake_case(str(key)): item for key, item in value.items()})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -21,13 +22,26 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from orderer.batch import EmittedBatch, FragmentBatch
-from orderer.client import ChannelSecurity, OrderedStreamReader, SourceClient, get_stats
-from orderer.config import SOURCE_COUNTERS
+from orderer.client import (
+    DEFAULT_CONNECT_TIMEOUT,
+    ChannelSecurity,
+    OrderedStreamReader,
+    SourceClient,
+    get_stats,
+)
+from orderer.config import TOTAL_COUNTERS
 from orderer.errors import ServiceUnavailable
 from orderer.replay import END, FRAGMENT, WATERMARK, RecordColumns, read_records, write_emitted
 from orderer.synthetic import SyntheticRun, iter_batches
 
-__all__ = ["print_stats", "send_records", "send_synthetic", "stats_table", "tail"]
+__all__ = [
+    "print_stats",
+    "send_records",
+    "send_synthetic",
+    "stats_table",
+    "tail",
+    "write_stats",
+]
 
 # One step of a run to send: (arrival time, action on the client, fragments it carries)
 _Step = tuple[float, Callable[[SourceClient], None], int]
@@ -160,6 +174,7 @@ def _durable_sequences(
     """Each source's durable sequence on the server, as the client learnt it on connecting."""
     deadline = time.monotonic() + timeout
     while any(client.next_sequence(source) is None for source in sources):
+        client.check()  # a refused token ends the wait at once
         if time.monotonic() > deadline:
             raise ServiceUnavailable("the server did not tell where the sources stand")
         time.sleep(0.01)
@@ -224,15 +239,20 @@ def tail(
     follow: bool = False,
     payload: bool = False,
     security: ChannelSecurity | None = None,
+    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
 ) -> int:
     """Print the ordered output from ``from_offset`` as ``evb replay`` OUT lines; without
     ``follow`` or ``until``, up to what is durable now. Returns how many lines were printed."""
     if until is None and not follow:
-        until = int(get_stats(target, security=security)["next_offset"])
+        stats = get_stats(target, security=security, connect_timeout=connect_timeout)
+        until = int(stats["next_offset"])
     if until is not None and from_offset >= until:
         return 0
     printed = 0
-    for batch in OrderedStreamReader(target, from_offset, until=until, security=security):
+    reader = OrderedStreamReader(
+        target, from_offset, until=until, security=security, connect_timeout=connect_timeout
+    )
+    for batch in reader:
         if payload:
             out.writelines(_json_lines(batch, payload=True))
         else:
@@ -242,45 +262,88 @@ def tail(
     return printed
 
 
-def stats_table(stats: dict[str, Any]) -> Table:
-    """The per-source counters of ``GetStats`` as a rich table."""
-    table = Table(title="evb orderer", title_justify="left")
-    table.add_column("source", justify="right")
-    for name in SOURCE_COUNTERS:
-        table.add_column(name.replace("_", " "), justify="right")
-    table.add_column("missing", justify="right")
-    table.add_column("queued", justify="right")
-    table.add_column("state")
-    table.add_column("watermark", justify="right")
+def stats_table(stats: dict[str, Any], *, plain: bool = False, width: int = 80) -> Any:
+    """The counters of ``GetStats`` for a person: three summary lines, then a row per source
+    and a total, in as many tables as ``width`` needs (each repeats the source column): one on
+    a wide terminal, two or three in 80 columns, so that no number is ever broken over two lines
+    (the one fixed table this replaces needed 140 columns). ``plain``: ASCII only and no
+    styles, for a pipe or a file. Returns a rich renderable (:func:`write_stats` prints it)."""
+    from rich import box
+    from rich.console import Group
+    from rich.text import Text
+
+    def count(value: int | None) -> str:
+        return "" if value is None else f"{value:,}"
+
     missing = stats.get("missing", {})
-    for source, values in sorted(stats["sources"].items(), key=lambda kv: int(kv[0])):
-        state = [name for name in ("paused", "ended", "dead") if values.get(name)]
-        table.add_row(
-            source,
-            *(f"{values[name]:,}" for name in SOURCE_COUNTERS),
-            f"{missing.get(source, 0):,}",
-            f"{values['queued']:,}",
-            ", ".join(state) or "live",
-            "" if values["watermark"] is None else str(values["watermark"]),
-        )
     totals = stats["totals"]
-    table.add_row(
-        "total",
-        *(f"{totals[name]:,}" if name in totals else "" for name in SOURCE_COUNTERS),
-        "",
-        f"{stats['queued']:,}",
-        "run ended" if stats["run_ended"] else "",
-        "",
-        style="bold",
-    )
-    barriers = stats["barriers"]
+    sources = sorted(stats["sources"].items(), key=lambda kv: int(kv[0]))
+    # (header, cells, total): the columns in the order of the contract's counters
+    columns: list[tuple[str, list[str], str]] = [
+        (name.replace("_", " "), [count(v[name]) for _, v in sources], count(totals.get(name)))
+        for name in TOTAL_COUNTERS
+    ]
+    columns += [
+        ("max lateness", [count(v["max_lateness"]) for _, v in sources], ""),
+        ("barriers", [count(v["barriers"]) for _, v in sources], ""),
+        ("missing", [count(missing.get(source, 0)) for source, _ in sources], ""),
+        ("queued", [count(v["queued"]) for _, v in sources], count(stats["queued"])),
+        (
+            "state",
+            [
+                ", ".join(n for n in ("paused", "ended", "dead") if v.get(n)) or "live"
+                for _, v in sources
+            ],
+            "run ended" if stats["run_ended"] else "",
+        ),
+        (
+            "watermark",
+            ["" if v["watermark"] is None else str(v["watermark"]) for _, v in sources],
+            "",
+        ),
+    ]
+    first = ("source", [source for source, _ in sources], "total")
+
+    def wide(column: tuple[str, list[str], str]) -> int:
+        header, cells, total = column
+        return max(len(header), len(total), *map(len, cells))
+
+    groups: list[list[tuple[str, list[str], str]]] = [[]]
+    used = wide(first)
+    for column in columns:
+        if groups[-1] and used + 2 + wide(column) > width:  # 2: the gap between columns
+            groups.append([])
+            used = wide(first)
+        groups[-1].append(column)
+        used += 2 + wide(column)
+
+    dashes = box.Box("    \n    \n -- \n    \n    \n -- \n    \n    \n", ascii=True)
+    parts: list[Any] = []
+    for group in groups:
+        table = Table(
+            box=dashes if plain else box.SIMPLE,
+            show_edge=False,
+            pad_edge=False,
+            padding=(0, 1, 0, 0),
+            show_footer=True,
+            header_style="" if plain else "bold",
+            footer_style="" if plain else "bold",
+        )
+        for header, _, total in [first, *group]:
+            justify = "left" if header == "state" else "right"
+            table.add_column(header, footer=total, justify=justify, overflow="fold")
+        for row in zip(*(cells for _, cells, _ in [first, *group]), strict=True):
+            table.add_row(*row)
+        parts += [Text(""), table]
     hwm = stats["high_water_mark"]
-    table.caption = (
-        f"output offset {stats['next_offset']:,}   high-water mark "
-        f"{'-' if hwm is None else hwm}   time {stats['now']:.3f} s   barriers: "
-        + ", ".join(f"{value} {name}" for name, value in barriers.items())
+    summary = Text(
+        f"evb orderer: {'run ended' if stats['run_ended'] else 'running'}, "
+        f"time {stats['now']:.3f} s\noutput offset {stats['next_offset']:,}, "
+        f"high-water mark {'-' if hwm is None else hwm}\nbarriers: "
+        + ", ".join(f"{value:,} {name}" for name, value in stats["barriers"].items()),
+        style="" if plain else "bold",
     )
-    return table
+    return Group(summary, *parts)
 
 
 def print_stats(
@@ -290,12 +353,32 @@ def print_stats(
     as_json: bool = False,
     timeout: float = 10.0,
     security: ChannelSecurity | None = None,
+    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
 ) -> dict[str, Any]:
-    """``evb stats``: the counters as a table, or as JSON."""
-    stats = get_stats(target, timeout=timeout, security=security)
+    """``evb stats``: the counters as tables, or as JSON.
+
+    On a terminal the tables take its width; into a pipe or a file they are plain ASCII, no
+    styles, ``$COLUMNS`` wide or 80, so that ``evb stats | less`` or a log stays readable."""
+    stats = get_stats(target, timeout=timeout, security=security, connect_timeout=connect_timeout)
     if as_json:
         out.write(json.dumps(stats, indent=1) + "\n")
     else:
-        width = None if out.isatty() else 160
-        Console(file=out, width=width).print(stats_table(stats))
+        write_stats(stats, out)
     return stats
+
+
+def write_stats(stats: dict[str, Any], out: IO[str]) -> None:
+    """The tables of :func:`stats_table` on ``out``: a terminal's width and styles, else plain
+    ASCII without styles or trailing blanks, ``$COLUMNS`` wide or 80."""
+    tty = out.isatty()
+    columns = os.environ.get("COLUMNS", "")
+    width = None if tty else int(columns) if columns.isdigit() and int(columns) > 0 else 80
+    console = Console(
+        file=out, width=width, highlight=False, markup=False, emoji=False, no_color=not tty
+    )
+    if tty:
+        console.print(stats_table(stats, width=console.width))
+        return
+    with console.capture() as captured:  # rich pads every line to the width
+        console.print(stats_table(stats, plain=True, width=console.width))
+    out.writelines(line.rstrip() + "\n" for line in captured.get().splitlines())

@@ -78,14 +78,20 @@ def _path(parts: Any) -> str:
 
 def orderer_config(spec: Mapping[str, Any]) -> OrdererConfig:
     """The orderer's configuration from a defaulted spec. ``sourceTimeout: 0`` is the spec's
-    ``off``; an unset ``barrierTimeout`` stays unset (4 x buildWindow)."""
+    ``off`` (:func:`orderer.config.parse_source_timeout`, shared with ``evb serve --config``);
+    an unset ``barrierTimeout`` stays unset (4 x buildWindow)."""
     mapping: dict[str, Any] = {
         name: spec[name]
-        for name in ("buildWindow", "startupDelay", "barrierTimeout", "latePolicy", "sources")
+        for name in (
+            "buildWindow",
+            "startupDelay",
+            "barrierTimeout",
+            "sourceTimeout",
+            "latePolicy",
+            "sources",
+        )
         if name in spec
     }
-    if "sourceTimeout" in spec:
-        mapping["sourceTimeout"] = "off" if spec["sourceTimeout"] == 0 else spec["sourceTimeout"]
     if "flowControl" in spec:
         mapping["flowControl"] = dict(spec["flowControl"])
     try:

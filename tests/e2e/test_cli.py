@@ -1,26 +1,32 @@
-"""``evb serve``, ``evb send``, ``evb tail`` and ``evb stats`` as a user runs them: a YAML file
-in the custom resource's spelling with flags over it, a replay file sent to a live server, the
-ordered output printed in the ``evb replay`` OUT format, and the exit statuses of errors."""
+"""``evb serve``, ``evb send``, ``evb tail``, ``evb stats`` and ``evb end-run`` as a user runs
+them: a YAML file in the custom resource's spelling with flags over it, a replay file sent to a
+live server, the ordered output printed in the ``evb replay`` OUT format, the counters readable
+in 80 columns, a run ended by hand, and the exit statuses of errors."""
 
 from __future__ import annotations
 
 import collections
+import io
 import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from orderer.cli import main
+from orderer.remote import write_stats
 from orderer.synthetic import SyntheticRun, generate_records, write_jsonl
 from tests.e2e.conftest import ServerProcess, environment, evb_command
 
 
 def _evb(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in environment().items() if key != "COLUMNS"}
     return subprocess.run(
         evb_command(*args),
         capture_output=True,
         text=True,
-        env=environment(),
+        env=env,
         timeout=timeout,
         check=False,
     )
@@ -32,7 +38,7 @@ def test_serve_send_tail_stats(
     config = tmp_path / "evb.yaml"
     config.write_text(
         "buildWindow: 5\nstartupDelay: 0.1\nsources: [1, 2, 3]\nstrictSources: true\n"
-        "maxPayloadBytes: 4096\nsourceTimeout: off\n"
+        "maxPayloadBytes: 4096\nsourceTimeout: 0\n"  # the custom resource's "off"
     )
     server = server_factory(tmp_path / "data", "--config", str(config), "--build-window", "0.3")
     spec = SyntheticRun(
@@ -88,3 +94,64 @@ def test_an_unreachable_server_exits_3() -> None:
     result = _evb("stats", "--target", "127.0.0.1:1", "--timeout", "0.5", timeout=60)
     assert result.returncode == 3
     assert "unavailable" in result.stderr
+
+
+def _plain(text: str) -> None:
+    """80 columns of ASCII: no box drawing, no styles, no padding to a fixed width."""
+    for line in text.splitlines():
+        assert len(line) <= 80 and line.isascii() and line == line.rstrip(), repr(line)
+
+
+def test_stats_piped_is_plain_and_fits_80_columns(
+    tmp_path: Path, server_factory: Callable[..., ServerProcess], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = server_factory(tmp_path / "data", "--startup-delay", "0", "--build-window", "0.2")
+    sent = _evb(
+        "send", "--target", server.target, "--n-sources", "7", "--fragments", "500",
+        "--rate", "20000", "--speed", "0", "--no-progress", "--no-end",
+    )
+    assert sent.returncode == 0, sent.stderr
+    table = _evb("stats", "--target", server.target)
+    assert table.returncode == 0, table.stderr
+    _plain(table.stdout)
+    rows = [line.split() for line in table.stdout.splitlines()]
+    tables = sum(row[:1] == ["total"] for row in rows)  # as many as 80 columns need
+    assert tables >= 2
+    assert [row[0] for row in rows if row and row[0].isdigit()] == [*map(str, range(1, 8))] * tables
+
+    # The same counters a million times bigger (a long run): still 80 columns, nothing lost
+    stats = json.loads(_evb("stats", "--target", server.target, "--json").stdout)
+    for counters in [stats["totals"], *stats["sources"].values()]:
+        for name in ("received", "emitted", "late", "duplicates", "out_of_order", "max_lateness"):
+            if name in counters:
+                counters[name] = counters[name] * 1_000_000 + 123_456
+    stats["next_offset"] *= 1_000_000
+    monkeypatch.delenv("COLUMNS", raising=False)
+    out = io.StringIO()
+    write_stats(stats, out)
+    _plain(out.getvalue())
+    assert f"{stats['totals']['received']:,}" in out.getvalue()
+
+
+def test_end_run_by_hand(tmp_path: Path, server_factory: Callable[..., ServerProcess]) -> None:
+    """``evb end-run`` is what a hand-started ``evb spark-job --target`` waits for (it finishes
+    once the stats say run_ended and it has read up to next_offset); before it, only Python or
+    ``kubectl patch`` could end a run."""
+    server = server_factory(tmp_path / "data", "--startup-delay", "0", "--build-window", "30")
+    sent = _evb(
+        "send", "--target", server.target, "--n-sources", "3", "--fragments", "200",
+        "--rate", "10000", "--speed", "0", "--no-progress", "--no-end",
+    )
+    assert sent.returncode == 0, sent.stderr
+    received = json.loads(sent.stdout)["fragments"]
+    before = json.loads(_evb("stats", "--target", server.target, "--json").stdout)
+    assert not before["run_ended"] and before["next_offset"] < received  # the window holds some
+    ended = _evb("end-run", "--target", server.target)
+    assert ended.returncode == 0, ended.stderr
+    assert json.loads(ended.stdout) == {"next_offset": received}
+    stats = json.loads(_evb("stats", "--target", server.target, "--json").stdout)
+    assert stats["run_ended"] and stats["next_offset"] == received
+    tail = _evb("tail", "--target", server.target)
+    assert len(tail.stdout.splitlines()) == received
+    again = _evb("end-run", "--target", server.target)  # ending an ended run changes nothing
+    assert again.returncode == 0 and json.loads(again.stdout) == {"next_offset": received}

@@ -58,7 +58,8 @@ def test_barrier_timeout_follows_the_window_unless_set() -> None:
         ({"build_window": float("nan")}, "build_window"),
         ({"startup_delay": -1}, "startup_delay"),
         ({"barrier_timeout": -2}, "barrier_timeout"),
-        ({"source_timeout": 0}, "source_timeout"),
+        ({"source_timeout": -1}, "source_timeout"),
+        ({"source_timeout": True}, "source_timeout"),
         ({"late_policy": "keep"}, "late_policy"),
         ({"sources": [1, 1]}, "sources"),
         ({"sources": [2**32]}, "sources"),
@@ -73,6 +74,32 @@ def test_bad_values_name_the_parameter(mapping: dict, parameter: str) -> None:
         OrdererConfig.from_mapping(mapping)
     assert error.value.parameter == parameter
     assert str(error.value).startswith(parameter)
+
+
+@pytest.mark.parametrize("off", [0, 0.0, "0", "off", "OFF", False, None])
+def test_source_timeout_zero_is_off_as_in_the_custom_resource(off: object) -> None:
+    """The CR's schema makes sourceTimeout a number, 0 meaning off; every entry point (the
+    operator, --config, the flags, Configure) reads it through from_mapping."""
+    assert OrdererConfig.from_mapping({"sourceTimeout": off}).source_timeout is None
+    assert OrdererConfig.from_mapping({"source_timeout": off}).source_timeout is None
+    assert OrdererConfig.from_mapping({"sourceTimeout": "7.5"}).source_timeout == 7.5
+
+
+def test_an_unknown_key_suggests_the_nearest_in_the_resource_spelling() -> None:
+    with pytest.raises(ConfigError) as error:
+        OrdererConfig.from_mapping({"barierTimeout": 5})
+    assert error.value.parameter == "barierTimeout"
+    assert "did you mean barrierTimeout?" in error.value.why
+    assert "buildWindow, startupDelay, barrierTimeout, sourceTimeout" in error.value.why
+    with pytest.raises(ConfigError, match="did you mean barrierTimeout"):
+        OrdererConfig.from_mapping({"barier_timeout": 5})  # snake_case is matched too
+    with pytest.raises(ConfigError) as error:
+        OrdererConfig.from_mapping({"flowControl": {"queueXof": 5}})
+    assert error.value.parameter == "flow_control.queueXof"
+    assert "did you mean flowControl.queueXoff?" in error.value.why
+    with pytest.raises(ConfigError) as error:
+        OrdererConfig.from_mapping({"colour": "blue"})
+    assert "did you mean" not in error.value.why  # nothing close: only the list
 
 
 def test_live_reconfiguration_changes_the_window_and_keeps_the_queues() -> None:
