@@ -21,6 +21,16 @@ waits until the server ended the stream OK, which it does only once everything s
 Readers: :func:`subscribe` (asyncio) and :class:`OrderedStreamReader` (blocking) iterate the
 ordered output from an offset and resume after reconnects. Control: :func:`get_stats`,
 :func:`configure`, :func:`end_run` and their ``*_async`` twins.
+
+The first connection is bounded: every entry point takes ``connect_timeout`` (seconds,
+:data:`DEFAULT_CONNECT_TIMEOUT`; None waits as the call's other limits allow). gRPC itself
+would retry an unreachable address forever (``wait_for_ready``) or fail with a bare
+``UNAVAILABLE``; the client instead raises :class:`~orderer.errors.ServiceUnavailable` naming the
+address and the cause in plain words (connection refused, name not resolved, TLS handshake
+failed, timed out), gRPC's own detail kept at the end. A refused bearer token raises
+:class:`~orderer.errors.AuthenticationError` naming the address. Only the first connection is
+bounded so: a source or reader that loses an established one reconnects as before
+(``reconnect_timeout``).
 """
 
 from __future__ import annotations
@@ -28,7 +38,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
+import re
 import threading
 import time
 from collections import deque
@@ -36,17 +48,24 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+# gRPC's core logs every failed TLS handshake attempt on stderr (a dozen lines while a client
+# waits for its connection, around the one-line error of `evb stats`); the error this module
+# raises names the cause once. gRPC reads the setting when it is first imported, so it helps
+# only if nothing imported grpc before; a GRPC_VERBOSITY the user set wins.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
 import grpc
 import numpy as np
 
 from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
 from orderer.batch import EmittedBatch, FragmentBatch
-from orderer.errors import EvbError, InterfaceError, ServiceUnavailable
+from orderer.errors import AuthenticationError, EvbError, InterfaceError, ServiceUnavailable
 from orderer.service import convert
 from orderer.service.security import ChannelSecurity, aio_channel, sync_channel
 
 __all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
     "AsyncSourceClient",
     "ChannelSecurity",
     "OrderedStreamReader",
@@ -95,13 +114,153 @@ def channel_options(max_message_bytes: int = 64 << 20) -> list[tuple[str, int]]:
     ]
 
 
-def _error_of(code: grpc.StatusCode, details: str | None) -> EvbError:
-    """A gRPC status as the one error hierarchy of evb."""
+def _error_of(
+    code: grpc.StatusCode,
+    details: str | None,
+    target: str,
+    security: ChannelSecurity | None = None,
+) -> EvbError:
+    """A gRPC status as the one error hierarchy of evb, naming the orderer's address."""
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return InterfaceError(details or "invalid argument")
+    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        if code == grpc.StatusCode.PERMISSION_DENIED:
+            what = "refused this client"
+        elif security is None or security.token is None:
+            what = "requires a bearer token and this client sent none"
+        else:
+            what = "refused the token"
+        return AuthenticationError(f"the orderer at {target} {what} ({code.name}: {details})")
     if code in FATAL_CODES:
-        return EvbError(f"{code.name}: {details}")
-    return ServiceUnavailable(f"{code.name}: {details}")
+        return EvbError(f"the orderer at {target}: {code.name}: {details}")
+    return ServiceUnavailable(f"the orderer at {target}: {code.name}: {details}")
+
+
+# ---------------------------------------------------------------------------------- connecting
+
+DEFAULT_CONNECT_TIMEOUT = 5.0
+"""Seconds a client waits for its first connection before it raises ``ServiceUnavailable``:
+long enough for gRPC's quick reconnect attempts (see :func:`channel_options`) to ride out an
+orderer restarting, short enough that a wrong address is reported while the user still waits."""
+
+_PROBE_METHOD = "/grpc.health.v1.Health/Check"
+"""Asked once, without waiting for a connection, to read gRPC's reason for having none; open
+without a token (:data:`orderer.service.security.OPEN_METHODS`), and an empty request is valid."""
+
+_PROBE_TIMEOUT = 1.0
+"""Seconds the probe may take: a connection attempt still under way when the connect timeout
+ran out (an address that does not answer at all) is then reported as timed out."""
+
+_NOT_CONNECTED = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+_SSL_REASON = re.compile(r"OPENSSL_internal:([A-Z0-9_]+)(?::\s*([^:]+))?")
+_OS_REASON = re.compile(r"Failed to connect to remote host: ([^:;]+)")
+
+
+def _check_connect_timeout(connect_timeout: float | None) -> None:
+    if connect_timeout is not None and not connect_timeout > 0:
+        raise InterfaceError(f"connect_timeout: {connect_timeout!r} must be > 0 seconds or None")
+
+
+def _host(target: str) -> str:
+    address = target.split("://", 1)[-1].lstrip("/")
+    host = address.rsplit(":", 1)[0] if ":" in address else address
+    return host.strip("[]") or target
+
+
+def _cause(details: str, target: str, security: ChannelSecurity | None) -> str:
+    """gRPC's reason for having no connection, in plain words."""
+    text = details.lower()
+    tls = security is not None and security.tls
+    if "resolv" in text or "domain name not found" in text or "lookup" in text:
+        return f"name not resolved ({_host(target)})"
+    if "handshake failed" in text:
+        match = _SSL_REASON.search(details)
+        if match is None:
+            return "TLS handshake failed"
+        name, more = match.group(1), (match.group(2) or "").strip()
+        if name == "WRONG_VERSION_NUMBER":
+            return "TLS handshake failed (the server does not serve TLS)"
+        reason = name.lower().replace("_", " ")
+        if name == "CERTIFICATE_VERIFY_FAILED":
+            reason += f": {more}" if more else ""
+            reason += "; the server's certificate is not signed by the CA this client trusts"
+        return f"TLS handshake failed ({reason})"
+    if "failed parsing http/2" in text:
+        return "the server does not speak gRPC (HTTP/2)"
+    if "socket closed" in text or "connection reset" in text or "end of tcp stream" in text:
+        if not tls:
+            return "the server closed the connection (does it serve TLS? then connect with TLS)"
+        if security is not None and security.certificate_chain is None:
+            return (
+                "TLS handshake failed (the server closed the connection; does it require a"
+                " client certificate?)"
+            )
+        return "TLS handshake failed (the server closed the connection)"
+    if "connection refused" in text:
+        return "connection refused"
+    match = _OS_REASON.search(details)
+    if match is not None:
+        return match.group(1).strip().lower()
+    if "deadline" in text or "timed out" in text or "timeout" in text:
+        return "timed out (no gRPC answer from this address)"
+    return "no connection"
+
+
+def _unreachable(
+    target: str, connect_timeout: float, details: str, security: ChannelSecurity | None
+) -> ServiceUnavailable:
+    return ServiceUnavailable(
+        f"cannot reach {target} within {connect_timeout:g} s: "
+        f"{_cause(details, target, security)} [gRPC: {details}]"
+    )
+
+
+def _connect_sync(
+    channel: grpc.Channel,
+    target: str,
+    connect_timeout: float | None,
+    security: ChannelSecurity | None,
+) -> None:
+    """Wait until ``channel`` is connected, at most ``connect_timeout`` seconds; then raise
+    ``ServiceUnavailable`` with gRPC's reason, read from one call that does not wait."""
+    if connect_timeout is None:
+        return
+    ready = grpc.channel_ready_future(channel)
+    try:
+        ready.result(timeout=connect_timeout)
+        return
+    except grpc.FutureTimeoutError:
+        ready.cancel()
+    try:
+        channel.unary_unary(_PROBE_METHOD)(b"", timeout=_PROBE_TIMEOUT)
+    except grpc.RpcError as error:
+        code, details = error.code(), error.details()  # type: ignore[attr-defined]
+        if code in _NOT_CONNECTED:
+            raise _unreachable(target, connect_timeout, details or code.name, security) from None
+    # any other answer: it connected at the last moment
+
+
+async def _connect_async(
+    channel: grpc.aio.Channel,
+    target: str,
+    connect_timeout: float | None,
+    security: ChannelSecurity | None,
+) -> None:
+    """:func:`_connect_sync` for an asyncio channel."""
+    if connect_timeout is None:
+        return
+    try:
+        await asyncio.wait_for(channel.channel_ready(), connect_timeout)
+        return
+    except TimeoutError:
+        pass
+    try:
+        await channel.unary_unary(_PROBE_METHOD)(b"", timeout=_PROBE_TIMEOUT)
+    except grpc.aio.AioRpcError as error:
+        code, details = error.code(), error.details()
+        if code in _NOT_CONNECTED:
+            raise _unreachable(target, connect_timeout, details or code.name, security) from None
 
 
 def _backoff(attempt: int, initial: float, ceiling: float) -> float:
@@ -210,7 +369,11 @@ class AsyncSourceClient:
     ``async with AsyncSourceClient("host:50051", sources=[1]) as client: await client.send(1, ts)``.
     Every call raises the error that stopped the client, if any: ``InterfaceError`` when the
     server refused the input (``INVALID_ARGUMENT``; the batches it acknowledged before stay
-    accepted), ``ServiceUnavailable`` when ``reconnect_timeout`` passed without a connection.
+    accepted), ``ServiceUnavailable`` when ``reconnect_timeout`` passed without a connection,
+    ``AuthenticationError`` when the server refused the token. :meth:`start` raises
+    ``ServiceUnavailable`` when no connection is made within ``connect_timeout`` (None: wait
+    as ``reconnect_timeout`` allows); a connection lost later is retried and everything not
+    acknowledged resent.
     """
 
     def __init__(
@@ -228,9 +391,11 @@ class AsyncSourceClient:
         max_batch_bytes: int = 8 << 20,
         max_message_bytes: int = 64 << 20,
         security: ChannelSecurity | None = None,
+        connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
         if batch_size < 1:
             raise InterfaceError(f"batch_size: {batch_size} must be >= 1")
+        _check_connect_timeout(connect_timeout)
         if max_unacked < batch_size:
             raise InterfaceError(f"max_unacked: {max_unacked} must be >= batch_size")
         self.target = target
@@ -240,6 +405,7 @@ class AsyncSourceClient:
         self._first_sequence = dict(first_sequence or {})
         self._backoff = (backoff_initial, backoff_max)
         self._reconnect_timeout = reconnect_timeout
+        self._connect_timeout = connect_timeout
         self._max_message_bytes = max_message_bytes
         self._max_batch_bytes = max_batch_bytes
         self._security = security
@@ -275,11 +441,19 @@ class AsyncSourceClient:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> AsyncSourceClient:
+        """Connect (at most ``connect_timeout`` seconds, else ``ServiceUnavailable`` naming the
+        address and the cause) and start the stream."""
         if self._task is None:
             self._loop = asyncio.get_running_loop()
-            self._channel = aio_channel(
+            channel = aio_channel(
                 self.target, self._security, channel_options(self._max_message_bytes)
             )
+            try:
+                await _connect_async(channel, self.target, self._connect_timeout, self._security)
+            except BaseException:
+                await channel.close()
+                raise
+            self._channel = channel
             self._task = self._loop.create_task(self._run())
         return self
 
@@ -577,8 +751,8 @@ class AsyncSourceClient:
                 self._notify()
                 return
             if code in FATAL_CODES:
-                self._error = _error_of(code, details)
-                log.error("the orderer refused this client: %s", self._error)
+                self._error = _error_of(code, details, self.target, self._security)
+                log.info("the orderer refused this client: %s", self._error)  # raised next call
                 self._notify()
                 return
             if self._had_reply:
@@ -681,7 +855,9 @@ class SourceClient:
     """The blocking flavour of :class:`AsyncSourceClient`, for readout loops and scripts.
 
     It runs an asyncio loop in a background thread; ``send`` only appends to the source's buffer
-    (no thread hop) until a batch is full. Use as a context manager or call :meth:`close`.
+    (no thread hop) until a batch is full. Use as a context manager or call :meth:`close`. The
+    options are :class:`AsyncSourceClient`'s; like its ``start``, the constructor raises
+    ``ServiceUnavailable`` when no connection is made within ``connect_timeout``.
     """
 
     def __init__(self, target: str, **options: Any) -> None:
@@ -764,6 +940,11 @@ class SourceClient:
     def wait_acked(self, timeout: float | None = None) -> None:
         self._call(self._client.wait_acked(timeout))
 
+    def check(self) -> None:
+        """Raise the error that stopped the client, if any (e.g. the server refused the token):
+        for loops that only wait on the client's state."""
+        self._client._check()
+
     def acked(self, source: int) -> int:
         return self._client.acked(source)
 
@@ -835,14 +1016,18 @@ async def subscribe(
     backoff: tuple[float, float] = (0.05, 2.0),
     security: ChannelSecurity | None = None,
     payload: bool = True,
+    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
 ) -> AsyncIterator[EmittedBatch]:
     """The ordered output from ``from_offset`` (up to ``until``, else forever), as batches with
     consecutive offsets; resumes where it stopped after a reconnect. ``payload=False`` leaves
-    the payloads out."""
+    the payloads out. ``ServiceUnavailable`` when the first connection is not made within
+    ``connect_timeout`` seconds, or a lost one not again within ``reconnect_timeout``."""
+    _check_connect_timeout(connect_timeout)
     offset = from_offset
     attempt = 0
     down_since: float | None = None
     async with aio_channel(target, security, channel_options()) as channel:
+        await _connect_async(channel, target, connect_timeout, security)
         stub = pb_grpc.OrdererStub(channel)
         while until is None or offset < until:
             call = stub.Subscribe(
@@ -863,12 +1048,12 @@ async def subscribe(
                         return
             except grpc.aio.AioRpcError as error:
                 if error.code() in FATAL_CODES:
-                    raise _error_of(error.code(), error.details()) from None
+                    raise _error_of(error.code(), error.details(), target, security) from None
                 down_since = down_since or time.monotonic()
                 if reconnect_timeout is not None and (
                     time.monotonic() - down_since > reconnect_timeout
                 ):
-                    raise _error_of(error.code(), error.details()) from None
+                    raise _error_of(error.code(), error.details(), target, security) from None
                 await asyncio.sleep(_backoff(attempt, *backoff))
                 attempt += 1
 
@@ -878,7 +1063,8 @@ class OrderedStreamReader:
     ``payload=False`` leaves the payloads out (a consumer planning its reads).
 
     ``offset`` is where the next batch starts; ``next_offset`` is the server's durable end as of
-    the last batch. Resumes after reconnects; stops at ``until`` when given.
+    the last batch. Resumes after reconnects; stops at ``until`` when given. Iterating raises
+    ``ServiceUnavailable`` when the first connection is not made within ``connect_timeout``.
     """
 
     def __init__(
@@ -892,8 +1078,11 @@ class OrderedStreamReader:
         backoff: tuple[float, float] = (0.05, 2.0),
         security: ChannelSecurity | None = None,
         payload: bool = True,
+        connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
+        _check_connect_timeout(connect_timeout)
         self.target = target
+        self._connect_timeout = connect_timeout
         self._security = security
         self._payload = payload
         self.offset = from_offset
@@ -907,6 +1096,7 @@ class OrderedStreamReader:
         attempt = 0
         down_since: float | None = None
         with sync_channel(self.target, self._security, channel_options()) as channel:
+            _connect_sync(channel, self.target, self._connect_timeout, self._security)
             stub = pb_grpc.OrdererStub(channel)
             while self.until is None or self.offset < self.until:
                 request = pb.SubscribeRequest(
@@ -930,12 +1120,12 @@ class OrderedStreamReader:
                     code = error.code()  # type: ignore[attr-defined]
                     details = error.details()  # type: ignore[attr-defined]
                     if code in FATAL_CODES:
-                        raise _error_of(code, details) from None
+                        raise _error_of(code, details, self.target, self._security) from None
                     down_since = down_since or time.monotonic()
                     if self._reconnect_timeout is not None and (
                         time.monotonic() - down_since > self._reconnect_timeout
                     ):
-                        raise _error_of(code, details) from None
+                        raise _error_of(code, details, self.target, self._security) from None
                     time.sleep(_backoff(attempt, *self._backoff))
                     attempt += 1
                 finally:
@@ -945,40 +1135,83 @@ class OrderedStreamReader:
 # ---------------------------------------------------------------------------------- control
 
 
+def _call_error(
+    error: grpc.RpcError,
+    target: str,
+    method: str,
+    timeout: float,
+    security: ChannelSecurity | None,
+) -> EvbError:
+    code, details = error.code(), error.details()  # type: ignore[attr-defined]
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return ServiceUnavailable(
+            f"the orderer at {target} did not answer {method} within {timeout:g} s"
+        )
+    return _error_of(code, details, target, security)
+
+
 def _unary_sync(
-    target: str, method: str, request: Any, timeout: float, security: ChannelSecurity | None
+    target: str,
+    method: str,
+    request: Any,
+    timeout: float,
+    security: ChannelSecurity | None,
+    connect_timeout: float | None,
 ) -> Any:
+    _check_connect_timeout(connect_timeout)
     with sync_channel(target, security, channel_options()) as channel:
+        _connect_sync(channel, target, connect_timeout, security)
         stub = pb_grpc.OrdererStub(channel)
         try:
             return getattr(stub, method)(request, timeout=timeout, wait_for_ready=True)
         except grpc.RpcError as error:
-            raise _error_of(error.code(), error.details()) from None  # type: ignore[attr-defined]
+            raise _call_error(error, target, method, timeout, security) from None
 
 
 async def _unary_async(
-    target: str, method: str, request: Any, timeout: float, security: ChannelSecurity | None
+    target: str,
+    method: str,
+    request: Any,
+    timeout: float,
+    security: ChannelSecurity | None,
+    connect_timeout: float | None,
 ) -> Any:
+    _check_connect_timeout(connect_timeout)
     async with aio_channel(target, security, channel_options()) as channel:
+        await _connect_async(channel, target, connect_timeout, security)
         stub = pb_grpc.OrdererStub(channel)
         try:
             return await getattr(stub, method)(request, timeout=timeout, wait_for_ready=True)
         except grpc.aio.AioRpcError as error:
-            raise _error_of(error.code(), error.details()) from None
+            raise _call_error(error, target, method, timeout, security) from None
+
+
+# Each call below: ``connect_timeout`` bounds the connection (``ServiceUnavailable`` naming the
+# address and the cause), then ``timeout`` the call itself.
 
 
 def get_stats(
-    target: str, *, timeout: float = 10.0, security: ChannelSecurity | None = None
+    target: str,
+    *,
+    timeout: float = 10.0,
+    security: ChannelSecurity | None = None,
+    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
 ) -> dict[str, Any]:
     """The counters (``evb replay --stats`` layout) and the live state of the service."""
-    stats = _unary_sync(target, "GetStats", pb.GetStatsRequest(), timeout, security)
+    request = pb.GetStatsRequest()
+    stats = _unary_sync(target, "GetStats", request, timeout, security, connect_timeout)
     return convert.stats_to_mapping(stats)
 
 
 async def get_stats_async(
-    target: str, *, timeout: float = 10.0, security: ChannelSecurity | None = None
+    target: str,
+    *,
+    timeout: float = 10.0,
+    security: ChannelSecurity | None = None,
+    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
 ) -> dict[str, Any]:
-    stats = await _unary_async(target, "GetStats", pb.GetStatsRequest(), timeout, security)
+    request = pb.GetStatsRequest()
+    stats = await _unary_async(target, "GetStats", request, timeout, security, connect_timeout)
     return convert.stats_to_mapping(stats)
 
 
@@ -988,12 +1221,14 @@ def configure(
     *,
     timeout: float = 10.0,
     security: ChannelSecurity | None = None,
+    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
     **more: Any,
 ) -> dict[str, Any]:
     """Change parameters live (``build_window=5``, ``sourceTimeout="off"``); returns the
     configuration now in force."""
     request = convert.configure_request({**(changes or {}), **more})
-    return convert.config_to_mapping(_unary_sync(target, "Configure", request, timeout, security))
+    reply = _unary_sync(target, "Configure", request, timeout, security, connect_timeout)
+    return convert.config_to_mapping(reply)
 
 
 async def configure_async(
@@ -1002,24 +1237,36 @@ async def configure_async(
     *,
     timeout: float = 10.0,
     security: ChannelSecurity | None = None,
+    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
     **more: Any,
 ) -> dict[str, Any]:
     request = convert.configure_request({**(changes or {}), **more})
-    reply = await _unary_async(target, "Configure", request, timeout, security)
+    reply = await _unary_async(target, "Configure", request, timeout, security, connect_timeout)
     return convert.config_to_mapping(reply)
 
 
 def end_run(
-    target: str, *, timeout: float = 60.0, security: ChannelSecurity | None = None
+    target: str,
+    *,
+    timeout: float = 60.0,
+    security: ChannelSecurity | None = None,
+    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
 ) -> int:
     """End of run: drain every queue; returns the offset after the run's last fragment."""
-    return int(_unary_sync(target, "EndRun", pb.EndRunRequest(), timeout, security).next_offset)
+    request = pb.EndRunRequest()
+    reply = _unary_sync(target, "EndRun", request, timeout, security, connect_timeout)
+    return int(reply.next_offset)
 
 
 async def end_run_async(
-    target: str, *, timeout: float = 60.0, security: ChannelSecurity | None = None
+    target: str,
+    *,
+    timeout: float = 60.0,
+    security: ChannelSecurity | None = None,
+    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
 ) -> int:
-    reply = await _unary_async(target, "EndRun", pb.EndRunRequest(), timeout, security)
+    request = pb.EndRunRequest()
+    reply = await _unary_async(target, "EndRun", request, timeout, security, connect_timeout)
     return int(reply.next_offset)
 
 
@@ -1030,11 +1277,12 @@ def commit(
     *,
     timeout: float = 10.0,
     security: ChannelSecurity | None = None,
+    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
 ) -> tuple[int, int]:
     """``consumer`` processed every offset below ``offset``: the orderer's retention keeps the
     rest for it. Returns (the consumer's committed offset now, the lowest over all consumers)."""
     request = pb.CommitRequest(consumer=consumer, offset=offset)
-    reply = _unary_sync(target, "Commit", request, timeout, security)
+    reply = _unary_sync(target, "Commit", request, timeout, security, connect_timeout)
     return int(reply.offset), int(reply.lowest)
 
 
@@ -1045,7 +1293,8 @@ async def commit_async(
     *,
     timeout: float = 10.0,
     security: ChannelSecurity | None = None,
+    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
 ) -> tuple[int, int]:
     request = pb.CommitRequest(consumer=consumer, offset=offset)
-    reply = await _unary_async(target, "Commit", request, timeout, security)
+    reply = await _unary_async(target, "Commit", request, timeout, security, connect_timeout)
     return int(reply.offset), int(reply.lowest)

@@ -8,6 +8,7 @@ each edge translates them once: to an exit status and a ``line N: ...`` message 
 from __future__ import annotations
 
 __all__ = [
+    "AuthenticationError",
     "ConfigError",
     "EvbError",
     "InterfaceError",
@@ -57,5 +58,17 @@ class ServiceUnavailable(EvbError, ConnectionError):
     """The orderer service cannot serve now (unreachable, shutting down, or its storage failed).
 
     Transient: a client reconnects and resends what was not acknowledged. The service maps it to
-    ``UNAVAILABLE``; the client library raises it when it gives up reconnecting.
+    ``UNAVAILABLE``; the client library raises it when it gives up reconnecting, and when its
+    first connection is not made within ``connect_timeout`` (the message names the address and
+    the cause).
+    """
+
+
+class AuthenticationError(ServiceUnavailable):
+    """The orderer refused this client's credentials (its bearer token is wrong or missing).
+
+    A kind of :class:`ServiceUnavailable` on purpose: the orderer will not serve this client,
+    and whoever handles "cannot be served" (the CLI's exit status 3, the operator's retry) does
+    the right thing with it too; the token may have been rotated since the client read it, so
+    a later try can succeed. The client library never retries it by itself.
     """

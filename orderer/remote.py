@@ -152,8 +152,10 @@ def _send(
     of each source (resume)."""
     started = time.monotonic()
     with SourceClient(target, sources=sources, **(client_options or {})) as client:
+        # the server's first answer: a refused token ends the command before any progress shows
+        durable = _durable_sequences(client, sources)
         if callable(steps):
-            steps = steps(_durable_sequences(client, sources))
+            steps = steps(durable)
         total = sum(count for _, _, count in steps)
         sent = _paced(steps, client, speed=speed, total=total, progress=progress)
         client.flush()

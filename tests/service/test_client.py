@@ -230,7 +230,9 @@ def test_client_arguments_are_checked() -> None:
         AsyncSourceClient("localhost:1", sources=[-1])
 
     async def body() -> None:
-        client = await AsyncSourceClient("127.0.0.1:1", reconnect_timeout=30).start()
+        client = await AsyncSourceClient(
+            "127.0.0.1:1", reconnect_timeout=30, connect_timeout=None
+        ).start()
         try:
             with pytest.raises(InterfaceError, match="timestamp"):
                 await client.send(1, 2**64 - 1)
@@ -268,7 +270,9 @@ def test_close_with_a_timeout_gives_up_naming_what_was_not_acknowledged() -> Non
     after its timeout, says how much is lost, and leaves the client disconnected."""
 
     async def body() -> None:
-        client = await AsyncSourceClient("127.0.0.1:1", reconnect_timeout=60).start()
+        client = await AsyncSourceClient(
+            "127.0.0.1:1", reconnect_timeout=60, connect_timeout=None
+        ).start()
         await client.send_batch(1, [1, 2, 3])
         started = asyncio.get_running_loop().time()
         with pytest.raises(TimeoutError, match=r"close: 3 fragments not acknowledged within 0\.5"):
@@ -278,7 +282,7 @@ def test_close_with_a_timeout_gives_up_naming_what_was_not_acknowledged() -> Non
         await client.close()  # closed already: nothing to wait for
 
     run(body())
-    blocking = SourceClient("127.0.0.1:1", reconnect_timeout=60)
+    blocking = SourceClient("127.0.0.1:1", reconnect_timeout=60, connect_timeout=None)
     blocking.send_batch(2, [5, 6])
     with pytest.raises(TimeoutError, match="close: 2 fragments"):
         blocking.close(timeout=0.3)

@@ -95,8 +95,10 @@ def test_plaintext_client_is_refused_by_a_tls_server(tmp_path: Path, pki: dict[s
         async with serving(tmp_path, CONFIG, **_tls(pki)) as running:
             target = _target(running.port)
             with pytest.raises(ServiceUnavailable):
-                await get_stats_async(target, timeout=REFUSED)
-            client = AsyncSourceClient(target, sources=[1], reconnect_timeout=REFUSED)
+                await get_stats_async(target, timeout=REFUSED, connect_timeout=REFUSED)
+            client = AsyncSourceClient(
+                target, sources=[1], reconnect_timeout=REFUSED, connect_timeout=REFUSED
+            )
             with pytest.raises(ServiceUnavailable):
                 async with client:
                     await client.send(1, 5)
@@ -105,6 +107,7 @@ def test_plaintext_client_is_refused_by_a_tls_server(tmp_path: Path, pki: dict[s
                 await get_stats_async(  # certificate does not chain to
                     target,
                     timeout=REFUSED,
+                    connect_timeout=REFUSED,
                     security=ChannelSecurity.from_files(ca=pki["other_ca"]),
                 )
             assert _received(running) == 0
@@ -125,9 +128,15 @@ def test_mutual_tls_refuses_clients_without_a_certificate_of_its_ca(
             )
             for security in (no_cert, foreign):
                 with pytest.raises(ServiceUnavailable):
-                    await get_stats_async(target, timeout=REFUSED, security=security)
+                    await get_stats_async(
+                        target, timeout=REFUSED, connect_timeout=REFUSED, security=security
+                    )
                 client = AsyncSourceClient(
-                    target, sources=[1], reconnect_timeout=REFUSED, security=security
+                    target,
+                    sources=[1],
+                    reconnect_timeout=REFUSED,
+                    connect_timeout=REFUSED,
+                    security=security,
                 )
                 with pytest.raises(ServiceUnavailable):
                     async with client:

@@ -1,0 +1,204 @@
+"""Every client command of the real ``evb`` CLI against an orderer it cannot use: nothing
+listening, a name that does not resolve, TLS on one end only, a CA that did not sign the
+server's certificate, a wrong or a missing bearer token. Each ends within its connect timeout
+(plus the start of a Python process) with exit status 3 and one line on stderr that names the
+address and the cause, and nothing is accepted by the servers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.certs import CertificateAuthority
+from tests.e2e.conftest import ServerProcess, environment, evb_command
+
+CONNECT_TIMEOUT = 1.0
+SLACK = 6.0
+"""Seconds beyond the connect timeout: the probe for gRPC's reason (at most 1 s) and a Python
+process starting (numpy, grpc) on two cores shared with other tests."""
+DEFAULT_CONNECT_TIMEOUT = 5.0
+"""What the CLI waits without --connect-timeout (orderer.client.DEFAULT_CONNECT_TIMEOUT)."""
+TOKEN = "unreachable-test-token"
+NOBODY = "127.0.0.1:1"
+NOWHERE = "nosuchhost.invalid:50051"
+
+COMMANDS = {
+    "send": ["--n-sources", "1", "--fragments", "10", "--speed", "0"],  # progress on, as typed
+    "tail": [],
+    "stats": [],
+    "end-run": [],
+}
+
+
+@dataclass(frozen=True)
+class Servers:
+    plain: ServerProcess
+    secure: ServerProcess
+    """TLS and a bearer token."""
+    ca: Path
+    other_ca: Path
+    token_file: Path
+    wrong_token_file: Path
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+    directory = tmp_path_factory.mktemp("unreachable")
+    ca = CertificateAuthority(directory / "ca")
+    other = CertificateAuthority(directory / "other", name="some other CA")
+    cert = ca.issue("server", server=True)
+    token_file, wrong = directory / "token", directory / "wrong-token"
+    token_file.write_text(TOKEN + "\n")
+    wrong.write_text("not-" + TOKEN + "\n")
+    started: list[ServerProcess] = []
+    try:
+        for name, flags in (
+            ("plain", ()),
+            (
+                "secure",
+                (
+                    "--tls-cert", str(cert.cert), "--tls-key", str(cert.key),
+                    "--token-file", str(token_file),
+                ),
+            ),
+        ):
+            logs = directory / f"logs-{name}"
+            logs.mkdir()
+            started.append(ServerProcess(directory / f"data-{name}", logs, *flags).start())
+        yield Servers(started[0], started[1], ca.cert, other.cert, token_file, wrong)
+    finally:
+        for server in started:
+            if server.alive():
+                server.stop()
+
+
+def _environment() -> dict[str, str]:
+    """The user's EVB_* settings must not decide these cases."""
+    return {key: value for key, value in environment().items() if not key.startswith("EVB_")}
+
+
+def _run_all(
+    commands: dict[str, list[str]], timeout: float
+) -> dict[str, tuple[int, str, float]]:
+    """Run the commands at once; each one's (exit status, stderr, seconds)."""
+    started = time.monotonic()
+    processes = {
+        name: subprocess.Popen(
+            evb_command(*args),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_environment(),
+        )
+        for name, args in commands.items()
+    }
+    results: dict[str, tuple[int, str, float]] = {}
+    for name, process in processes.items():
+        try:
+            _, err = process.communicate(timeout=max(0.1, started + timeout - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, err = process.communicate()
+            pytest.fail(f"evb {name} still ran after {timeout} s; stderr: {err!r}")
+        results[name] = (process.returncode, err, time.monotonic() - started)
+    return results
+
+
+def _check(address: str, extra: list[str], words: str, timeout: float, within: str = "") -> None:
+    commands = {
+        command: [command, "--target", address, *extra, *more]
+        for command, more in COMMANDS.items()
+    }
+    for command, (status, err, _seconds) in _run_all(commands, timeout).items():
+        lines = err.splitlines()
+        assert len(lines) == 1 and "Traceback" not in err, (command, err)
+        expected = f"evb {command}: orderer unavailable: {within}{words}"
+        assert lines[0].startswith(expected), (command, err)
+        assert status == 3, (command, err)
+
+
+def _connect(address: str) -> str:
+    return f"cannot reach {address} within {CONNECT_TIMEOUT:g} s: "
+
+
+def test_every_command_gives_up_within_the_default_connect_timeout() -> None:
+    """Without --connect-timeout: ``evb send`` waited forever before; stats and tail 10 s, then
+    printed a bare DEADLINE_EXCEEDED."""
+    commands = {name: [name, "--target", NOBODY, *more] for name, more in COMMANDS.items()}
+    results = _run_all(commands, DEFAULT_CONNECT_TIMEOUT + SLACK)
+    for name, (status, err, seconds) in results.items():
+        assert status == 3, (name, err)
+        lines = err.splitlines()
+        assert len(lines) == 1, (name, err)
+        assert lines[0].startswith(
+            f"evb {name}: orderer unavailable: cannot reach {NOBODY} within "
+            f"{DEFAULT_CONNECT_TIMEOUT:g} s: connection refused [gRPC: "
+        ), (name, err)
+        assert "Connection refused" in lines[0]  # gRPC's own words, kept at the end
+        assert seconds >= DEFAULT_CONNECT_TIMEOUT
+
+
+@pytest.mark.parametrize(
+    ("address", "words"),
+    [(NOBODY, "connection refused"), (NOWHERE, "name not resolved (nosuchhost.invalid)")],
+    ids=["refused", "unresolved"],
+)
+def test_no_server_is_named_with_the_cause(address: str, words: str) -> None:
+    extra = ["--connect-timeout", str(CONNECT_TIMEOUT)]
+    _check(address, extra, words, CONNECT_TIMEOUT + SLACK, within=_connect(address))
+
+
+def test_tls_on_one_end_only_or_the_wrong_ca(servers: Servers) -> None:
+    quick = ["--connect-timeout", str(CONNECT_TIMEOUT)]
+    plain, secure = servers.plain.target, servers.secure.target
+    cases = [
+        (
+            plain,
+            ["--tls-ca", str(servers.ca)],
+            "TLS handshake failed (the server does not serve TLS)",
+        ),
+        (
+            secure,
+            [],
+            "the server closed the connection (does it serve TLS? then connect with TLS)",
+        ),
+        (
+            secure,
+            ["--tls-ca", str(servers.other_ca)],
+            "TLS handshake failed (certificate verify failed",
+        ),
+    ]
+    for address, extra, words in cases:
+        _check(address, [*quick, *extra], words, CONNECT_TIMEOUT + SLACK, _connect(address))
+
+
+def test_a_wrong_or_missing_token(servers: Servers) -> None:
+    secure = servers.secure.target
+    with_ca = ["--tls-ca", str(servers.ca)]
+    wrong = [*with_ca, "--token-file", str(servers.wrong_token_file)]
+    # connects at once: no connect timeout to wait for
+    _check(secure, wrong, f"the orderer at {secure} refused the token (UNAUTHENTICATED: ", SLACK)
+    _check(
+        secure,
+        with_ca,
+        f"the orderer at {secure} requires a bearer token and this client sent none "
+        "(UNAUTHENTICATED: ",
+        SLACK,
+    )
+    for server in (servers.plain, servers.secure):  # nothing was accepted, no run ended
+        assert server.alive()
+    right = [*with_ca, "--token-file", str(servers.token_file)]
+    done = subprocess.run(
+        evb_command("stats", "--json", "--target", secure, *right),
+        capture_output=True, text=True, env=_environment(), timeout=60, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    stats = json.loads(done.stdout)
+    assert stats["totals"]["received"] == 0 and not stats["run_ended"]
+

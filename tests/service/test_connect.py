@@ -1,0 +1,267 @@
+"""The first connection of every client entry point is bounded (``connect_timeout``) and, when it
+cannot be made, raises ``ServiceUnavailable`` naming the address and the cause in the words the
+CLI prints (connection refused, name not resolved, TLS handshake failed); a refused bearer token
+raises ``AuthenticationError`` naming the address. Real grpc.aio servers on loopback, with
+certificates made at test time (tests/certs.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from orderer import OrdererConfig
+from orderer import client as lib
+from orderer.client import DEFAULT_CONNECT_TIMEOUT, ChannelSecurity
+from orderer.errors import AuthenticationError, InterfaceError, ServiceUnavailable
+from orderer.remote import tail
+from tests.certs import CertificateAuthority
+from tests.service.harness import run, serving, target
+
+CONFIG = OrdererConfig(build_window=0.2, startup_delay=0.0, sources=(1,))
+TOKEN = "connect-test-token"
+QUICK = 0.5
+"""connect_timeout of these tests, in seconds."""
+SLACK = 3.0
+"""Seconds allowed beyond it: the probe that reads gRPC's reason takes at most one; the rest is
+for two busy cores."""
+NOBODY = "127.0.0.1:1"
+"""Nothing listens there: the connection is refused."""
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    directory = tmp_path_factory.mktemp("pki")
+    ca = CertificateAuthority(directory / "ca")
+    other = CertificateAuthority(directory / "other", name="some other CA")
+    server = ca.issue("server", server=True)
+    token_file = directory / "token"
+    token_file.write_text(TOKEN + "\n")
+    return {
+        "ca": ca.cert,
+        "other_ca": other.cert,
+        "server_cert": server.cert,
+        "server_key": server.key,
+        "token_file": token_file,
+    }
+
+
+# Every entry point, called the same way: (target, security, connect_timeout) -> awaitable.
+def _sync(call: Callable[[str, ChannelSecurity | None, float], Any]) -> Callable[..., Any]:
+    async def threaded(*args: Any) -> Any:  # the server may share this event loop
+        return await asyncio.to_thread(call, *args)
+
+    return threaded
+
+
+def _send_sync(address: str, security: ChannelSecurity | None, timeout: float) -> None:
+    with lib.SourceClient(address, sources=[1], security=security, connect_timeout=timeout) as c:
+        c.send_batch(1, np.arange(10, dtype=np.uint64))
+        c.wait_acked(timeout=30)
+
+
+async def _send_async(address: str, security: ChannelSecurity | None, timeout: float) -> None:
+    client = lib.AsyncSourceClient(address, sources=[1], security=security, connect_timeout=timeout)
+    async with client:
+        await client.send_batch(1, np.arange(10, dtype=np.uint64))
+        await client.wait_acked(timeout=30)
+
+
+def _read_sync(address: str, security: ChannelSecurity | None, timeout: float) -> None:
+    reader = lib.OrderedStreamReader(
+        address, 0, until=1, security=security, connect_timeout=timeout
+    )
+    for _ in reader:
+        pass
+
+
+async def _read_async(address: str, security: ChannelSecurity | None, timeout: float) -> None:
+    async for _ in lib.subscribe(address, 0, until=1, security=security, connect_timeout=timeout):
+        pass
+
+
+def _tail(address: str, security: ChannelSecurity | None, timeout: float) -> None:
+    with open("/dev/null", "w") as out:
+        tail(address, out, security=security, connect_timeout=timeout)
+
+
+ENTRY_POINTS: dict[str, Callable[[str, ChannelSecurity | None, float], Awaitable[Any]]] = {
+    "SourceClient": _sync(_send_sync),
+    "AsyncSourceClient": _send_async,
+    "OrderedStreamReader": _sync(_read_sync),
+    "subscribe": _read_async,
+    "get_stats": _sync(lambda a, s, t: lib.get_stats(a, security=s, connect_timeout=t)),
+    "get_stats_async": lambda a, s, t: lib.get_stats_async(a, security=s, connect_timeout=t),
+    "configure": _sync(
+        lambda a, s, t: lib.configure(a, {"build_window": 1}, security=s, connect_timeout=t)
+    ),
+    "configure_async": lambda a, s, t: lib.configure_async(
+        a, {"build_window": 1}, security=s, connect_timeout=t
+    ),
+    "end_run": _sync(lambda a, s, t: lib.end_run(a, security=s, connect_timeout=t)),
+    "end_run_async": lambda a, s, t: lib.end_run_async(a, security=s, connect_timeout=t),
+    "commit": _sync(lambda a, s, t: lib.commit(a, "c", 0, security=s, connect_timeout=t)),
+    "commit_async": lambda a, s, t: lib.commit_async(a, "c", 0, security=s, connect_timeout=t),
+    "remote.tail": _sync(_tail),
+}
+
+
+async def _refusal(
+    entry: str, address: str, security: ChannelSecurity | None = None
+) -> tuple[ServiceUnavailable, float]:
+    """The error ``entry`` raises against ``address``, and how long it took."""
+    started = time.monotonic()
+    with pytest.raises(ServiceUnavailable) as caught:
+        await ENTRY_POINTS[entry](address, security, QUICK)
+    return caught.value, time.monotonic() - started
+
+
+def test_every_entry_point_bounds_its_first_connection_by_default() -> None:
+    assert 0 < DEFAULT_CONNECT_TIMEOUT <= 10
+    functions = [
+        lib.AsyncSourceClient,
+        lib.OrderedStreamReader,
+        lib.subscribe,
+        lib.get_stats,
+        lib.get_stats_async,
+        lib.configure,
+        lib.configure_async,
+        lib.end_run,
+        lib.end_run_async,
+        lib.commit,
+        lib.commit_async,
+        tail,
+    ]
+    for function in functions:
+        parameter = inspect.signature(function).parameters["connect_timeout"]
+        assert parameter.default == DEFAULT_CONNECT_TIMEOUT, function
+    with pytest.raises(InterfaceError, match="connect_timeout"):
+        lib.get_stats(NOBODY, connect_timeout=0)
+
+
+@pytest.mark.parametrize("entry", list(ENTRY_POINTS))
+def test_nothing_listening_fails_fast_naming_the_address(entry: str) -> None:
+    error, seconds = run(_refusal(entry, NOBODY))
+    assert str(error).startswith(f"cannot reach {NOBODY} within {QUICK:g} s: connection refused")
+    assert "Connection refused" in str(error)  # gRPC's own words are kept at the end
+    assert QUICK <= seconds < QUICK + SLACK
+
+
+def test_an_unresolvable_name_is_named() -> None:
+    address = "nosuchhost.invalid:50051"
+    for entry in ("get_stats", "SourceClient", "subscribe"):
+        error, seconds = run(_refusal(entry, address))
+        assert str(error).startswith(
+            f"cannot reach {address} within {QUICK:g} s: name not resolved (nosuchhost.invalid)"
+        ), entry
+        assert seconds < QUICK + SLACK
+
+
+def test_tls_mismatches_say_so(tmp_path: Path, pki: dict[str, Path]) -> None:
+    with_ca = ChannelSecurity.from_files(ca=pki["ca"])
+    other_ca = ChannelSecurity.from_files(ca=pki["other_ca"])
+    tls = {"tls_cert": pki["server_cert"], "tls_key": pki["server_key"]}
+
+    async def body() -> None:
+        async with (
+            serving(tmp_path / "plain", CONFIG) as plain,
+            serving(tmp_path / "tls", CONFIG, **tls) as secure,
+        ):
+            cases = [  # (address, security, the words)
+                (target(plain), with_ca, "TLS handshake failed (the server does not serve TLS)"),
+                (
+                    target(secure),
+                    other_ca,
+                    "TLS handshake failed (certificate verify failed: unable to get local issuer"
+                    " certificate; the server's certificate is not signed by the CA this client"
+                    " trusts)",
+                ),
+                (
+                    target(secure),
+                    None,
+                    "the server closed the connection (does it serve TLS? then connect with TLS)",
+                ),
+            ]
+            for address, security, words in cases:
+                for entry in ("get_stats_async", "AsyncSourceClient", "subscribe"):
+                    error, seconds = await _refusal(entry, address, security)
+                    prefix = f"cannot reach {address} within {QUICK:g} s: {words}"
+                    assert str(error).startswith(prefix), (entry, str(error))
+                    assert seconds < QUICK + SLACK
+            for running in (plain, secure):
+                assert running.service.orderer.counters()["totals"]["received"] == 0
+
+    run(body())
+
+
+def test_a_refused_token_is_one_clear_error(tmp_path: Path, pki: dict[str, Path]) -> None:
+    settings = {
+        "tls_cert": pki["server_cert"],
+        "tls_key": pki["server_key"],
+        "token_file": pki["token_file"],
+    }
+    wrong = ChannelSecurity.from_files(ca=pki["ca"], token="not-" + TOKEN)
+    missing = ChannelSecurity.from_files(ca=pki["ca"])
+
+    async def body() -> None:
+        async with serving(tmp_path, CONFIG, **settings) as running:
+            address = target(running)
+            for security, words in (
+                (wrong, "refused the token (UNAUTHENTICATED: "),
+                (missing, "requires a bearer token and this client sent none (UNAUTHENTICATED: "),
+            ):
+                for entry, call in ENTRY_POINTS.items():
+                    with pytest.raises(AuthenticationError) as caught:
+                        await asyncio.wait_for(call(address, security, QUICK), 30)
+                    message = str(caught.value)
+                    assert message.startswith(f"the orderer at {address} {words}"), entry
+                    assert isinstance(caught.value, ServiceUnavailable)  # the CLI's exit 3
+            assert running.service.orderer.counters()["totals"]["received"] == 0
+            assert not running.service.stats().run_ended
+
+    run(body())
+
+
+def test_a_server_starting_within_the_connect_timeout_is_waited_for(tmp_path: Path) -> None:
+    async def body() -> None:
+        async with serving(tmp_path / "probe", CONFIG) as probe:
+            port = probe.port  # free again once this server stopped
+        address = f"127.0.0.1:{port}"
+        asked = asyncio.create_task(asyncio.to_thread(lib.get_stats, address, connect_timeout=20))
+        await asyncio.sleep(1.0)  # refused meanwhile: gRPC keeps trying
+        assert not asked.done()
+        async with serving(tmp_path / "data", CONFIG, listen=address):
+            stats = await asyncio.wait_for(asked, 30)
+        assert stats["next_offset"] == 0
+
+    run(body())
+
+
+def test_only_the_first_connection_is_bounded(tmp_path: Path) -> None:
+    """A source that loses an established connection reconnects for as long as
+    ``reconnect_timeout`` allows (here: forever), however short ``connect_timeout`` is."""
+
+    async def body() -> None:
+        async with serving(tmp_path, CONFIG) as first:
+            address = target(first)
+            client = await lib.AsyncSourceClient(
+                address, sources=[1], batch_size=10, backoff_max=0.2, connect_timeout=0.2
+            ).start()
+            await client.send_batch(1, np.arange(10, dtype=np.uint64))
+            await client.wait_acked(timeout=30)
+        await client.send_batch(1, np.arange(10, 30, dtype=np.uint64))
+        await asyncio.sleep(1.0)  # down for five connect timeouts
+        async with serving(tmp_path, CONFIG, listen=address):
+            await client.end_source(1)
+            await client.close(timeout=30)
+            assert client.reconnects >= 1 and client.acked(1) == 30
+            stats = await lib.get_stats_async(address)
+            assert stats["sources"]["1"]["ended"]
+
+    run(body())
