@@ -27,7 +27,17 @@ def example_files() -> list[Path]:
 
 
 def load_example(path: Path) -> dict[str, Any]:
-    return yaml.safe_load(path.read_text())
+    """The EventBuilder of an example file (a file may also hold the objects it needs, such as
+    the quickstart's volume claim: :func:`example_companions`)."""
+    (builder,) = [
+        doc for doc in yaml.safe_load_all(path.read_text()) if doc["kind"] == "EventBuilder"
+    ]
+    return builder
+
+
+def example_companions(path: Path) -> list[dict[str, Any]]:
+    """The other objects of an example file (built-in kinds)."""
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc["kind"] != "EventBuilder"]
 
 
 def validate_builtin(obj: dict[str, Any]) -> None:

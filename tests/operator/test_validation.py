@@ -12,7 +12,13 @@ import pytest
 from evb_operator import crd, validation
 from evb_operator.validation import InvalidSpec
 from orderer.config import OrdererConfig
-from tests.operator.conftest import example_files, load_example, unknown_fields
+from tests.operator.conftest import (
+    example_companions,
+    example_files,
+    load_example,
+    unknown_fields,
+    validate_builtin,
+)
 
 
 def test_an_empty_spec_gets_every_default() -> None:
@@ -105,3 +111,6 @@ def test_the_examples_are_valid(path: Path) -> None:
     defaulted = validation.with_defaults(schema, example)
     jsonschema.Draft4Validator(schema).validate(defaulted)
     assert unknown_fields(example, schema) == []
+    for companion in example_companions(path):  # e.g. the quickstart's volume claim
+        validate_builtin(companion)
+        assert companion["metadata"]["namespace"] == example["metadata"]["namespace"]
