@@ -32,6 +32,9 @@ from orderer.config import LIVE_PARAMETERS, SOURCE_COUNTERS, TOTAL_COUNTERS, Ord
 from orderer.errors import ConfigError, InterfaceError
 
 __all__ = [
+    "DEFAULT_READER_MAX_BYTES",
+    "MAX_PAYLOAD_BYTES",
+    "REPLY_MAX_BYTES",
     "BatchLimits",
     "IncomingBatch",
     "batch_from_pb",
@@ -43,6 +46,7 @@ __all__ = [
     "emitted_from_pb",
     "emitted_to_pb",
     "end_of_source_from_pb",
+    "ordered_batch_bytes",
     "stats_to_mapping",
     "stats_to_pb",
     "watermark_from_pb",
@@ -60,6 +64,35 @@ _NO_OFFSETS = np.zeros(0, dtype=np.uint64)
 
 
 _BARRIER_COUNTERS = ("complete", "incomplete", "homogeneous", "heterogeneous")
+
+DEFAULT_READER_MAX_BYTES = 4 * 1024 * 1024
+"""gRPC's default receive limit (4 MiB): the largest reply a reader with a plain generated stub,
+on a channel without options, accepts; one byte more and its call ends RESOURCE_EXHAUSTED."""
+REPLY_MAX_BYTES = 3584 * 1024
+"""The service's default bound on one encoded ``OrderedBatch`` (3.5 MiB): headroom under
+:data:`DEFAULT_READER_MAX_BYTES`."""
+_COLUMN_BYTES = 4 + 8 + 4 + 1 + 8
+"""Per fragment, without payload: source, timestamp, barrier type, late flag, emit time."""
+_OFFSET_BYTES = 8
+"""Per fragment with payloads: its entry of ``payload_offsets`` (which has one more)."""
+_FRAMING_BYTES = 3 * (1 + 10) + 7 * (1 + 5) + _OFFSET_BYTES
+"""At most, beyond the columns and the payload: three uint64 fields (tag and a varint of up to
+10 bytes), seven bytes fields (tag and a length varint of up to 5 bytes, lengths < 32 GiB), and
+the extra entry of ``payload_offsets``."""
+
+
+def ordered_batch_bytes(fragments: int, payload_bytes: int, *, payload: bool = True) -> int:
+    """An upper bound (within ~80 bytes) on the encoded size of :func:`emitted_to_pb`'s message
+    for ``fragments`` fragments holding ``payload_bytes`` of payload. Why a bound and not the
+    payload alone: the per-fragment columns are 25-33 bytes a fragment, 2 MiB for 65,536
+    fragments, which took a reply of 4 MiB of payload past a default reader's limit."""
+    per_fragment = _COLUMN_BYTES + (_OFFSET_BYTES if payload else 0)
+    return _FRAMING_BYTES + per_fragment * fragments + (payload_bytes if payload else 0)
+
+
+MAX_PAYLOAD_BYTES = DEFAULT_READER_MAX_BYTES - ordered_batch_bytes(1, 0)
+"""The largest payload the service may accept: a reply holding one such fragment still fits a
+reader with gRPC's default limit (a reply always holds at least one fragment)."""
 
 
 @dataclass(frozen=True, slots=True)

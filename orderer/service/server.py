@@ -54,7 +54,7 @@ from orderer.errors import (
     InternalOrdererError,
     ServiceUnavailable,
 )
-from orderer.service import convert
+from orderer.service import binding, convert
 from orderer.service.intake import Intake
 from orderer.service.metrics import MetricsSnapshot, RateMeter, ServiceMetrics
 from orderer.service.security import ServerSecurity
@@ -121,7 +121,9 @@ class ServiceConfig:
     metrics_address: str = "0.0.0.0"
     """Address the metrics endpoint binds."""
     max_payload_bytes: int = 1 << 20
-    """Largest payload of one fragment; a larger one is refused (INVALID_ARGUMENT)."""
+    """Largest payload of one fragment; a larger one is refused (INVALID_ARGUMENT). At most
+    :data:`~orderer.service.convert.MAX_PAYLOAD_BYTES` (4 MiB less 116 bytes), so that a reply
+    holding one such fragment still fits a reader with gRPC's default 4 MiB limit."""
     strict_sources: bool = False
     """Refuse fragments, watermarks and ends of sources not declared in ``sources``."""
     stop_grace: float = 10.0
@@ -130,8 +132,11 @@ class ServiceConfig:
     """Largest gRPC message received or sent."""
     subscribe_max_fragments: int = 65536
     """Most fragments per ``OrderedBatch``."""
-    subscribe_max_bytes: int = 4 << 20
-    """Most payload bytes per ``OrderedBatch`` (at least one fragment is always sent)."""
+    subscribe_max_bytes: int = convert.REPLY_MAX_BYTES
+    """Most bytes of one encoded ``OrderedBatch``: payloads, per-fragment columns and framing
+    (at least one fragment is always sent). The default, 3.5 MiB, leaves headroom under gRPC's
+    default 4 MiB receive limit, so a reader with a plain generated stub can subscribe; above
+    4 MiB only readers that raise their limit can."""
     segment_bytes: int = 64 << 20
     """Size at which a log segment file is closed and a new one started."""
     retention_bytes: int | None = None
@@ -173,6 +178,14 @@ class ServiceConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(name, value, "must be a positive integer")
+        if self.max_payload_bytes > convert.MAX_PAYLOAD_BYTES:
+            raise ConfigError(
+                "max_payload_bytes",
+                self.max_payload_bytes,
+                f"must be at most {convert.MAX_PAYLOAD_BYTES} (4 MiB less a reply's framing), so"
+                " that a reply holding one such fragment fits gRPC's default 4 MiB limit of"
+                " the readers",
+            )
         if not math.isfinite(self.stop_grace) or self.stop_grace < 0:
             raise ConfigError("stop_grace", self.stop_grace, "must be >= 0 seconds")
         if self.retention_bytes is not None and (
@@ -202,17 +215,38 @@ def configs_from_mapping(mapping: Mapping[str, Any]) -> tuple[OrdererConfig, Ser
     return OrdererConfig.from_mapping(ordering), ServiceConfig(**service)
 
 
+DATA_DIR_FLAG = "--data-dir"
+
+
 def _lock_directory(directory: Path) -> int:
     """An exclusive ``flock`` on ``directory/LOCK``, held while the service runs (the kernel
-    drops it when the process dies, so a killed server never leaves it behind)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    fd = os.open(directory / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+    drops it when the process dies, so a killed server never leaves it behind). Two servers on
+    one directory would both append to its logs: the second is refused."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise _unusable(directory, error) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise ConfigError("data_dir", str(directory), "is in use by another evb serve") from None
+        raise ConfigError(
+            DATA_DIR_FLAG, str(directory), "is in use by another evb serve (its LOCK is held)"
+        ) from None
     return fd
+
+
+def _unusable(directory: Path, error: OSError) -> ConfigError:
+    """A data directory that cannot hold the logs: a file, not writable, under a file."""
+    if isinstance(error, FileExistsError | NotADirectoryError):
+        existing = next(path for path in (directory, *directory.parents) if path.exists())
+        why = "is not a directory" if existing == directory else (
+            f"cannot be created: {existing} is not a directory"
+        )
+    else:
+        why = f"cannot hold the logs: {error.strerror} ({error.filename})"
+    return ConfigError(DATA_DIR_FLAG, str(directory), why)
 
 
 # ---------------------------------------------------------------------------------- domain
@@ -299,7 +333,7 @@ class OrdererService:
         ordered: OrderedLog,
         limits: convert.BatchLimits | None = None,
         subscribe_max_fragments: int = 65536,
-        subscribe_max_bytes: int = 4 << 20,
+        subscribe_max_bytes: int = convert.REPLY_MAX_BYTES,
         lock: int | None = None,
         retention_bytes: int | None = None,
         retention_seconds: float | None = None,
@@ -359,17 +393,27 @@ class OrdererService:
         """Open (or create) the logs in ``service.data_dir`` and recover the run they hold.
         The directory is locked: a second server on it (two pods on one volume) is refused."""
         lock = _lock_directory(service.data_dir)
-        arrivals = ArrivalLog.open(
-            service.data_dir / "arrivals", fsync=service.fsync, segment_bytes=service.segment_bytes
-        )
-        ordered = OrderedLog.open(
-            service.data_dir / "ordered", fsync=service.fsync, segment_bytes=service.segment_bytes
-        )
+        arrivals: ArrivalLog | None = None
+        ordered: OrderedLog | None = None
         try:
+            try:
+                arrivals = ArrivalLog.open(
+                    service.data_dir / "arrivals",
+                    fsync=service.fsync,
+                    segment_bytes=service.segment_bytes,
+                )
+                ordered = OrderedLog.open(
+                    service.data_dir / "ordered",
+                    fsync=service.fsync,
+                    segment_bytes=service.segment_bytes,
+                )
+            except OSError as error:  # a path in the way, no permission, no space
+                raise _unusable(service.data_dir, error) from None
             recovered = recover(config, arrivals, ordered)
         except BaseException:
-            arrivals.close()
-            ordered.close()
+            for opened in (arrivals, ordered):
+                if opened is not None:
+                    opened.close()
             os.close(lock)
             raise
         log.info(
@@ -768,10 +812,12 @@ class OrdererService:
         event.set()
 
     async def subscribe(
-        self, from_offset: int, max_fragments: int = 0
+        self, from_offset: int, max_fragments: int = 0, *, payload: bool = True
     ) -> AsyncIterator[tuple[EmittedBatch, int]]:
         """``(batch, durable offset)`` from ``from_offset``: what is in the log, then live. Reads
-        the log on demand, so a slow subscriber costs one batch of memory."""
+        the log on demand, so a slow subscriber costs one batch of memory. Each batch encodes
+        (with its payloads, or without when ``payload`` is false) to at most
+        ``subscribe_max_bytes``."""
         limit = self._subscribe_max_fragments
         if max_fragments:
             limit = min(limit, max_fragments)
@@ -790,7 +836,7 @@ class OrdererService:
                     # their payloads); a subscriber that stops reading holds its reply while it
                     # waits for flow control, and must pin only that reply
                     # (tests/e2e/test_stalled_subscriber.py).
-                    batch = self._cut_bytes(batch).copy()
+                    batch = self._cut_bytes(batch, payload).copy()
                     offset += len(batch)
                     yield batch, durable
                 else:
@@ -800,13 +846,24 @@ class OrdererService:
         finally:
             self._subscribers -= 1
 
-    def _cut_bytes(self, batch: EmittedBatch) -> EmittedBatch:
-        """At most ``subscribe_max_bytes`` of payload (at least one fragment): a reply stays
-        well below the gRPC message limit whatever the payload sizes."""
-        offsets = batch.payload_offsets
-        if int(offsets[-1]) - int(offsets[0]) <= self._subscribe_max_bytes:
+    def _cut_bytes(self, batch: EmittedBatch, payload: bool) -> EmittedBatch:
+        """The longest head of ``batch`` whose reply encodes to at most ``subscribe_max_bytes``
+        (at least one fragment), whatever the payload sizes. Why the encoded size and not the
+        payload alone: the per-fragment columns add 25-33 bytes a fragment, and a reply of
+        4 MiB of payload plus those went past the 4 MiB a default gRPC reader accepts."""
+        n = len(batch)
+        sizes = np.zeros(n + 1, np.int64)  # payload bytes of the first k fragments
+        if payload:
+            sizes = batch.payload_offsets.astype(np.int64) - np.int64(batch.payload_offsets[0])
+        if convert.ordered_batch_bytes(n, int(sizes[-1]), payload=payload) <= (
+            self._subscribe_max_bytes
+        ):
             return batch
-        fits = int(np.searchsorted(offsets, offsets[0] + self._subscribe_max_bytes, "right")) - 1
+        # reply size of the first k fragments, for k = 0..n (increasing in k)
+        bound = convert.ordered_batch_bytes(0, 0, payload=payload)
+        per_fragment = convert.ordered_batch_bytes(1, 0, payload=payload) - bound
+        sizes = sizes + per_fragment * np.arange(n + 1, dtype=np.int64) + bound
+        fits = int(np.searchsorted(sizes, self._subscribe_max_bytes, "right")) - 1
         return batch.slice(0, max(fits, 1))
 
     def commit(self, consumer: str, offset: int) -> tuple[int, int]:
@@ -963,7 +1020,7 @@ class OrdererServicer(pb_grpc.OrdererServicer):
         service = self._service
         try:
             async for batch, durable in service.subscribe(
-                request.from_offset, request.max_fragments
+                request.from_offset, request.max_fragments, payload=not request.omit_payload
             ):
                 yield convert.emitted_to_pb(
                     batch,
@@ -1061,7 +1118,13 @@ def _metrics_snapshot_function(
 
 async def start_server(config: OrdererConfig, service_config: ServiceConfig) -> RunningServer:
     """Recover the run in ``data_dir``, then serve the orderer, health checking and reflection
-    (over TLS and behind a token when configured: :mod:`orderer.service.security`)."""
+    (over TLS and behind a token when configured: :mod:`orderer.service.security`).
+
+    Everything a user can get wrong is checked before anything is opened or written: the TLS
+    files, the gRPC address and the metrics port (:mod:`orderer.service.binding`: a port
+    another server holds is refused, never shared), then the data directory (its lock). Each
+    refusal is a :class:`ConfigError` naming the flag; what a later step fails on (a port taken
+    in the meantime) is undone before it is raised."""
     security = ServerSecurity.load(
         tls_cert=service_config.tls_cert,
         tls_key=service_config.tls_key,
@@ -1069,37 +1132,32 @@ async def start_server(config: OrdererConfig, service_config: ServiceConfig) -> 
         token=service_config.token,
         token_file=service_config.token_file,
     )
+    skipped = binding.check_listen(service_config.listen)
+    if service_config.metrics_port is not None:
+        binding.check_metrics(
+            service_config.metrics_port, service_config.metrics_address, service_config.listen
+        )
     service = OrdererService.open(config, service_config)
-    options = [
-        ("grpc.max_receive_message_length", service_config.max_message_bytes),
-        ("grpc.max_send_message_length", service_config.max_message_bytes),
-    ]
-    server = grpc.aio.server(options=options, interceptors=security.interceptors())
-    pb_grpc.add_OrdererServicer_to_server(OrdererServicer(service), server)
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server
-    )
+    metrics = ServiceMetrics(_metrics_snapshot_function(service, asyncio.get_running_loop()))
     try:
-        if security.credentials is None:
-            port = server.add_insecure_port(service_config.listen)
-        else:
-            port = server.add_secure_port(service_config.listen, security.credentials)
-    except RuntimeError:
-        port = 0
-    if port == 0:
+        metrics_port = None
+        if service_config.metrics_port is not None:
+            try:
+                metrics_port = metrics.start_http(
+                    service_config.metrics_port, service_config.metrics_address
+                )
+            except OSError as error:
+                raise binding.metrics_failed(
+                    service_config.metrics_port, service_config.metrics_address, error
+                ) from None
+        server, health_servicer, port = _bind(service, service_config, security, skipped)
+    except BaseException:
+        metrics.stop()
         await service.close()
-        raise ConfigError("listen", service_config.listen, "cannot bind this address")
+        raise
     await server.start()
     for name in ("", SERVICE_NAME, LIVENESS_SERVICE):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    metrics = ServiceMetrics(_metrics_snapshot_function(service, asyncio.get_running_loop()))
-    metrics_port = None
-    if service_config.metrics_port is not None:
-        metrics_port = metrics.start_http(
-            service_config.metrics_port, service_config.metrics_address
-        )
 
     async def unhealthy_on_failure() -> None:
         """NOT_SERVING while the storage failed or the log volume refuses writes."""
@@ -1128,6 +1186,38 @@ async def start_server(config: OrdererConfig, service_config: ServiceConfig) -> 
         stop_grace=service_config.stop_grace,
         _watcher=asyncio.get_running_loop().create_task(unhealthy_on_failure()),
     )
+
+
+def _bind(
+    service: OrdererService,
+    service_config: ServiceConfig,
+    security: ServerSecurity,
+    skipped: list[OSError],
+) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
+    """The gRPC server with its services, bound (not started) to ``listen``, never sharing the
+    port (``grpc.so_reuseport`` 0: :mod:`orderer.service.binding`)."""
+    options = [
+        ("grpc.max_receive_message_length", service_config.max_message_bytes),
+        ("grpc.max_send_message_length", service_config.max_message_bytes),
+        *binding.GRPC_SERVER_OPTIONS,
+    ]
+    server = grpc.aio.server(options=options, interceptors=security.interceptors())
+    pb_grpc.add_OrdererServicer_to_server(OrdererServicer(service), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server
+    )
+    try:
+        if security.credentials is None:
+            port = server.add_insecure_port(service_config.listen)
+        else:
+            port = server.add_secure_port(service_config.listen, security.credentials)
+    except RuntimeError:  # gRPC's "Failed to bind"; the cause went to its log
+        port = 0
+    if port == 0:
+        raise binding.listen_failed(service_config.listen, skipped) from None
+    return server, health_servicer, port
 
 
 async def serve(

@@ -328,7 +328,7 @@ def test_configs_from_a_custom_resource_style_mapping() -> None:
 def test_a_second_server_on_the_same_data_directory_is_refused(tmp_path: Path) -> None:
     async def body() -> None:
         async with serving(tmp_path, CONFIG):
-            with pytest.raises(ValueError, match="data_dir: is in use by another evb serve"):
+            with pytest.raises(ValueError, match="--data-dir: is in use by another evb serve"):
                 async with serving(tmp_path, CONFIG):
                     pass
         async with serving(tmp_path, CONFIG):  # released by the first one's stop
