@@ -332,9 +332,11 @@ def _spec_schema() -> dict[str, Any]:
                 default="batch",
             ),
             "maxPayloadBytes": _integer(
-                "Largest payload of one fragment; larger ones are refused.",
+                "Largest payload of one fragment; larger ones are refused. At most 4 MiB less"
+                " a reply's framing, so that a reader with gRPC's default 4 MiB message limit"
+                " can read any fragment.",
                 minimum=1,
-                maximum=1 << 30,
+                maximum=4_194_188,  # orderer.service.convert.MAX_PAYLOAD_BYTES (a test checks)
                 default=1 << 20,
             ),
             "strictSources": {

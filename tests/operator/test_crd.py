@@ -51,6 +51,16 @@ def test_every_orderer_parameter_is_a_spec_field_with_the_same_default() -> None
     assert "default" not in properties["barrierTimeout"]  # unset means 4 x buildWindow
 
 
+def test_max_payload_bytes_is_bounded_as_the_orderer_bounds_it() -> None:
+    # a larger value would pass the API server and give a pod that refuses to start
+    from orderer.service.convert import MAX_PAYLOAD_BYTES
+    from orderer.service.server import ServiceConfig
+
+    orderer = crd.SPEC_SCHEMA["properties"]["orderer"]["properties"]["maxPayloadBytes"]
+    assert orderer["maximum"] == MAX_PAYLOAD_BYTES
+    assert orderer["default"] == ServiceConfig().max_payload_bytes
+
+
 def test_the_live_fields_are_the_ones_configure_accepts() -> None:
     assert tuple(_camel(name) for name in LIVE_PARAMETERS) == crd.LIVE_FIELDS
 
