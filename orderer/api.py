@@ -169,7 +169,7 @@ class Orderer:
         ]
 
     def counters(self) -> dict[str, Any]:
-        """The counters of ORDERING.md, in the layout of ``evb replay --stats``."""
+        """The counters of docs/ordering.md, in the layout of ``evb replay --stats``."""
         return self._core.counters()
 
     def source_states(self, *, now: float | None = None) -> dict[int, dict[str, Any]]:

@@ -132,7 +132,7 @@ _ORDERER_FLAGS = (
 
 
 def _add_orderer_flags(parser: argparse.ArgumentParser, *, config_file: bool = False) -> None:
-    """The parameters of ORDERING.md. Their defaults are the dataclass's; with ``config_file``
+    """The parameters of docs/ordering.md. Their defaults are the dataclass's; with ``config_file``
     (``evb serve``), a flag left out takes the file's value first."""
     defaults = OrdererConfig()
 

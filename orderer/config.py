@@ -1,7 +1,7 @@
 """The orderer's configuration: one frozen dataclass, built the same way by every entry point.
 
-Keys are the parameter names of ``ORDERING.md`` (``build_window``); the camelCase spelling of the
-EventBuilder custom resource (``buildWindow``) is accepted too, so a CR spec, a YAML file for
+Keys are the parameter names of ``docs/ordering.md`` (``build_window``); the camelCase spelling of
+the EventBuilder custom resource (``buildWindow``) is accepted too, so a CR spec, a YAML file for
 ``evb serve`` and the flags of ``evb replay`` all land here. Every invalid value raises
 :class:`~orderer.errors.ConfigError` naming the parameter, and an unknown key is answered with
 the nearest known one (:func:`unknown_key`): a misspelt key is the usual mistake in a file.
@@ -47,9 +47,9 @@ LIVE_PARAMETERS = (
 )
 """The parameters a running orderer may change (``Configure``, the operator's live edits)."""
 TOTAL_COUNTERS = ("received", "emitted", "late", "dropped", "duplicates", "out_of_order")
-"""Counters of ORDERING.md that are summed into ``totals``."""
+"""Counters of docs/ordering.md that are summed into ``totals``."""
 SOURCE_COUNTERS = (*TOTAL_COUNTERS, "max_lateness", "barriers")
-"""Counters of ORDERING.md kept per source."""
+"""Counters of docs/ordering.md kept per source."""
 _MAX_SOURCE_ID = 2**32 - 1
 
 
@@ -136,7 +136,7 @@ class FlowControl:
 
 @dataclass(frozen=True)
 class OrdererConfig:
-    """Parameters of ``ORDERING.md``; durations are seconds."""
+    """Parameters of ``docs/ordering.md``; durations are seconds."""
 
     build_window: float = 20.0
     """How long a fragment may wait for the other sources (window rule)."""

@@ -1,4 +1,4 @@
-"""``evb replay``: the deterministic simulator of ORDERING.md.
+"""``evb replay``: the deterministic simulator of docs/ordering.md.
 
 Reads a JSON Lines run (records sorted by arrival time ``t``), feeds it to the same core the live
 service runs, with time taken from the records, and writes what was emitted and the counters.

@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 BEGIN_RUN, END_RUN, SYNC = 1, 2, 3
-"""The customary barrier types of ORDERING.md."""
+"""The customary barrier types of docs/ordering.md."""
 SYNC_OTHER = 4
 """The barrier type the first source sends instead of :data:`SYNC` in a heterogeneous barrier."""
 

@@ -52,7 +52,7 @@ cdef struct Source:
     double last_arrival
     bint has_prev
     uint64_t prev_ts           # timestamp of its previous fragment, in arrival order
-    # counters of ORDERING.md
+    # counters of docs/ordering.md
     uint64_t received
     uint64_t emitted
     uint64_t late

@@ -1,6 +1,6 @@
 # cython: language_level=3
 """The orderer's hot path: per-source queues, frontier and mark rule, window rule, k-way merge,
-late policy, barriers, deadlines, counters and flow control, as ORDERING.md states them.
+late policy, barriers, deadlines, counters and flow control, as docs/ordering.md states them.
 
 Called only by :mod:`orderer.api` (and ``evb replay`` through it). Every public method takes the
 time explicitly; the core never reads a clock, so the same code runs live and in replay.
@@ -649,7 +649,7 @@ cdef class OrdererCore:
     # ------------------------------------------------------------ flush
 
     cdef int _flush(self, double now) except -1:
-        """One flush (ORDERING.md, "When fragments are emitted"): rounds until nothing moves."""
+        """One flush (docs/ordering.md, "The flush"): rounds until nothing moves."""
         if now > self._last_flush:
             self._last_flush = now
         cdef bint popped, resolved
@@ -950,7 +950,7 @@ cdef class OrdererCore:
     # ------------------------------------------------------------ time
 
     cdef double _next_deadline(self):
-        """The earliest deadline after the last flush (ORDERING.md, "Time")."""
+        """The earliest deadline after the last flush (docs/ordering.md, "Time and deadlines")."""
         cdef double best = INFINITY, d, oldest = INFINITY
         cdef double after = self._last_flush
         cdef Py_ssize_t i
@@ -1258,7 +1258,7 @@ cdef class OrdererCore:
         return log
 
     def counters(self):
-        """Counters of ORDERING.md in the ``evb replay`` STATS layout."""
+        """Counters of docs/ordering.md in the ``evb replay`` STATS layout."""
         cdef Py_ssize_t i
         cdef Source *s
         sources = {}

@@ -6,7 +6,7 @@ nothing. The scrape runs in the HTTP server's thread while the orderer lives on 
 so the service hands over a :class:`MetricsSnapshot` taken on its own thread (``snapshot`` is a
 thread-safe callable); this module never touches the orderer.
 
-Names use the vocabulary of ORDERING.md: ``evb_fragments_received_total{source}``,
+Names use the vocabulary of docs/ordering.md: ``evb_fragments_received_total{source}``,
 ``evb_fragments_late_total{source}``, ``evb_queue_depth{source}``, ``evb_barriers_total{kind}``,
 ``evb_output_offset``, ``evb_ingest_rate``.
 """

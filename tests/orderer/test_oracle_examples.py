@@ -1,4 +1,4 @@
-"""The test oracle (``tests/oracle.py``) agrees with every worked example of ORDERING.md.
+"""The test oracle (``tests/oracle.py``) agrees with every worked example of docs/ordering.md.
 
 This validates the oracle itself, so that the property tests can trust it. The agreement criterion
 is the examples README's: emitted items equal in order on source, ts, barrier and late, every t

@@ -1,4 +1,5 @@
-"""One minimal, hand-computed case per rule of ORDERING.md, run through the real ``Orderer`` API.
+"""One minimal, hand-computed case per rule of docs/ordering.md, run through the real ``Orderer``
+API.
 
 Each case feeds records one per call (``submit`` of one fragment, ``watermark``, ``end_source``),
 optionally a live-timer ``advance`` and the end of run, and checks the exact emitted items
