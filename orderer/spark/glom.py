@@ -3,8 +3,12 @@
 An **event** is the maximal run of consecutive ordinary fragments whose timestamps lie within
 ``dt`` ticks of the event's first fragment (``|ts - first| <= dt``), at most ``max_fragments``
 per event. A **barrier** closes the open event and passes through as a row of its own. The
-event's timestamp is its earliest, latest or average (integer mean, rounded down) fragment
-timestamp. The no-build mode makes one event per fragment (``dt`` None).
+event's timestamp follows the timestamp policy, as glom's ``--timestamp-policy`` sets it
+(NSCLDAQ's ``GLOM_TIMESTAMP_FIRST``, ``_LAST``, ``_AVERAGE``): ``earliest`` is the timestamp of
+the event's *first fragment in stream order*, ``latest`` that of its *last* one, ``average`` the
+integer mean (rounded down). Stream order, not the smallest or largest timestamp: an event that
+holds a late fragment can have a first fragment that is not its smallest timestamp, and glom keeps
+the first one all the same. The no-build mode makes one event per fragment (``dt`` None).
 
 Why this module is pure numpy/pyarrow, with no Spark in it: the only order-sensitive step of the
 whole consumer is *where an event starts* (:func:`event_starts`). Once a position is known to be
@@ -88,7 +92,8 @@ EVENT_SPARK_SCHEMA = (
 
 
 class TimestampPolicy(enum.StrEnum):
-    """Which timestamp a built event carries."""
+    """Which timestamp a built event carries, by the fragments' order in the stream (glom's
+    names: ``earliest`` = the first fragment's, ``latest`` = the last fragment's)."""
 
     EARLIEST = "earliest"
     LATEST = "latest"
@@ -104,7 +109,8 @@ class GlomConfig:
     max_fragments: int = 1000
     """Most fragments in one event; a full event closes."""
     timestamp_policy: TimestampPolicy = TimestampPolicy.EARLIEST
-    """Timestamp of a built event: its earliest, latest or average (integer mean) fragment's."""
+    """Timestamp of a built event: its first (``earliest``) or last (``latest``) fragment's in
+    stream order, or the integer mean (``average``), as NSCLDAQ's glom."""
 
     def __post_init__(self) -> None:
         if self.dt is not None and (
@@ -234,14 +240,14 @@ def build_events(fragments: pa.Table | pa.RecordBatch, config: GlomConfig) -> pa
         ts, barrier, dt=config.dt if config.builds else None, max_fragments=config.max_fragments
     )
     counts = np.diff(np.append(starts, n))
-    earliest = np.minimum.reduceat(ts, starts)
-    if config.timestamp_policy is TimestampPolicy.EARLIEST:
-        stamp = earliest
-    elif config.timestamp_policy is TimestampPolicy.LATEST:
-        stamp = np.maximum.reduceat(ts, starts)
+    if config.timestamp_policy is TimestampPolicy.EARLIEST:  # the first fragment's, as glom
+        stamp = ts[starts]
+    elif config.timestamp_policy is TimestampPolicy.LATEST:  # the last fragment's, as glom
+        stamp = ts[starts + counts - 1]
     else:  # floor of the mean, exactly: min + floor(sum(ts - min) / n), no overflow
-        above = ts - np.repeat(earliest, counts)
-        stamp = earliest + np.add.reduceat(above, starts) // counts.astype(np.uint64)
+        smallest = np.minimum.reduceat(ts, starts)
+        above = ts - np.repeat(smallest, counts)
+        stamp = smallest + np.add.reduceat(above, starts) // counts.astype(np.uint64)
     inner = pa.StructArray.from_arrays(
         [
             offset,

@@ -1,5 +1,5 @@
-"""The evb Spark job: ordered stream -> built events (Parquet, partitioned by run) -> run summary
-(JSON) and report (PNG plots + HTML).
+"""The evb Spark job: ordered stream -> built events (Parquet or JSON, one directory per run) ->
+run summary (JSON) and report (PNG plots + HTML), per run.
 
 Run as ``evb spark-job ...`` or as the SparkApplication's main file
 (``spark-submit local:///opt/evb/orderer/spark/job.py --target ... --dt ...``). With
@@ -11,10 +11,27 @@ batch. Either way the events are built by :func:`orderer.spark.glom.glom_batches
 executors, one partition at a time, and the source only cuts where events start, so the events
 are the sequential glom's.
 
-Output layout under ``--output``: ``events/run=<run>/`` (Parquet or JSON), ``summary.json``,
-``report/`` (``rates.png``, ``lateness.png``, ``multiplicity.png``, ``index.html``),
-``_checkpoint/`` (the streaming query's). A Hadoop URI (``s3a://``, ``hdfs://``) is accepted:
-the summary and the report are written locally first and copied there.
+Output layout under ``--output`` (:class:`Layout`); several runs share one output, and a run
+writes only its own directories::
+
+    events/run=<run>/         the run's events (Parquet, or JSON lines); read OUTPUT/events for
+                              every run, with ``run`` as a partition column
+    runs/<run>/summary.json   the run summary
+    runs/<run>/report/        rates.png, lateness.png, multiplicity.png, index.html
+    runs/<run>/checkpoint/    the streaming query's checkpoint (--target; --checkpoint moves it)
+
+Why a run owns whole directories: a run never deletes or overwrites another's results, and
+doing the same run again replaces exactly that run. With ``--path`` the run's events and its
+``runs/<run>/`` are replaced. With ``--target`` a run whose checkpoint exists *resumes* from it
+(a restarted driver must: exactly once), keeping its events and rewriting its summary and
+report; without a checkpoint it starts afresh and first removes what an earlier run of the same
+name left. Each streamed run has its own checkpoint and its own file-sink log
+(``events/run=<run>/_spark_metadata``), since a sink log shared by two queries would make the
+second skip the batch numbers the first one committed. A Hadoop URI (``s3a://``, ``hdfs://``) is
+accepted as ``--output``: the summary and the report are written locally first and copied there.
+
+Bad arguments are refused before Spark starts (a JVM start is seconds): the flag and the value
+in one line, exit status 2; so is a missing Java (Spark needs Java 17 or later).
 
 The SparkSession is created only in :func:`main`; :func:`run` takes one (the tests share theirs).
 """
@@ -23,8 +40,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,10 +53,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["JobResult", "build_parser", "main", "run"]
+__all__ = ["JobResult", "Layout", "build_parser", "check_arguments", "main", "run"]
 
 FORMATS = ("parquet", "json")
 """Output formats, as the EventBuilder CRD allows (spec.spark.output.format)."""
+
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+"""A run name: a directory name and a partition value that need no quoting (a Kubernetes
+resource name is one)."""
+
+JAVA_RELEASE = 17
+"""The Java release Spark 4 needs at least."""
 
 
 @dataclass
@@ -48,43 +75,139 @@ class JobResult:
     batches: int
 
 
+@dataclass(frozen=True)
+class Layout:
+    """Where one run's results live under the output (the module docstring has the tree)."""
+
+    output: str
+    run: str
+
+    @property
+    def events(self) -> str:
+        """The run's events: a partition of ``OUTPUT/events``."""
+        return f"{self.output}/events/run={self.run}"
+
+    @property
+    def run_dir(self) -> str:
+        return f"{self.output}/runs/{self.run}"
+
+    @property
+    def summary(self) -> str:
+        return f"{self.run_dir}/summary.json"
+
+    @property
+    def report(self) -> str:
+        return f"{self.run_dir}/report"
+
+    @property
+    def checkpoint(self) -> str:
+        """The streaming query's checkpoint unless ``--checkpoint`` says otherwise."""
+        return f"{self.run_dir}/checkpoint"
+
+
 def build_parser() -> argparse.ArgumentParser:
     from orderer.cli import add_security_arguments
 
     parser = argparse.ArgumentParser(
         prog="evb spark-job",
         description="Build events from the ordered stream with Spark and write them with a run "
-        "summary and a report.",
+        "summary and a report. Output, per run: OUTPUT/events/run=RUN/ (the events), "
+        "OUTPUT/runs/RUN/summary.json, OUTPUT/runs/RUN/report/index.html and, streaming, "
+        "OUTPUT/runs/RUN/checkpoint/. A run writes only its own directories: doing a run again "
+        "with --path replaces it; with --target it resumes from its checkpoint if there is one "
+        "(else it starts afresh and replaces it).",
     )
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--target", metavar="HOST:PORT", help="a live orderer: read it as a stream")
     where.add_argument(
-        "--path", type=Path, metavar="DIR", help="a finished run's data directory: read it at once"
+        "--path",
+        type=Path,
+        metavar="DIR",
+        help="a finished run's data directory (evb serve --data-dir): read its ordered log at once",
     )
-    parser.add_argument("--dt", type=int, help="glom window in timestamp ticks (required to build)")
+    parser.add_argument(
+        "--dt",
+        type=int,
+        metavar="TICKS",
+        help="glom window in timestamp ticks (required unless --no-build)",
+    )
     parser.add_argument("--no-build", action="store_true", help="one event per fragment")
-    parser.add_argument("--max-fragments", type=int, default=1000, help="most fragments per event")
     parser.add_argument(
-        "--timestamp-policy", choices=["earliest", "latest", "average"], default="earliest"
+        "--max-fragments",
+        type=int,
+        metavar="N",
+        default=1000,
+        help="most fragments per event (default: %(default)s)",
     )
-    parser.add_argument("--output", required=True, help="output directory or Hadoop URI")
-    parser.add_argument("--format", choices=FORMATS, default="parquet")
-    parser.add_argument("--run", help="run name (default: from the target, else 'run')")
-    parser.add_argument("--checkpoint", help="checkpoint location (default OUTPUT/_checkpoint)")
-    parser.add_argument("--partitions", type=int, default=2, help="partitions per micro-batch")
     parser.add_argument(
-        "--max-fragments-per-trigger", type=int, help="cap on a micro-batch (whole events)"
+        "--timestamp-policy",
+        choices=["earliest", "latest", "average"],
+        default="earliest",
+        help="timestamp of a built event, as NSCLDAQ's glom: earliest = its first fragment's in "
+        "stream order (GLOM_TIMESTAMP_FIRST), latest = its last fragment's "
+        "(GLOM_TIMESTAMP_LAST), average = the integer mean (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--output", required=True, metavar="DIR|URI", help="output directory or Hadoop URI"
+    )
+    parser.add_argument(
+        "--format", choices=FORMATS, default="parquet", help="(default: %(default)s)"
+    )
+    parser.add_argument(
+        "--run",
+        metavar="NAME",
+        help="run name: the run's directories are OUTPUT/events/run=RUN and OUTPUT/runs/RUN "
+        "(default: the EventBuilder's name from --target, else 'run')",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        metavar="DIR",
+        help="checkpoint location (default: OUTPUT/runs/RUN/checkpoint)",
+    )
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        metavar="N",
+        default=2,
+        help="partitions per micro-batch (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-fragments-per-trigger",
+        type=int,
+        metavar="N",
+        help="cap on a micro-batch (whole events)",
     )
     parser.add_argument(
         "--trigger-seconds",
         type=float,
+        metavar="S",
         default=0.0,
-        help="micro-batch interval; 0: Spark's default (as soon as the last one is done)",
+        help="micro-batch interval; 0: Spark's default, as soon as the last one is done "
+        "(default: %(default)s)",
     )
-    parser.add_argument("--consumer", default="evb-spark-job", help="name of the commits")
-    parser.add_argument("--tick-rate", type=float, default=1e8, help="timestamp ticks per second")
-    parser.add_argument("--master", help="Spark master (default: spark-submit's, else local[2])")
-    parser.add_argument("--poll", type=float, default=1.0, help="seconds between end-of-run checks")
+    parser.add_argument(
+        "--consumer",
+        metavar="NAME",
+        default="evb-spark-job",
+        help="name of the commits (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--tick-rate",
+        type=float,
+        metavar="HZ",
+        default=1e8,
+        help="timestamp ticks per second (default: %(default)g)",
+    )
+    parser.add_argument(
+        "--master", metavar="URL", help="Spark master (default: spark-submit's, else local[2])"
+    )
+    parser.add_argument(
+        "--poll",
+        type=float,
+        metavar="S",
+        default=1.0,
+        help="seconds between end-of-run checks (default: %(default)s)",
+    )
     parser.add_argument("--quiet", action="store_true", help="do not print the summary")
     # each defaults to the variable the operator sets in the SparkApplication's pods; strings,
     # as the evb data source takes its options
@@ -107,13 +230,18 @@ def _security_options(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _glom(args: argparse.Namespace) -> Any:
+    """The glom configuration of the flags; a bad value names its flag."""
     from orderer.errors import ConfigError
     from orderer.spark.glom import GlomConfig
 
+    if args.max_fragments < 1:
+        raise ConfigError("--max-fragments", args.max_fragments, "must be an integer >= 1")
     if args.no_build:
         return GlomConfig(None, args.max_fragments, args.timestamp_policy)
     if args.dt is None:
         raise ConfigError("--dt", None, "is required (or --no-build)")
+    if not 0 <= args.dt < 2**63:
+        raise ConfigError("--dt", args.dt, "must be an integer number of ticks >= 0")
     return GlomConfig(args.dt, args.max_fragments, args.timestamp_policy)
 
 
@@ -134,6 +262,119 @@ def _local(uri: str) -> Path | None:
     return None if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", uri) else Path(uri)
 
 
+def _check_writable(flag: str, uri: str) -> None:
+    """A local output location must be a directory, or creatable where it would be."""
+    from orderer.errors import ConfigError
+
+    local = _local(uri)
+    if local is None:
+        return  # a Hadoop URI: its file system says, once Spark runs
+    if local.exists() and not local.is_dir():
+        raise ConfigError(flag, uri, "exists and is not a directory")
+    parent = local
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(flag, uri, f"cannot be created: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(flag, uri, f"cannot be written: {parent} is not writable")
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Every mistake in the flags that can be seen without Spark, as a ConfigError naming the
+    flag: the job refuses them before it spends seconds starting a JVM."""
+    from orderer.errors import ConfigError
+    from orderer.spark.source import _segment_files
+
+    _glom(args)
+    if args.run is not None and not RUN_NAME.fullmatch(args.run):
+        raise ConfigError(
+            "--run", args.run, "must be letters, digits, '.', '_' or '-', starting with a "
+            "letter or a digit (it names directories)"
+        )
+    for flag, value, low in (
+        ("--partitions", args.partitions, 1),
+        ("--max-fragments-per-trigger", args.max_fragments_per_trigger, 1),
+    ):
+        if value is not None and value < low:
+            raise ConfigError(flag, value, f"must be an integer >= {low}")
+    for flag, value, positive in (
+        ("--trigger-seconds", args.trigger_seconds, False),
+        ("--tick-rate", args.tick_rate, True),
+        ("--poll", args.poll, True),
+    ):
+        if not math.isfinite(value) or not (value > 0 if positive else value >= 0):
+            raise ConfigError(flag, value, "must be a number " + ("> 0" if positive else ">= 0"))
+    if args.path is not None:
+        path = Path(args.path)
+        if not path.exists():
+            raise ConfigError("--path", str(path), "does not exist")
+        if not path.is_dir():
+            raise ConfigError("--path", str(path), "is not a directory")
+        try:
+            _segment_files(path)
+        except ConfigError:
+            raise ConfigError(
+                "--path", str(path), "is not an evb data directory: it holds no ordered log "
+                "(ordered/ordered-*.arrow, as evb serve --data-dir writes)"
+            ) from None
+    if args.target is not None:
+        host, _, port = args.target.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError("--target", args.target, "must be HOST:PORT")
+    if not str(args.output).strip():
+        raise ConfigError("--output", args.output, "must name a directory or a Hadoop URI")
+    _check_writable("--output", str(args.output))
+    if args.checkpoint:
+        _check_writable("--checkpoint", str(args.checkpoint))
+    for flag, value in (
+        ("--tls-ca", args.tls_ca),
+        ("--tls-cert", args.tls_cert),
+        ("--tls-key", args.tls_key),
+        ("--token-file", args.token_file),
+    ):
+        if value and not os.access(value, os.R_OK):
+            raise ConfigError(flag, str(value), "is not a readable file")
+
+
+def java_problem(environ: dict[str, str] | None = None) -> str | None:
+    """Why Spark could not start its JVM here (no Java, or one older than Spark needs), or
+    None. Spark finds Java the same way: ``$JAVA_HOME/bin/java``, else ``java`` on the PATH."""
+    environ = dict(os.environ if environ is None else environ)
+    if environ.get("PYSPARK_GATEWAY_PORT"):  # spark-submit started this: its JVM runs
+        return None
+    how = (
+        f"Spark needs Java {JAVA_RELEASE} or later: install it (e.g. apt-get install "
+        f"openjdk-{JAVA_RELEASE}-jre-headless) and put its java on the PATH, or set JAVA_HOME "
+        f"to its directory (e.g. JAVA_HOME=/usr/lib/jvm/java-{JAVA_RELEASE}-openjdk-amd64)"
+    )
+    home = environ.get("JAVA_HOME")
+    if home:
+        java = str(Path(home) / "bin" / "java")
+        if not os.access(java, os.X_OK):
+            return f"JAVA_HOME={home} has no bin/java; {how}"
+    else:
+        found = shutil.which("java", path=environ.get("PATH", os.defpath))
+        if found is None:
+            return f"no Java found (java is not on the PATH and JAVA_HOME is not set); {how}"
+        java = found
+    try:
+        shown = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=60, env=environ
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"{java} -version failed ({error}); {how}"
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', shown.stderr + shown.stdout)
+    if match is None:
+        return None  # an unusual banner: let Spark try
+    major = int(match.group(1))
+    if major == 1 and match.group(2):  # "1.8.0_392" is Java 8
+        major = int(match.group(2))
+    if major < JAVA_RELEASE:
+        return f"{java} is Java {major}; {how}"
+    return None
+
+
 def _publish(spark: Any, local: Path, uri: str) -> None:
     """Copy a local file or directory to a Hadoop URI (s3a://, hdfs://)."""
     jvm = spark.sparkContext._jvm
@@ -144,24 +385,72 @@ def _publish(spark: Any, local: Path, uri: str) -> None:
     filesystem.copyFromLocalFile(False, True, source, destination)
 
 
+def _exists(spark: Any, uri: str) -> bool:
+    filesystem, path = _filesystem(spark, uri)
+    return bool(filesystem.exists(path))
+
+
+def _remove(spark: Any, uri: str) -> None:
+    """Remove a directory (or file) with everything in it, local or at a Hadoop URI."""
+    filesystem, path = _filesystem(spark, uri)
+    filesystem.delete(path, True)
+
+
+def _make_directory(spark: Any, uri: str) -> None:
+    filesystem, path = _filesystem(spark, uri)
+    filesystem.mkdirs(path)
+
+
+def _filesystem(spark: Any, uri: str) -> tuple[Any, Any]:
+    """Hadoop's file system of ``uri`` and the path in it (local paths too)."""
+    path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path(uri)
+    return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), path
+
+
+def _drop_uncommitted(spark: Any, directory: str, schema: str, fmt: str) -> list[str]:
+    """Remove the data files of a streamed run's directory that its sink log does not list;
+    returns their names.
+
+    Why: Spark reads the run's own directory through the log (exactly once), but a reader of
+    ``OUTPUT/events`` as a whole lists the files, and a driver that died in the middle of a
+    micro-batch can have left a partial one, which the restarted query wrote again."""
+    filesystem, path = _filesystem(spark, directory)
+    log = spark.sparkContext._jvm.org.apache.hadoop.fs.Path(path, "_spark_metadata")
+    if not filesystem.exists(log):
+        return []
+    committed = {
+        uri.rsplit("/", 1)[-1]
+        for uri in spark.read.format(fmt).schema(schema).load(directory).inputFiles()
+    }
+    dropped = []
+    for status in filesystem.listStatus(path):
+        name = status.getPath().getName()
+        if status.isFile() and not name.startswith(("_", ".")) and name not in committed:
+            filesystem.delete(status.getPath(), False)
+            dropped.append(name)
+    return dropped
+
+
 def _builder(glom: Any) -> Any:
     from orderer.spark.glom import glom_batches
 
-    def build(batches: Iterator[Any]) -> Iterator[Any]:
+    def build(batches: Iterator[Any]) -> Any:
         return glom_batches(batches, glom)
 
     return build
 
 
-def _stream(spark: Any, args: argparse.Namespace, glom: Any, events_path: str, run: str) -> int:
-    from pyspark.sql import functions as F
-
+def _stream(spark: Any, args: argparse.Namespace, glom: Any, layout: Layout) -> int:
     from orderer.client import get_stats
     from orderer.errors import ServiceUnavailable
     from orderer.spark.glom import EVENT_SPARK_SCHEMA
     from orderer.spark.source import _security
 
     security = _security(tuple(_security_options(args).items()))
+    checkpoint = args.checkpoint or layout.checkpoint
+    if not _exists(spark, checkpoint):  # a new run, not a restarted one: replace the old
+        _remove(spark, layout.events)
+        _remove(spark, layout.run_dir)
 
     reader = (
         spark.readStream.format("evb")
@@ -174,13 +463,12 @@ def _stream(spark: Any, args: argparse.Namespace, glom: Any, events_path: str, r
     if args.max_fragments_per_trigger:
         reader = reader.option("maxFragmentsPerTrigger", args.max_fragments_per_trigger)
     events = reader.load().mapInArrow(_builder(glom), EVENT_SPARK_SCHEMA)
+    # the run's own directory, with its own sink log: the layout partitionBy("run") would give
     writer = (
-        events.withColumn("run", F.lit(run))
-        .writeStream.format(args.format)
-        .option("path", events_path)
-        .option("checkpointLocation", args.checkpoint or f"{args.output}/_checkpoint")
-        .partitionBy("run")
-        .queryName(f"evb-{run}")
+        events.writeStream.format(args.format)
+        .option("path", layout.events)
+        .option("checkpointLocation", checkpoint)
+        .queryName(f"evb-{layout.run}")
     )
     if args.trigger_seconds > 0:
         writer = writer.trigger(processingTime=f"{args.trigger_seconds} seconds")
@@ -206,9 +494,7 @@ def _stream(spark: Any, args: argparse.Namespace, glom: Any, events_path: str, r
     return batches
 
 
-def _batch(spark: Any, args: argparse.Namespace, glom: Any, events_path: str, run: str) -> int:
-    from pyspark.sql import functions as F
-
+def _batch(spark: Any, args: argparse.Namespace, glom: Any, layout: Layout) -> int:
     from orderer.spark.glom import EVENT_SPARK_SCHEMA
 
     fragments = (
@@ -219,50 +505,45 @@ def _batch(spark: Any, args: argparse.Namespace, glom: Any, events_path: str, ru
         .load()
     )
     events = fragments.mapInArrow(_builder(glom), EVENT_SPARK_SCHEMA)
-    (
-        events.withColumn("run", F.lit(run))
-        .write.format(args.format)
-        .mode("overwrite")
-        .partitionBy("run")
-        .save(events_path)
-    )
+    # overwrite the run's partition only: the other runs' partitions are not touched
+    events.write.format(args.format).mode("overwrite").save(layout.events)
+    _remove(spark, layout.run_dir)  # the run's summary, report and checkpoint were the old one's
     return 1
 
 
 def run(spark: Any, args: argparse.Namespace) -> JobResult:
     """Build the events, then write the summary and the report; returns where they are."""
-    from pyspark.sql import functions as F
-
     from orderer.spark.report import write_report
     from orderer.spark.source import register
-    from orderer.spark.summary import SUMMARY_COLUMNS, summarize
+    from orderer.spark.summary import SUMMARY_SCHEMA, summarize
 
     register(spark)
     glom = _glom(args)
-    name = _run_name(args)
-    output = str(args.output).rstrip("/")
-    events_path = f"{output}/events"
+    layout = Layout(str(args.output).rstrip("/"), _run_name(args))
     started = time.monotonic()
     if args.target:
-        batches = _stream(spark, args, glom, events_path, name)
+        batches = _stream(spark, args, glom, layout)
     else:
-        batches = _batch(spark, args, glom, events_path, name)
+        batches = _batch(spark, args, glom, layout)
     built = time.monotonic() - started
 
-    events = spark.read.format(args.format).load(events_path).where(F.col("run") == name)
-    columns = [F.col(expression).alias(alias) for alias, expression in SUMMARY_COLUMNS.items()]
-    table = events.select(*columns).toArrow()
+    if not _exists(spark, layout.events):  # a run without a fragment: an empty run all the same
+        _make_directory(spark, layout.events)
+    if args.target:
+        _drop_uncommitted(spark, layout.events, SUMMARY_SCHEMA, args.format)
+    # the run's directory alone (a streamed run's sink log says which files are committed)
+    events = spark.read.format(args.format).schema(SUMMARY_SCHEMA).load(layout.events)
     glom_info = {
         "dt": glom.dt,
         "max_fragments": glom.max_fragments,
         "timestamp_policy": str(glom.timestamp_policy),
     }
-    summary = summarize(table, run=name, tick_rate=args.tick_rate, glom=glom_info)
+    summary = summarize(events, run=layout.run, tick_rate=args.tick_rate, glom=glom_info)
     summary.data["build_seconds"] = round(built, 3)
     summary.data["micro_batches"] = batches
-    summary.data["events_path"] = f"{events_path}/run={name}"
+    summary.data["events_path"] = layout.events
 
-    local = _local(output)
+    local = _local(layout.run_dir)
     with tempfile.TemporaryDirectory() as scratch:
         base = local if local is not None else Path(scratch)
         base.mkdir(parents=True, exist_ok=True)
@@ -270,13 +551,13 @@ def run(spark: Any, args: argparse.Namespace) -> JobResult:
         summary_file.write_text(json.dumps(summary.as_dict(), indent=2), encoding="utf-8")
         write_report(summary, base / "report")
         if local is None:
-            _publish(spark, summary_file, f"{output}/summary.json")
-            _publish(spark, base / "report", f"{output}/report")
+            _publish(spark, summary_file, layout.summary)
+            _publish(spark, base / "report", layout.report)
     result = JobResult(
         summary=summary.as_dict(),
-        events_path=f"{events_path}/run={name}",
-        summary_path=f"{output}/summary.json",
-        report_path=f"{output}/report/index.html",
+        events_path=layout.events,
+        summary_path=layout.summary,
+        report_path=f"{layout.report}/index.html",
         batches=batches,
     )
     if not args.quiet:
@@ -305,14 +586,21 @@ def create_session(master: str | None, app: str = "evb-spark-job") -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``evb spark-job``: exit status 0, 2 for bad arguments (naming the flag), 1 on failure."""
+    """``evb spark-job``: exit status 0; 2 for bad arguments or no usable Java, in one line
+    naming the flag or saying what to install, before Spark starts; 1 on failure."""
     from orderer.errors import ConfigError
 
     args = build_parser().parse_args(argv)
     try:
-        _glom(args)
+        check_arguments(args)
     except ConfigError as error:
-        print(f"evb spark-job: {error}", file=sys.stderr)
+        missing = error.value is None  # a flag left out: nothing to show of it
+        print(f"evb spark-job: {error.parameter}: {error.why}" if missing else
+              f"evb spark-job: {error}", file=sys.stderr)
+        return 2
+    problem = java_problem()
+    if problem is not None:
+        print(f"evb spark-job: {problem}", file=sys.stderr)
         return 2
     spark = create_session(args.master)
     try:

@@ -15,6 +15,9 @@ shuffle and no state, and the result is the sequential glom's for any number of 
 any trigger. The event still open at the live end of the log is left for the next micro-batch; at
 the end of the run (``GetStats.run_ended``) the end of the log closes it.
 
+A batch read of a log directory plans its partitions one record batch at a time
+(:func:`plan_log`): the driver never holds the run's timestamps, whatever its size.
+
 Offsets are ``{"offset": N}``, the ordered log's offset (replayable: the orderer serves any offset
 it still holds). ``commit`` tells the orderer (``Commit``) that the query processed everything
 below the offset, so its retention keeps the rest until then. Without ``dt`` the source does not
@@ -37,7 +40,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,7 +60,7 @@ from orderer.batch import EmittedBatch
 from orderer.errors import ConfigError, InterfaceError, ServiceUnavailable
 from orderer.spark.glom import FRAGMENT_SCHEMA, FRAGMENT_SPARK_SCHEMA, GlomConfig, event_starts
 
-__all__ = ["EvbDataSource", "plan_partitions", "register"]
+__all__ = ["EvbDataSource", "plan_log", "plan_partitions", "register"]
 
 log = logging.getLogger("evb.spark")
 
@@ -447,6 +450,64 @@ def _read_segments(partition: OffsetRange) -> Iterator[pa.RecordBatch]:
             yield _log_rows(batch.slice(start, stop - start))
 
 
+def plan_log(
+    chunks: Iterable[tuple[int, np.ndarray, np.ndarray]],
+    first: int,
+    until: int,
+    parts: int,
+    starts: Callable[[np.ndarray, np.ndarray], np.ndarray],
+) -> list[tuple[int, int]]:
+    """:func:`plan_partitions` of ``[first, until)`` from the log's chunks (``(offset of the
+    first row, timestamps, barrier types)``, in offset order, covering the range), one chunk at a
+    time: the driver holds one chunk and the still open event, never the whole run.
+
+    Why it can: every event start found in a chunk (glommed with the open event carried in front
+    of it) is final, as in :func:`~orderer.spark.glom.glom_batches`, and the plan needs only the
+    first event start at or after each of the ``parts - 1`` ideal cuts."""
+    if until <= first:
+        return []
+    ideals = [first + (until - first) * k // parts for k in range(1, parts)]
+    found: list[int | None] = [None] * len(ideals)
+    carry_at = first
+    carry_ts = np.zeros(0, np.uint64)
+    carry_barrier = np.zeros(0, np.int64)
+    pending = 0  # ideals before this one have their event start
+    for at, ts, barrier in chunks:
+        low, high = max(first, at), min(until, at + len(ts))
+        if low >= high:
+            continue
+        ts = np.concatenate([carry_ts, ts[low - at : high - at].astype(np.uint64)])
+        barrier = np.concatenate([carry_barrier, barrier[low - at : high - at].astype(np.int64)])
+        found_here = carry_at + starts(ts, barrier)
+        while pending < len(ideals):
+            k = int(np.searchsorted(found_here, ideals[pending], "left"))
+            if k == found_here.size:
+                break
+            found[pending] = int(found_here[k])
+            pending += 1
+        last = int(found_here[-1])
+        carry_ts, carry_barrier = ts[last - carry_at :], barrier[last - carry_at :]
+        carry_at = last
+    cuts = [first]
+    for start in found:
+        if start is not None and cuts[-1] < start < until:
+            cuts.append(start)
+    cuts.append(until)
+    return list(itertools.pairwise(cuts))
+
+
+def _log_chunks(segments: Sequence[Path]) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """The ordered log's timestamps and barrier types, one record batch at a time."""
+    for segment in segments:
+        for batch in _segment_batches(segment):
+            if batch.num_rows:
+                yield (
+                    int(batch.column("offset")[0].as_py()),
+                    batch.column("timestamp").to_numpy(),
+                    batch.column("barrier").to_numpy(),
+                )
+
+
 class EvbBatchReader(DataSourceReader):
     """A finished run's ordered log (``path``), or what a live orderer holds (``target``)."""
 
@@ -457,35 +518,27 @@ class EvbBatchReader(DataSourceReader):
         options = self.options
         if options.path is not None:
             segments = _segment_files(options.path)
-            offsets, timestamps, barriers, spans = [], [], [], []
+            spans = []  # (first offset, offset after the last, segment) of each segment
             for segment in segments:
-                first = None
-                for batch in _segment_batches(segment):
-                    if not batch.num_rows:
-                        continue
-                    offsets.append(batch.column("offset").to_numpy())
-                    timestamps.append(batch.column("timestamp").to_numpy())
-                    barriers.append(batch.column("barrier").to_numpy())
-                    first = int(offsets[-1][0]) if first is None else first
-                    last = int(offsets[-1][-1]) + 1
-                if first is not None:
-                    spans.append((first, last, str(segment)))
-            if not offsets:
+                rows = [
+                    (int(b.column("offset")[0].as_py()), int(b.column("offset")[-1].as_py()) + 1)
+                    for b in _segment_batches(segment)
+                    if b.num_rows
+                ]
+                if rows:
+                    spans.append((rows[0][0], rows[-1][1], str(segment)))
+            if not spans:
                 return []
-            offset = np.concatenate(offsets).astype(np.int64)
-            first = max(int(offset[0]), options.starting_offset)
-            until = int(offset[-1]) + 1
+            first = max(spans[0][0], options.starting_offset)
+            until = spans[-1][1]
             if options.ending_offset is not None:
                 until = min(until, options.ending_offset)
-            keep = (offset >= first) & (offset < until)
-            starts = first + options.starts(
-                np.concatenate(timestamps)[keep], np.concatenate(barriers)[keep]
+            plan = plan_log(
+                _log_chunks(segments), first, until, options.partitions, options.starts
             )
             return [
-                OffsetRange(
-                    a, b, None, tuple(s for lo, hi, s in spans if lo < b and hi > a)
-                )
-                for a, b in plan_partitions(starts, first, until, options.partitions)
+                OffsetRange(a, b, None, tuple(s for lo, hi, s in spans if lo < b and hi > a))
+                for a, b in plan
             ]
         available, ended = _stats(options)
         if options.ending_offset is not None:

@@ -32,11 +32,13 @@ class Event:
 
 
 def _close(frags: list[Fragment], policy: str) -> Event:
+    """The event of ``frags``; its timestamp as NSCLDAQ's glom sets it (GLOM_TIMESTAMP_FIRST,
+    _LAST, _AVERAGE): the first or last fragment's in stream order, or the integer mean."""
     stamps = [f.timestamp for f in frags]
     if policy == "earliest":
-        stamp = min(stamps)
+        stamp = stamps[0]
     elif policy == "latest":
-        stamp = max(stamps)
+        stamp = stamps[-1]
     else:
         stamp = sum(stamps) // len(stamps)
     return Event(

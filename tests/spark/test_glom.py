@@ -86,3 +86,23 @@ def test_timestamps_near_the_top_of_the_range_do_not_wrap() -> None:
 def test_bad_options_name_the_option(options: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         GlomConfig.from_options(options)
+
+
+@pytest.mark.parametrize(
+    ("policy", "stamp"), [("earliest", 100), ("latest", 95), ("average", (100 + 110 + 95) // 3)]
+)
+def test_the_event_timestamp_is_the_first_or_last_fragments_in_stream_order(
+    policy: str, stamp: int
+) -> None:
+    """As NSCLDAQ's glom (GLOM_TIMESTAMP_FIRST / _LAST): a late fragment at the end of an event
+    is neither its earliest nor its latest timestamp, yet ``latest`` takes it, being last; and
+    ``earliest`` keeps the first fragment's 100 though the late one is smaller."""
+    table = pa.table({
+        "offset": pa.array([0, 1, 2], pa.int64()), "source": pa.array([1, 2, 3], pa.int64()),
+        "timestamp": pa.array([100, 110, 95], pa.int64()),
+        "barrier": pa.array([0, 0, 0], pa.int64()),
+        "late": pa.array([False, False, True]), "payload": pa.array([b""] * 3, pa.binary()),
+    })
+    event = build_events(table, GlomConfig(dt=20, timestamp_policy=policy))
+    assert event.column("multiplicity").to_pylist() == [3]
+    assert event.column("timestamp").to_pylist() == [stamp]

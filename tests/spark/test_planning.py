@@ -80,3 +80,20 @@ def test_partitions_cover_the_range_in_order() -> None:
 def test_bad_options_name_the_option(options: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         source._Options.parse(options)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 333, 5000])
+@pytest.mark.parametrize(("first", "until", "parts"), [(0, 2000, 3), (17, 1999, 7), (5, 40, 2),
+                                                       (0, 2000, 1), (100, 100, 2)])
+def test_the_log_is_planned_one_chunk_at_a_time_as_from_all_its_starts(
+    chunk: int, first: int, until: int, parts: int
+) -> None:
+    """The batch read of a log directory plans its partitions from one record batch at a time
+    (bounded driver memory), and the plan is the one all the run's event starts give."""
+    for glom in ({"dt": "60", "maxFragments": "5"}, {"dt": "400"}, {}):
+        options = source._Options.parse({"path": "/unused", **glom})
+        starts = first + options.starts(TS[first:until], BARRIER[first:until])
+        chunks = ((at, TS[at : at + chunk], BARRIER[at : at + chunk])
+                  for at in range(0, 2000, chunk))
+        planned = source.plan_log(chunks, first, until, parts, options.starts)
+        assert planned == source.plan_partitions(starts, first, until, parts)

@@ -178,7 +178,7 @@ def test_the_job_consumes_a_live_run_and_writes_events_summary_and_report(
     ))
     assert streamed == expected
     assert result.batches > 1  # it consumed the run while it was going on
-    summary = json.loads((out / "summary.json").read_text())
+    summary = json.loads((out / "runs" / "r1" / "summary.json").read_text())
     assert summary["events"] == sum(1 for e in expected if not e.barrier)
     assert summary["barrier_rows"] == sum(1 for e in expected if e.barrier)
     assert summary["fragments"] == len(fragments) == fragments.num_rows
@@ -188,9 +188,10 @@ def test_the_job_consumes_a_live_run_and_writes_events_summary_and_report(
     assert {b["type"] for b in summary["barriers"]} == {1, 2, 3}
     assert set(summary["sources"]) == {"1", "2", "3", "4"}
     for name in ("rates.png", "lateness.png", "multiplicity.png"):
-        assert (out / "report" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "rates.png" in (out / "report" / "index.html").read_text()
+        assert (out / "runs" / "r1" / "report" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "rates.png" in (out / "runs" / "r1" / "report" / "index.html").read_text()
     assert (out / "events" / "run=r1").is_dir()
+    assert (out / "runs" / "r1" / "checkpoint").is_dir()
 
     # the batch job on the finished run's directory builds the same events
     batch_out = tmp_path / "batch"

@@ -1,0 +1,105 @@
+"""Several runs share one ``--output`` (PySpark local mode, the job's ``run``): each run writes only
+its own directories (``events/run=<run>/``, ``runs/<run>/``); doing a run again with ``--path``
+replaces exactly that run; a streamed run has its own checkpoint, so a second run is not taken
+for the first one resuming, and doing a streamed run again resumes it without duplicates."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orderer.spark import job
+from tests.spark.conftest import DT, FinishedRun
+from tests.spark.logdata import write_ordered_log
+from tests.spark.oracle import Event, events_of, fragments_of, glom, random_stream
+
+
+def _job(spark: Any, *flags: str) -> job.JobResult:
+    return job.run(spark, job.build_parser().parse_args([*flags, "--quiet"]))
+
+
+def _events(spark: Any, out: Path, run: str) -> list[Event]:
+    """One run's events as a reader of the whole ``OUTPUT/events`` sees them."""
+    from pyspark.sql import functions as F
+
+    events = spark.read.parquet(str(out / "events"))
+    return events_of(events.where(F.col("run") == run).drop("run").toArrow())
+
+
+def _files(directory: Path) -> dict[str, float]:
+    return {str(p.relative_to(directory)): p.stat().st_mtime for p in directory.rglob("*")}
+
+
+def test_batch_runs_share_an_output_and_doing_one_again_replaces_only_it(
+    spark: Any, finished_run: FinishedRun, tmp_path: Path
+) -> None:
+    stream = random_stream(5, 3000)
+    other = write_ordered_log(tmp_path / "other", stream)
+    out = tmp_path / "out"
+    _job(spark, "--path", str(finished_run.data_dir), "--dt", str(DT), "--output", str(out),
+         "--run", "a")
+    _job(spark, "--path", str(other), "--dt", "100", "--output", str(out), "--run", "b")
+    assert _events(spark, out, "a") == glom(fragments_of(finished_run.fragments), DT)
+    b_before = {**_files(out / "events" / "run=b"), **_files(out / "runs" / "b")}
+
+    # run a again, from other data and with another window: a is replaced, b is not touched
+    result = _job(spark, "--path", str(other), "--dt", "50", "--output", str(out), "--run", "a")
+    assert _events(spark, out, "a") == glom(fragments_of(stream), 50)
+    assert _events(spark, out, "b") == glom(fragments_of(stream), 100)
+    assert {**_files(out / "events" / "run=b"), **_files(out / "runs" / "b")} == b_before
+    assert sorted(p.name for p in (out / "events").iterdir()) == ["run=a", "run=b"]
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["a", "b"]
+    for run, dt in (("a", 50), ("b", 100)):
+        summary = json.loads((out / "runs" / run / "summary.json").read_text())
+        assert (summary["run"], summary["glom"]["dt"], summary["fragments"]) == (run, dt, 3000)
+        assert f"evb run {run}" in (out / "runs" / run / "report" / "index.html").read_text()
+    assert result.summary_path == f"{out}/runs/a/summary.json"
+    assert result.report_path == f"{out}/runs/a/report/index.html"
+    assert result.events_path == f"{out}/events/run=a"
+
+
+def test_streamed_runs_have_their_own_checkpoint_and_resume_only_their_own(
+    spark: Any, finished_run: FinishedRun, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    expected = glom(fragments_of(finished_run.fragments), DT)
+    flags = ("--target", finished_run.target, "--dt", str(DT), "--output", str(out),
+             "--poll", "0.2")
+    for run in ("s1", "s2"):  # the second run reads the whole run: a checkpoint of its own
+        result = _job(spark, *flags, "--run", run)
+        assert _events(spark, out, run) == expected, run
+        assert result.summary["fragments"] == finished_run.fragments.num_rows
+    assert (out / "runs" / "s1" / "checkpoint").is_dir()
+    assert (out / "runs" / "s2" / "checkpoint").is_dir()
+    s2_before = _files(out / "events" / "run=s2")
+
+    # a driver that died in the middle of a micro-batch left a file the sink never committed
+    committed = sorted((out / "events" / "run=s1").glob("part-*.parquet"))[0]
+    shutil.copy(committed, committed.with_name("part-99999-left-by-a-dead-driver.parquet"))
+    result = _job(spark, *flags, "--run", "s1")  # resumes from its checkpoint: nothing twice
+    assert _events(spark, out, "s1") == expected
+    assert not list((out / "events" / "run=s1").glob("part-99999-*"))
+    assert result.summary["fragments"] == finished_run.fragments.num_rows
+    assert _files(out / "events" / "run=s2") == s2_before
+
+
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_a_new_streamed_run_replaces_what_a_run_of_the_same_name_left(
+    spark: Any, finished_run: FinishedRun, tmp_path: Path, checkpoint: bool
+) -> None:
+    """Without its checkpoint a streamed run starts afresh: the events a batch run of the same
+    name left are replaced, not added to."""
+    out = tmp_path / "out"
+    stale = write_ordered_log(tmp_path / "stale", random_stream(9, 500))
+    _job(spark, "--path", str(stale), "--dt", "100", "--output", str(out), "--run", "x")
+    flags = ["--target", finished_run.target, "--dt", str(DT), "--output", str(out),
+             "--run", "x", "--poll", "0.2"]
+    if checkpoint:
+        flags += ["--checkpoint", str(tmp_path / "elsewhere")]
+    _job(spark, *flags)
+    assert _events(spark, out, "x") == glom(fragments_of(finished_run.fragments), DT)
+    assert (tmp_path / "elsewhere").is_dir() == checkpoint
