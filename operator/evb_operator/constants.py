@@ -36,6 +36,9 @@ AUTH_DIR = "/etc/evb/auth"
 TOKEN_FILE = "token"
 SPARK_JOB_FILE = "local:///opt/evb/orderer/spark/job.py"
 """The Spark job inside the Spark image (``Dockerfile.spark``); the job is issue 4's."""
+SPARK_CONNECT_TIMEOUT_SECONDS = 300
+"""How long the Spark job waits for the orderer at its start: the operator creates both at once,
+and the orderer's volume may still be provisioning when the driver starts."""
 STOP_GRACE_SECONDS = 10.0
 TERMINATION_GRACE_SECONDS = 30
 """The pod's terminationGracePeriodSeconds; the server's stop grace stays below it."""

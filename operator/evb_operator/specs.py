@@ -388,6 +388,8 @@ def spark_arguments(name: str, namespace: str, spark: Mapping[str, Any]) -> list
         spark["output"]["path"],
         "--format",
         spark["output"]["format"],
+        "--connect-timeout",
+        str(c.SPARK_CONNECT_TIMEOUT_SECONDS),
     ]
 
 

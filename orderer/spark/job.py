@@ -209,6 +209,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between end-of-run checks (default: %(default)s)",
     )
     parser.add_argument("--quiet", action="store_true", help="do not print the summary")
+    parser.add_argument(
+        "--connect-timeout",
+        type=float,
+        metavar="S",
+        default=5.0,
+        help="seconds the orderer (--target) may take to answer before the job starts; the job "
+        "gives up with exit status 3 naming the address (default: %(default)s)",
+    )
     # each defaults to the variable the operator sets in the SparkApplication's pods; strings,
     # as the evb data source takes its options
     add_security_arguments(
@@ -302,6 +310,7 @@ def check_arguments(args: argparse.Namespace) -> None:
         ("--trigger-seconds", args.trigger_seconds, False),
         ("--tick-rate", args.tick_rate, True),
         ("--poll", args.poll, True),
+        ("--connect-timeout", args.connect_timeout, True),
     ):
         if not math.isfinite(value) or not (value > 0 if positive else value >= 0):
             raise ConfigError(flag, value, "must be a number " + ("> 0" if positive else ">= 0"))
@@ -585,10 +594,23 @@ def create_session(master: str | None, app: str = "evb-spark-job") -> Any:
     return builder.getOrCreate()
 
 
+def _reach_orderer(args: argparse.Namespace) -> None:
+    """One GetStats before Spark starts: a wrong address, a server that is down or a refused
+    token ends in one line within ``--connect-timeout`` instead of a failed streaming query
+    after the JVM's start. (Once running, the data source waits for a restarting orderer up to
+    its ``reconnectTimeout``.)"""
+    from orderer.client import get_stats
+    from orderer.spark.source import _security
+
+    security = _security(tuple(_security_options(args).items()))
+    get_stats(args.target, connect_timeout=args.connect_timeout, security=security)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``evb spark-job``: exit status 0; 2 for bad arguments or no usable Java, in one line
-    naming the flag or saying what to install, before Spark starts; 1 on failure."""
-    from orderer.errors import ConfigError
+    naming the flag or saying what to install, and 3 for an orderer that cannot be reached, each
+    before Spark starts; 1 on failure."""
+    from orderer.errors import ConfigError, ServiceUnavailable
 
     args = build_parser().parse_args(argv)
     try:
@@ -602,6 +624,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem is not None:
         print(f"evb spark-job: {problem}", file=sys.stderr)
         return 2
+    if args.target is not None:
+        try:
+            _reach_orderer(args)
+        except ServiceUnavailable as error:
+            print(f"evb spark-job: orderer unavailable: {error}", file=sys.stderr)
+            return 3
     spark = create_session(args.master)
     try:
         run(spark, args)

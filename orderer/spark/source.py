@@ -226,6 +226,7 @@ def _read_target(partition: OffsetRange) -> Iterator[pa.RecordBatch]:
         partition.first,
         until=partition.until,
         reconnect_timeout=partition.reconnect_timeout,
+        connect_timeout=partition.reconnect_timeout,  # an orderer restarting: wait as for a loss
         security=_security(partition.security),
     )
     for batch in reader:
@@ -246,6 +247,7 @@ def _scan_target(options: _Options, first: int, until: int) -> tuple[np.ndarray,
             until=until,
             payload=False,
             reconnect_timeout=options.reconnect_timeout,
+            connect_timeout=options.reconnect_timeout,
             security=_security(options.security),
         )
     )
@@ -261,7 +263,10 @@ def _stats(options: _Options) -> tuple[int, bool]:
 
     assert options.target is not None
     stats = get_stats(
-        options.target, timeout=options.reconnect_timeout, security=_security(options.security)
+        options.target,
+        timeout=options.reconnect_timeout,
+        connect_timeout=options.reconnect_timeout,
+        security=_security(options.security),
     )
     return int(stats["next_offset"]), bool(stats["run_ended"])
 
@@ -334,6 +339,7 @@ class EvbStreamReader(DataSourceStreamReader):
                 self.options.target,  # type: ignore[arg-type]
                 self.options.consumer,
                 offset,
+                connect_timeout=self.options.reconnect_timeout,
                 security=_security(self.options.security),
             )
         except InterfaceError as error:
@@ -382,6 +388,7 @@ class EvbStreamReader(DataSourceStreamReader):
                 self.options.target,  # type: ignore[arg-type]
                 self.options.consumer,
                 int(end["offset"]),
+                connect_timeout=self.options.reconnect_timeout,
                 security=_security(self.options.security),
             )
         except (ServiceUnavailable, InterfaceError) as error:

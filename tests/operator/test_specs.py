@@ -200,7 +200,12 @@ def test_the_full_spec_reaches_the_orderer_and_the_job() -> None:
     app = _by_kind(_children(FULL_SPEC))["SparkApplication"]["spec"]
     assert app["mainApplicationFile"] == "local:///opt/evb/orderer/spark/job.py"
     assert app["arguments"][app["arguments"].index("--dt") + 1] == "100"
-    assert app["arguments"][-4:] == ["--output", "s3a://bucket/run", "--format", "json"]
+    assert app["arguments"][-6:-2] == ["--output", "s3a://bucket/run", "--format", "json"]
+    # the job's own parser takes every argument the operator gives it
+    from orderer.spark.job import build_parser as job_parser
+
+    job = job_parser().parse_args(app["arguments"])
+    assert job.connect_timeout == c.SPARK_CONNECT_TIMEOUT_SECONDS
     assert app["sparkConf"] == {"spark.ui.enabled": "false"}
     assert app["image"] == "registry.example/evb-spark:1.2"
 

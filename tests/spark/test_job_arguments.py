@@ -54,6 +54,7 @@ def _cases(data: Path, tmp: Path) -> list[tuple[list[str], str]]:
         (["--target", "h:99999", "--dt", "5", "--output", "o"], "--target: must be HOST:PORT"),
         ([*path, "--dt", "5", "--tls-ca", str(tmp / "missing.crt")],
          "--tls-ca: is not a readable file"),
+        ([*path, "--dt", "5", "--connect-timeout", "0"], "--connect-timeout: must be a number > 0"),
     ]
 
 
@@ -152,3 +153,19 @@ def test_a_table_of_the_oracle_writes_as_a_log(tmp_path: Path) -> None:
         [_log_rows(b) for s in _segment_files(data) for b in _segment_batches(s)]
     )
     assert fragments_of(back) == fragments_of(stream)
+
+
+def test_an_unreachable_orderer_ends_before_spark_starts_naming_the_address(
+    tmp_path: Path,
+) -> None:
+    # nothing listens on port 1: one line, exit 3, within the connect timeout (no JVM)
+    done, seconds = _run(["--target", "127.0.0.1:1", "--dt", "1000", "--output",
+                          str(tmp_path / "o"), "--connect-timeout", "1"], _env())
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith(
+        "evb spark-job: orderer unavailable: cannot reach 127.0.0.1:1 within 1 s: connection "
+        "refused"
+    ), done.stderr
+    assert seconds < 8
+    assert not (tmp_path / "o").exists()
