@@ -24,8 +24,10 @@ Why a run owns whole directories: a run never deletes or overwrites another's re
 doing the same run again replaces exactly that run. With ``--path`` the run's events and its
 ``runs/<run>/`` are replaced. With ``--target`` a run whose checkpoint exists *resumes* from it
 (a restarted driver must: exactly once), keeping its events and rewriting its summary and
-report; without a checkpoint it starts afresh and first removes what an earlier run of the same
-name left. Each streamed run has its own checkpoint and its own file-sink log
+report, and only with the event building it began with (``runs/<run>/building.json``: dt, max
+fragments, timestamp policy, format; another value is refused, exit status 2); without a
+checkpoint it starts afresh and first removes what an earlier run of the same name left. Each
+streamed run has its own checkpoint and its own file-sink log
 (``events/run=<run>/_spark_metadata``), since a sink log shared by two queries would make the
 second skip the batch numbers the first one committed. A Hadoop URI (``s3a://``, ``hdfs://``) is
 accepted as ``--output``: the summary and the report are written locally first and copied there.
@@ -100,6 +102,11 @@ class Layout:
         return f"{self.run_dir}/report"
 
     @property
+    def building(self) -> str:
+        """How a streamed run builds its events, recorded at its start."""
+        return f"{self.run_dir}/building.json"
+
+    @property
     def checkpoint(self) -> str:
         """The streaming query's checkpoint unless ``--checkpoint`` says otherwise."""
         return f"{self.run_dir}/checkpoint"
@@ -114,8 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
         "summary and a report. Output, per run: OUTPUT/events/run=RUN/ (the events), "
         "OUTPUT/runs/RUN/summary.json, OUTPUT/runs/RUN/report/index.html and, streaming, "
         "OUTPUT/runs/RUN/checkpoint/. A run writes only its own directories: doing a run again "
-        "with --path replaces it; with --target it resumes from its checkpoint if there is one "
-        "(else it starts afresh and replaces it).",
+        "with --path replaces it; with --target it resumes from its checkpoint if there is one, "
+        "with the event building it began with (else it starts afresh and replaces it).",
     )
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--target", metavar="HOST:PORT", help="a live orderer: read it as a stream")
@@ -440,6 +447,53 @@ def _drop_uncommitted(spark: Any, directory: str, schema: str, fmt: str) -> list
     return dropped
 
 
+BUILDING_FLAGS = {
+    "dt": "--dt",
+    "maxFragments": "--max-fragments",
+    "timestampPolicy": "--timestamp-policy",
+    "format": "--format",
+}
+"""The settings a streamed run records at its start (``runs/RUN/building.json``), by flag."""
+
+
+def _check_resumed_building(spark: Any, layout: Layout, building: dict[str, str]) -> None:
+    """Why: a run resumed from its checkpoint with another ``--dt`` (or policy, or format)
+    would hold events built two ways, and nothing would tell them apart."""
+    from orderer.errors import ConfigError
+
+    if not _exists(spark, layout.building):  # a run started before the record existed
+        return
+    began = json.loads(_read_text(spark, layout.building))
+    for key, flag in BUILDING_FLAGS.items():
+        if began.get(key) != building.get(key):
+            raise ConfigError(
+                flag,
+                building.get(key),
+                f"run {layout.run} began with {flag} {began.get(key, '(none)')} and resumes "
+                "from its checkpoint, so it must build its events the same way: give the same "
+                f"value, another --run, or remove {layout.run_dir} and {layout.events} to do "
+                "the run again",
+            )
+
+
+def _write_text(spark: Any, uri: str, text: str) -> None:
+    filesystem, path = _filesystem(spark, uri)
+    stream = filesystem.create(path, True)
+    try:
+        stream.write(bytearray(text.encode()))
+    finally:
+        stream.close()
+
+
+def _read_text(spark: Any, uri: str) -> str:
+    filesystem, path = _filesystem(spark, uri)
+    stream = filesystem.open(path)
+    try:
+        return str(spark.sparkContext._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+    finally:
+        stream.close()
+
+
 def _builder(glom: Any) -> Any:
     from orderer.spark.glom import glom_batches
 
@@ -457,9 +511,13 @@ def _stream(spark: Any, args: argparse.Namespace, glom: Any, layout: Layout) -> 
 
     security = _security(tuple(_security_options(args).items()))
     checkpoint = args.checkpoint or layout.checkpoint
-    if not _exists(spark, checkpoint):  # a new run, not a restarted one: replace the old
+    building = {**glom.to_options(), "format": args.format}
+    if _exists(spark, checkpoint):  # a restarted run resumes: it must build as it began
+        _check_resumed_building(spark, layout, building)
+    else:  # a new run, not a restarted one: replace the old
         _remove(spark, layout.events)
         _remove(spark, layout.run_dir)
+    _write_text(spark, layout.building, json.dumps(building, sort_keys=True))
 
     reader = (
         spark.readStream.format("evb")
@@ -633,6 +691,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     spark = create_session(args.master)
     try:
         run(spark, args)
+    except ConfigError as error:  # seen only once Spark reads the output (a resumed run)
+        print(f"evb spark-job: {error}", file=sys.stderr)
+        return 2
     finally:
         spark.stop()
     return 0

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from orderer.errors import ConfigError
 from orderer.spark import job
 from tests.spark.conftest import DT, FinishedRun
 from tests.spark.logdata import write_ordered_log
@@ -85,6 +86,15 @@ def test_streamed_runs_have_their_own_checkpoint_and_resume_only_their_own(
     assert not list((out / "events" / "run=s1").glob("part-99999-*"))
     assert result.summary["fragments"] == finished_run.fragments.num_rows
     assert _files(out / "events" / "run=s2") == s2_before
+
+    # resuming with another way of building would mix two kinds of events in one run: refused,
+    # and the run's events stay as they were
+    s1_before = _files(out / "events" / "run=s1")
+    for changed in (["--dt", str(DT + 1)], ["--timestamp-policy", "latest"]):
+        argv = [*flags, "--run", "s1", *changed, "--quiet"]  # the flag given last wins
+        with pytest.raises(ConfigError, match=f"^{changed[0]}: run s1 began with {changed[0]} "):
+            job.run(spark, job.build_parser().parse_args(argv))
+    assert _files(out / "events" / "run=s1") == s1_before
 
 
 @pytest.mark.parametrize("checkpoint", [False, True])
