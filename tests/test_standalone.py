@@ -39,7 +39,7 @@ GENERATED = {REPO / "orderer" / "_proto"}
 BINARY_SUFFIXES = {".so", ".c", ".pyc", ".png", ".jpg", ".gif", ".parquet", ".arrow"}
 
 OUTSIDE = [
-    (re.compile(r"\.\./+shared\b"), "a path into ../shared"),
+    (re.compile(r"\.\./+shared\b"), "a path into the sibling shared directory"),
     (re.compile(r"(?<![\w.-])/work/"), "an absolute path of the machine evb was written on"),
     (re.compile(r"\bshared/(?:spec|schemas|STYLE\.md|hooks)\b"), "the shared/ directory"),
     (re.compile(r"""\bparents?\b(?:\[\d+\])?\s*/\s*["']shared["']"""), "a sibling directory"),
@@ -246,7 +246,7 @@ def test_the_link_checker_catches_what_it_must(tmp_path: Path) -> None:
     assert broken_link(page, "../README.md") is None
     assert broken_link(page, "#parameters") is None
     assert broken_link(page, "https://example.org/nowhere") is None
-    assert broken_link(page, "../../shared/spec/ORDERING.md") == "points outside the repository"
+    assert broken_link(page, "../../elsewhere/ORDERING.md") == "points outside the repository"
     assert broken_link(page, "../nowhere.md") == "no such file nowhere.md"
     assert broken_link(page, "#no-such-heading") == (
         "docs/ordering.md has no heading with the anchor #no-such-heading"
