@@ -94,3 +94,26 @@ class CertificateAuthority:
                 x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), False
             )
         return _write(self.directory, stem, builder.sign(self._key, hashes.SHA256()), key)
+
+
+def make_pki(directory: Path, token: str) -> dict[str, Path]:
+    """The files the TLS tests need: a CA with a server and a client certificate, a stranger
+    certificate from another CA, that CA, and a token file."""
+    ca = CertificateAuthority(directory / "ca")
+    other = CertificateAuthority(directory / "other", name="some other CA")
+    server = ca.issue("server", server=True)
+    client = ca.issue("client", server=False)
+    stranger = other.issue("stranger", server=False)
+    token_file = directory / "token"
+    token_file.write_text(token + "\n")
+    return {
+        "ca": ca.cert,
+        "server_cert": server.cert,
+        "server_key": server.key,
+        "client_cert": client.cert,
+        "client_key": client.key,
+        "stranger_cert": stranger.cert,
+        "stranger_key": stranger.key,
+        "other_ca": other.cert,
+        "token_file": token_file,
+    }

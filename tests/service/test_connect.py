@@ -21,7 +21,7 @@ from orderer import client as lib
 from orderer.client import DEFAULT_CONNECT_TIMEOUT, ChannelSecurity
 from orderer.errors import AuthenticationError, InterfaceError, ServiceUnavailable
 from orderer.remote import tail
-from tests.certs import CertificateAuthority
+from tests.certs import make_pki
 from tests.service.harness import run, serving, target
 
 CONFIG = OrdererConfig(build_window=0.2, startup_delay=0.0, sources=(1,))
@@ -37,19 +37,7 @@ NOBODY = "127.0.0.1:1"
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    directory = tmp_path_factory.mktemp("pki")
-    ca = CertificateAuthority(directory / "ca")
-    other = CertificateAuthority(directory / "other", name="some other CA")
-    server = ca.issue("server", server=True)
-    token_file = directory / "token"
-    token_file.write_text(TOKEN + "\n")
-    return {
-        "ca": ca.cert,
-        "other_ca": other.cert,
-        "server_cert": server.cert,
-        "server_key": server.key,
-        "token_file": token_file,
-    }
+    return make_pki(tmp_path_factory.mktemp("pki"), TOKEN)
 
 
 # Every entry point, called the same way: (target, security, connect_timeout) -> awaitable.

@@ -22,7 +22,7 @@ from orderer.client import (
 from orderer.errors import ConfigError, ServiceUnavailable
 from orderer.service.security import ServerSecurity
 from orderer.service.server import RunningServer, ServiceConfig
-from tests.certs import CertificateAuthority
+from tests.certs import make_pki
 from tests.service.harness import run, serving
 
 CONFIG = OrdererConfig(build_window=0.2, startup_delay=0.0, sources=(1,))
@@ -33,25 +33,7 @@ REFUSED = 3.0
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    directory = tmp_path_factory.mktemp("pki")
-    ca = CertificateAuthority(directory / "ca")
-    other = CertificateAuthority(directory / "other", name="some other CA")
-    server = ca.issue("server", server=True)
-    client = ca.issue("client", server=False)
-    stranger = other.issue("stranger", server=False)
-    token_file = directory / "token"
-    token_file.write_text(TOKEN + "\n")
-    return {
-        "ca": ca.cert,
-        "server_cert": server.cert,
-        "server_key": server.key,
-        "client_cert": client.cert,
-        "client_key": client.key,
-        "stranger_cert": stranger.cert,
-        "stranger_key": stranger.key,
-        "other_ca": other.cert,
-        "token_file": token_file,
-    }
+    return make_pki(tmp_path_factory.mktemp("pki"), TOKEN)
 
 
 def _tls(pki: dict[str, Path], **more: object) -> dict[str, object]:
