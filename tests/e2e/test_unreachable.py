@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.certs import CertificateAuthority
+from tests.certs import make_pki
 from tests.e2e.conftest import ServerProcess, environment, evb_command
 
 CONNECT_TIMEOUT = 1.0
@@ -50,11 +50,8 @@ class Servers:
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     directory = tmp_path_factory.mktemp("unreachable")
-    ca = CertificateAuthority(directory / "ca")
-    other = CertificateAuthority(directory / "other", name="some other CA")
-    cert = ca.issue("server", server=True)
-    token_file, wrong = directory / "token", directory / "wrong-token"
-    token_file.write_text(TOKEN + "\n")
+    pki = make_pki(directory, TOKEN)
+    wrong = directory / "wrong-token"
     wrong.write_text("not-" + TOKEN + "\n")
     started: list[ServerProcess] = []
     try:
@@ -63,15 +60,17 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
             (
                 "secure",
                 (
-                    "--tls-cert", str(cert.cert), "--tls-key", str(cert.key),
-                    "--token-file", str(token_file),
+                    "--tls-cert", str(pki["server_cert"]), "--tls-key", str(pki["server_key"]),
+                    "--token-file", str(pki["token_file"]),
                 ),
             ),
         ):
             logs = directory / f"logs-{name}"
             logs.mkdir()
             started.append(ServerProcess(directory / f"data-{name}", logs, *flags).start())
-        yield Servers(started[0], started[1], ca.cert, other.cert, token_file, wrong)
+        yield Servers(
+            started[0], started[1], pki["ca"], pki["other_ca"], pki["token_file"], wrong
+        )
     finally:
         for server in started:
             if server.alive():
