@@ -36,6 +36,12 @@ from orderer.errors import (
 
 __all__ = ["HelpFormatter", "add_security_arguments", "build_parser", "main", "serve_configs"]
 
+# gRPC's core logs every failed TLS handshake attempt on stderr (a dozen lines while a command
+# waits for its connection, around its one-line error, which names the cause once). gRPC reads
+# the setting when it is first imported, and every command imports it lazily, after this; a
+# GRPC_VERBOSITY the user set wins. The library leaves the process's environment alone.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
 EXIT_BAD_INPUT = 2
 EXIT_UNAVAILABLE = 3
 DEFAULT_TARGET = "localhost:50051"

@@ -38,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import random
 import re
 import threading
@@ -47,12 +46,6 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
-
-# gRPC's core logs every failed TLS handshake attempt on stderr (a dozen lines while a client
-# waits for its connection, around the one-line error of `evb stats`); the error this module
-# raises names the cause once. gRPC reads the setting when it is first imported, so it helps
-# only if nothing imported grpc before; a GRPC_VERBOSITY the user set wins.
-os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 import grpc
 import numpy as np
