@@ -113,7 +113,7 @@ class Layout:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from orderer.cli import add_security_arguments
+    from orderer.cli import DEFAULT_CONNECT_TIMEOUT, add_security_arguments
 
     parser = argparse.ArgumentParser(
         prog="evb spark-job",
@@ -220,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--connect-timeout",
         type=float,
         metavar="S",
-        default=5.0,
+        default=DEFAULT_CONNECT_TIMEOUT,
         help="seconds the orderer (--target) may take to answer before the job starts; the job "
         "gives up with exit status 3 naming the address (default: %(default)s)",
     )
