@@ -33,8 +33,15 @@ from orderer.errors import (
     RecordError,
     ServiceUnavailable,
 )
+from orderer.wire.options import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_TARGET,
+    ENV_TARGET,
+    add_security_arguments,
+    security_from_args,
+)
 
-__all__ = ["HelpFormatter", "add_security_arguments", "build_parser", "main", "serve_configs"]
+__all__ = ["HelpFormatter", "build_parser", "main", "serve_configs"]
 
 # gRPC's core logs every failed TLS handshake attempt on stderr (a dozen lines while a command
 # waits for its connection, around its one-line error, which names the cause once). gRPC reads
@@ -44,9 +51,6 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 EXIT_BAD_INPUT = 2
 EXIT_UNAVAILABLE = 3
-DEFAULT_TARGET = "localhost:50051"
-DEFAULT_CONNECT_TIMEOUT = 5.0
-"""Seconds a client command waits for a connection before it gives up (exit 3)."""
 
 
 class BadInput(EvbError):
@@ -410,7 +414,7 @@ def _client_options(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "batch_size": args.client_batch,
         "linger": args.linger,
-        "security": _security(args),
+        "security": security_from_args(args),
         "connect_timeout": args.connect_timeout,
     }
 
@@ -467,7 +471,7 @@ def _cmd_tail(args: argparse.Namespace) -> int:
         until=args.until,
         follow=args.follow,
         payload=args.payload,
-        security=_security(args),
+        security=security_from_args(args),
         connect_timeout=args.connect_timeout,
     )
     return 0
@@ -487,7 +491,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         sys.stdout,
         as_json=args.json,
         timeout=args.timeout,
-        security=_security(args),
+        security=security_from_args(args),
         connect_timeout=args.connect_timeout,
     )
     return 0
@@ -501,7 +505,7 @@ def _cmd_end_run(args: argparse.Namespace) -> int:
     next_offset = end_run(
         args.target,
         timeout=args.timeout,
-        security=_security(args),
+        security=security_from_args(args),
         connect_timeout=args.connect_timeout,
     )
     print(json.dumps({"next_offset": next_offset}), flush=True)
@@ -514,7 +518,7 @@ def _cmd_end_run(args: argparse.Namespace) -> int:
 def _add_target(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--target",
-        default=os.environ.get("EVB_TARGET", DEFAULT_TARGET),
+        default=os.environ.get(ENV_TARGET, DEFAULT_TARGET),
         metavar="HOST:PORT",
         help=f"the orderer service (default: $EVB_TARGET, else {DEFAULT_TARGET})",
     )
@@ -526,49 +530,6 @@ def _add_target(parser: argparse.ArgumentParser) -> None:
         help="seconds to wait for a connection before giving up with exit status 3",
     )
     add_security_arguments(parser)
-
-
-def add_security_arguments(
-    parser: argparse.ArgumentParser,
-    title: str = "security (each flag defaults to its environment variable)",
-    path_type: Callable[[str], Any] = Path,
-) -> None:
-    """A client's TLS and token flags, each defaulting to the variable the operator sets in the
-    pods it runs clients in (``evb send/tail/stats/end-run`` and the Spark job share them)."""
-    group = parser.add_argument_group(title)
-    for flag, variable, what in (
-        ("--tls-ca", "EVB_TLS_CA", "PEM CA of the server's certificate: connect with TLS"),
-        ("--tls-cert", "EVB_TLS_CERT", "PEM client certificate (mutual TLS)"),
-        ("--tls-key", "EVB_TLS_KEY", "PEM key of the client certificate"),
-        ("--token-file", "EVB_TOKEN_FILE", "file holding the bearer token (TLS only)"),
-    ):
-        group.add_argument(
-            flag,
-            type=path_type,
-            default=os.environ.get(variable) or None,
-            metavar="FILE",
-            help=f"{what} (default: ${variable})",
-        )
-    group.add_argument(
-        "--tls",
-        action="store_true",
-        help="TLS with the system's CA certificates (implied by --tls-ca)",
-    )
-
-
-def _security(args: argparse.Namespace) -> Any:
-    """The client's ChannelSecurity from the flags (and $EVB_TOKEN for the token itself)."""
-    from orderer.service.security import ENV_TOKEN, ChannelSecurity
-
-    token = os.environ.get(ENV_TOKEN) or None
-    return ChannelSecurity.from_files(
-        ca=args.tls_ca,
-        cert=args.tls_cert,
-        key=args.tls_key,
-        token=None if args.token_file is not None else token,
-        token_file=args.token_file,
-        tls=args.tls,
-    )
 
 
 # ------------------------------------------------------------------------ the parser

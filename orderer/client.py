@@ -54,8 +54,9 @@ from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
 from orderer.batch import EmittedBatch, FragmentBatch
 from orderer.errors import AuthenticationError, EvbError, InterfaceError, ServiceUnavailable
-from orderer.service import convert
-from orderer.service.security import ChannelSecurity, aio_channel, sync_channel
+from orderer.wire import convert
+from orderer.wire.options import DEFAULT_CONNECT_TIMEOUT
+from orderer.wire.security import ChannelSecurity, aio_channel, sync_channel
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
@@ -131,14 +132,9 @@ def _error_of(
 
 # ---------------------------------------------------------------------------------- connecting
 
-DEFAULT_CONNECT_TIMEOUT = 5.0
-"""Seconds a client waits for its first connection before it raises ``ServiceUnavailable``:
-long enough for gRPC's quick reconnect attempts (see :func:`channel_options`) to ride out an
-orderer restarting, short enough that a wrong address is reported while the user still waits."""
-
 _PROBE_METHOD = "/grpc.health.v1.Health/Check"
 """Asked once, without waiting for a connection, to read gRPC's reason for having none; open
-without a token (:data:`orderer.service.security.OPEN_METHODS`), and an empty request is valid."""
+without a token (:data:`orderer.wire.security.OPEN_METHODS`), and an empty request is valid."""
 
 _PROBE_TIMEOUT = 1.0
 """Seconds the probe may take: a connection attempt still under way when the connect timeout

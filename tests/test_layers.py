@@ -61,7 +61,8 @@ def test_grpc_stays_at_the_network_edge() -> None:
     replay or the storage."""
     allowed = {
         "orderer/service/server.py",
-        "orderer/service/convert.py",
+        "orderer/wire/convert.py",
+        "orderer/wire/security.py",
         "orderer/service/metrics.py",
         "orderer/service/security.py",
         "orderer/client.py",

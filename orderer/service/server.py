@@ -1,7 +1,7 @@
 """The gRPC orderer service: ``OrdererService`` (domain), ``OrdererServicer`` (edge), ``serve()``.
 
 Why split this way (STYLE "For evb" 4, 6, 10): the servicer methods only convert between pb2
-messages and API types (:mod:`orderer.service.convert`) and translate errors into status codes,
+messages and API types (:mod:`orderer.wire.convert`) and translate errors into status codes,
 once, here. Everything else lives in :class:`OrdererService`, a plain asyncio class that owns
 the :class:`~orderer.api.Orderer`, the arrival log and the ordered log
 (:mod:`orderer.service.storage`), the per-source sequence table that deduplicates resends, and
@@ -54,7 +54,7 @@ from orderer.errors import (
     InternalOrdererError,
     ServiceUnavailable,
 )
-from orderer.service import binding, convert
+from orderer.service import binding
 from orderer.service.intake import Intake
 from orderer.service.metrics import MetricsSnapshot, RateMeter, ServiceMetrics
 from orderer.service.security import ServerSecurity
@@ -68,6 +68,7 @@ from orderer.service.storage import (
     Recovered,
     recover,
 )
+from orderer.wire import convert
 
 __all__ = [
     "SERVICE_NAME",
@@ -122,7 +123,7 @@ class ServiceConfig:
     """Address the metrics endpoint binds."""
     max_payload_bytes: int = 1 << 20
     """Largest payload of one fragment; a larger one is refused (INVALID_ARGUMENT). At most
-    :data:`~orderer.service.convert.MAX_PAYLOAD_BYTES` (4 MiB less 116 bytes), so that a reply
+    :data:`~orderer.wire.convert.MAX_PAYLOAD_BYTES` (4 MiB less 116 bytes), so that a reply
     holding one such fragment still fits a reader with gRPC's default 4 MiB limit."""
     strict_sources: bool = False
     """Refuse fragments, watermarks and ends of sources not declared in ``sources``."""

@@ -113,7 +113,7 @@ class Layout:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from orderer.cli import DEFAULT_CONNECT_TIMEOUT, add_security_arguments
+    from orderer.wire.options import DEFAULT_CONNECT_TIMEOUT, add_security_arguments
 
     parser = argparse.ArgumentParser(
         prog="evb spark-job",

@@ -81,8 +81,8 @@ from rich.table import Table
 from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
 from orderer.batch import FragmentBatch
-from orderer.service import convert
 from orderer.synthetic import SyntheticRun, iter_batches
+from orderer.wire import convert
 
 TARGET_THROUGHPUT = 3e6
 TARGET_RATIO = 0.6

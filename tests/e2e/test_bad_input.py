@@ -17,7 +17,7 @@ from orderer import FragmentBatch
 from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
 from orderer.client import SourceClient, get_stats
-from orderer.service import convert
+from orderer.wire import convert
 from tests.e2e.conftest import ServerProcess
 
 

@@ -23,7 +23,7 @@ import pytest
 from orderer import FragmentBatch
 from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
-from orderer.service import convert
+from orderer.wire import convert
 from tests.e2e.conftest import ServerProcess, environment, evb_command
 
 REFUSED_WITHIN = 30.0

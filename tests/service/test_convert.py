@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from orderer import ConfigError, EmittedBatch, FragmentBatch, InterfaceError, OrdererConfig
 from orderer._proto.evb.v1 import orderer_pb2 as pb
-from orderer.service import convert
+from orderer.wire import convert
 
 LIMITS = convert.BatchLimits(max_payload_bytes=16, sources=frozenset({1, 2}))
 

@@ -1,6 +1,6 @@
 """Hypothesis fuzzers over the Submit decoder: arbitrary bytes parsed as a ``SubmitRequest``,
 structured-but-wrong ``FragmentBatch`` messages, and mutations of good ones. The decoder
-(:func:`orderer.service.convert.batch_from_pb` and the watermark/end conversions) either returns
+(:func:`orderer.wire.convert.batch_from_pb` and the watermark/end conversions) either returns
 a batch that holds together or raises ``InterfaceError`` naming a field of the message: never
 another exception, never a hang. Then the same messages go to a real server behind a good batch:
 the stream ends OK or INVALID_ARGUMENT naming the field, what the stream sent before stays
@@ -29,8 +29,8 @@ from orderer import OrdererConfig
 from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
 from orderer.errors import InterfaceError
-from orderer.service import convert
 from orderer.service.server import RunningServer, ServiceConfig, start_server
+from orderer.wire import convert
 
 SOAK = bool(os.environ.get("EVB_SOAK"))
 LIMITS = convert.BatchLimits(max_payload_bytes=64, sources=None)

@@ -2,7 +2,7 @@
 on a channel without options, whose receive limit is 4 MiB. Replies were cut at 65,536
 fragments or 4 MiB of payload, and the per-fragment columns (25-33 bytes each) took them past
 4 MiB: RESOURCE_EXHAUSTED. Now each is cut by its encoded size
-(:func:`orderer.service.convert.ordered_batch_bytes`, at most 3.5 MiB), whatever the payload
+(:func:`orderer.wire.convert.ordered_batch_bytes`, at most 3.5 MiB), whatever the payload
 sizes, and the largest payload the service accepts still fits a reply of one fragment.
 """
 
@@ -19,8 +19,8 @@ from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
 from orderer.batch import EmittedBatch
 from orderer.errors import ConfigError
-from orderer.service import convert
 from orderer.service.server import RunningServer, ServiceConfig
+from orderer.wire import convert
 from tests.service.harness import run, serving, target
 
 CONFIG = OrdererConfig(build_window=0.05, startup_delay=0.0, sources=(1,))
