@@ -1,5 +1,5 @@
-"""Names, ports, labels, annotations and environment variables shared by the operator's modules
-(STYLE 3: names come from template constants, never spelled twice)."""
+"""Names, ports, labels, annotations and environment variables shared by the operator's modules:
+each is spelled here once (names as templates the modules format), never again elsewhere."""
 
 from __future__ import annotations
 

@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from evb_operator.phases import REQUESTED_STATES, RunPhase, describe
+
 __all__ = [
     "GROUP",
     "KIND",
@@ -126,6 +128,22 @@ def _quantity(description: str, **more: Any) -> dict[str, Any]:
     }
 
 
+def _image(description: str) -> dict[str, Any]:
+    """The ``image`` and ``imagePullPolicy`` properties of a section that runs pods."""
+    return {
+        "image": _string(description, minLength=1),
+        "imagePullPolicy": _string("Image pull policy.", enum=["Always", "IfNotPresent", "Never"]),
+    }
+
+
+def _spark_pod(cores: str, memory: str, default_memory: str) -> dict[str, Any]:
+    """The size of a Spark driver or executor: ``cores`` and ``memory`` (Spark's notation)."""
+    return {
+        "cores": _integer(cores, minimum=1, maximum=64, default=1),
+        "memory": _string(memory, pattern=_SPARK_MEMORY_PATTERN, default=default_memory),
+    }
+
+
 def _resources(description: str, default: dict[str, Any]) -> dict[str, Any]:
     quantities = {"type": "object", "additionalProperties": _quantity("A quantity.")}
     return _object(
@@ -169,37 +187,40 @@ class Rule:
         return entry
 
 
-def _at_most(low: str, high: str) -> Callable[[Mapping[str, Any]], bool]:
-    return lambda obj: low not in obj or high not in obj or obj[low] <= obj[high]
+_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+    "<=": lambda a, b: a <= b,
+    ">=": lambda a, b: a >= b,
+}
+
+
+def _compare(path: tuple[str, ...], field: str, op: str, other: str, message: str) -> Rule:
+    """``field op other`` when both are set, reported under ``field``."""
+    return Rule(
+        path=path,
+        cel=f"!has(self.{field}) || !has(self.{other}) || self.{field} {op} self.{other}",
+        message=message,
+        check=lambda obj: (
+            field not in obj or other not in obj or _COMPARE[op](obj[field], obj[other])
+        ),
+        field_path=f".{field}",
+    )
+
+
+def _immutable(field: str, message: str) -> Rule:
+    """``spec.<field>`` keeps the value it was created with (a transition rule: no twin)."""
+    return Rule(path=(field,), cel="self == oldSelf", message=message)
 
 
 RULES: tuple[Rule, ...] = (
-    Rule(
-        path=(),
-        cel="!has(self.barrierTimeout) || !has(self.buildWindow)"
-        " || self.barrierTimeout >= self.buildWindow",
-        message="barrierTimeout must be >= buildWindow (a barrier waits at least one window)",
-        check=lambda spec: (
-            "barrierTimeout" not in spec
-            or "buildWindow" not in spec
-            or spec["barrierTimeout"] >= spec["buildWindow"]
-        ),
-        field_path=".barrierTimeout",
+    _compare(
+        (),
+        "barrierTimeout",
+        ">=",
+        "buildWindow",
+        "barrierTimeout must be >= buildWindow (a barrier waits at least one window)",
     ),
-    Rule(
-        path=("flowControl",),
-        cel="!has(self.globalXon) || !has(self.globalXoff) || self.globalXon <= self.globalXoff",
-        message="globalXon must be <= globalXoff",
-        check=_at_most("globalXon", "globalXoff"),
-        field_path=".globalXon",
-    ),
-    Rule(
-        path=("flowControl",),
-        cel="!has(self.queueXon) || !has(self.queueXoff) || self.queueXon <= self.queueXoff",
-        message="queueXon must be <= queueXoff",
-        check=_at_most("queueXon", "queueXoff"),
-        field_path=".queueXon",
-    ),
+    _compare(("flowControl",), "globalXon", "<=", "globalXoff", "globalXon must be <= globalXoff"),
+    _compare(("flowControl",), "queueXon", "<=", "queueXoff", "queueXon must be <= queueXoff"),
     Rule(
         path=(),
         cel="!has(self.auth) || has(self.tls)",
@@ -215,26 +236,17 @@ RULES: tuple[Rule, ...] = (
         check=lambda tls: not tls.get("mutual") or "clientSecretName" in tls,
         field_path=".clientSecretName",
     ),
-    Rule(
-        path=("flowControl",),
-        cel="self == oldSelf",
-        message="flowControl cannot change during a run (the orderer replays its log with it)",
+    _immutable(
+        "flowControl",
+        "flowControl cannot change during a run (the orderer replays its log with it)",
     ),
-    Rule(
-        path=("sources",),
-        cel="self == oldSelf",
-        message="sources cannot change during a run; create a new EventBuilder",
-    ),
+    _immutable("sources", "sources cannot change during a run; create a new EventBuilder"),
     Rule(
         path=("state",),
-        cel="oldSelf != 'Ended' || self == 'Ended'",
+        cel=f"oldSelf != '{RunPhase.ENDED}' || self == '{RunPhase.ENDED}'",
         message="an ended run cannot be resumed; create a new EventBuilder",
     ),
-    Rule(
-        path=("storage",),
-        cel="self == oldSelf",
-        message="storage cannot change (a StatefulSet's volume claims are immutable)",
-    ),
+    _immutable("storage", "storage cannot change (a StatefulSet's volume claims are immutable)"),
 )
 
 
@@ -314,13 +326,7 @@ def _spec_schema() -> dict[str, Any]:
         "The orderer's pod: image, resources and service settings. A change rolls the pod (the"
         " orderer recovers its run from its logs).",
         {
-            "image": _string(
-                "Orderer image; default: the operator's own image (one image holds both).",
-                minLength=1,
-            ),
-            "imagePullPolicy": _string(
-                "Image pull policy.", enum=["Always", "IfNotPresent", "Never"]
-            ),
+            **_image("Orderer image; default: the operator's own image (one image holds both)."),
             "resources": _resources(
                 "Orderer container resources.",
                 default={"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
@@ -376,13 +382,7 @@ def _spec_schema() -> dict[str, Any]:
         "The Spark job that reads the ordered output from the orderer's Service and builds"
         " events. Unset: no SparkApplication (the orderer runs alone).",
         {
-            "image": _string(
-                "Spark job image (evb installed on a Spark base); default: the operator's.",
-                minLength=1,
-            ),
-            "imagePullPolicy": _string(
-                "Image pull policy.", enum=["Always", "IfNotPresent", "Never"]
-            ),
+            **_image("Spark job image (evb installed on a Spark base); default: the operator's."),
             "sparkVersion": _string("Spark version of the image.", minLength=1, default="4.3.0"),
             "serviceAccount": _string(
                 "Service account of the driver (it creates the executor pods).",
@@ -401,14 +401,7 @@ def _spec_schema() -> dict[str, Any]:
             ),
             "driver": _object(
                 "Spark driver size.",
-                {
-                    "cores": _integer("Driver cores.", minimum=1, maximum=64, default=1),
-                    "memory": _string(
-                        "Driver memory (Spark notation: 512m, 2g).",
-                        pattern=_SPARK_MEMORY_PATTERN,
-                        default="1g",
-                    ),
-                },
+                _spark_pod("Driver cores.", "Driver memory (Spark notation: 512m, 2g).", "1g"),
                 default={},
             ),
             "executors": _object(
@@ -417,11 +410,10 @@ def _spec_schema() -> dict[str, Any]:
                     "instances": _integer(
                         "Number of executors.", minimum=1, maximum=1000, default=2
                     ),
-                    "cores": _integer("Cores per executor.", minimum=1, maximum=64, default=1),
-                    "memory": _string(
+                    **_spark_pod(
+                        "Cores per executor.",
                         "Memory per executor (Spark notation: 512m, 2g).",
-                        pattern=_SPARK_MEMORY_PATTERN,
-                        default="2g",
+                        "2g",
                     ),
                 },
                 default={},
@@ -449,10 +441,10 @@ def _spec_schema() -> dict[str, Any]:
     )
     properties: dict[str, Any] = {
         "state": _string(
-            "Running, or Ended: the orderer ends the run (drains every queue, EndRun) and the"
-            " Spark job finishes reading. An ended run cannot be resumed.",
-            enum=["Running", "Ended"],
-            default="Running",
+            f"{RunPhase.RUNNING}, or {RunPhase.ENDED}: the orderer ends the run (drains every"
+            " queue, EndRun) and the Spark job finishes reading. An ended run cannot be resumed.",
+            enum=[state.value for state in REQUESTED_STATES],
+            default=RunPhase.RUNNING.value,
         ),
         "sources": {
             "type": "array",
@@ -611,10 +603,8 @@ def _status_schema() -> dict[str, Any]:
         "properties": {
             "phase": {
                 "type": "string",
-                "enum": ["Pending", "Running", "Ended", "Completed", "Failed", "Invalid"],
-                "description": "Pending (orderer not reachable yet), Running, Ended (EndRun"
-                " done), Completed (Spark finished), Failed (Spark failed), Invalid (spec"
-                " rejected: see the Valid condition).",
+                "enum": [phase.value for phase in RunPhase],
+                "description": describe(),
             },
             "endpoint": {"type": "string", "description": "gRPC address of the orderer."},
             "window": {"type": "number", "description": "buildWindow in force in the orderer."},

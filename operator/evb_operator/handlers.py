@@ -1,11 +1,14 @@
 """The kopf glue of the evb operator: ``kopf run -m evb_operator.handlers``.
 
-Glue only (STYLE "For evb" 9): every handler validates (:mod:`~evb_operator.validation`), builds
-(:mod:`~evb_operator.specs`, :mod:`~evb_operator.status`), adopts, creates or patches through
-:mod:`~evb_operator.kube`, calls the orderer through :mod:`orderer.client`, and patches the
-status. Errors are translated here, once: an invalid spec becomes ``kopf.PermanentError`` with a
-``Valid=False`` condition (no retry loop); an unreachable orderer or API server becomes
-``kopf.TemporaryError(delay=...)``.
+Glue only (no manifest and no status is built here): every handler validates
+(:mod:`~evb_operator.validation`), builds (:mod:`~evb_operator.specs`,
+:mod:`~evb_operator.status`), adopts, creates or patches through :mod:`~evb_operator.kube`, calls
+the orderer through :mod:`orderer.client`, and patches the status. Errors are translated here,
+once: an invalid spec becomes ``kopf.PermanentError`` with a ``Valid=False`` condition (no retry
+loop); an unreachable orderer or API server becomes ``kopf.TemporaryError(delay=...)``. The
+handlers of the children's sections (``spec.orderer``/``tls``/``auth``, ``spec.spark``,
+``spec.networkPolicy``) are one skeleton, :func:`_reapply`: validate, rebuild, patch (or delete),
+translate the errors.
 
 What happens when:
 
@@ -28,14 +31,16 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import kopf
 
 from evb_operator import constants as c
 from evb_operator import crd, kube, security, specs, validation
 from evb_operator import status as evb_status
+from evb_operator.phases import RunPhase
 from orderer import client as orderer_client
 from orderer.errors import ConfigError, EvbError, InterfaceError
 
@@ -46,6 +51,8 @@ RPC_TIMEOUT = min(5.0, STATS_INTERVAL)
 CONTROL_TIMEOUT = 30.0
 """Seconds a Configure or EndRun may take (EndRun drains every queue and syncs the logs)."""
 RETRY_DELAY = 10.0
+
+T = TypeVar("T")
 
 
 # ----------------------------------------------------------------------------- plumbing
@@ -121,6 +128,43 @@ def _children(
         operator_labels=_operator_labels(),
         labels=labels,
     )
+
+
+@dataclass(frozen=True)
+class _Orderer:
+    """The orderer of the EventBuilder a handler acts on, and the spec that says how to reach
+    it."""
+
+    owner: str
+    """The EventBuilder's name."""
+    namespace: str
+    endpoint: str
+    valid: validation.ValidSpec | None
+    """None for an invalid spec (the create/update handler reports it)."""
+
+
+def _orderer(
+    *,
+    spec: kopf.Spec,
+    name: str,
+    namespace: str | None,
+    annotations: kopf.Annotations,
+    **_: Any,
+) -> _Orderer:
+    """From a handler's keyword arguments."""
+    namespace = _namespaced(namespace)
+    return _Orderer(name, namespace, _endpoint(name, namespace, annotations), _valid_or_none(spec))
+
+
+async def _control(call: Callable[..., Awaitable[T]], orderer: _Orderer, *args: Any) -> T:
+    """``call`` (``Configure``, ``EndRun``) on the orderer, reached as its spec says
+    (plaintext without a valid spec); its errors translated."""
+    valid = orderer.valid
+    try:
+        reach = None if valid is None else await _security(valid, orderer.namespace)
+        return await call(orderer.endpoint, *args, timeout=CONTROL_TIMEOUT, security=reach)
+    except EvbError as error:
+        raise _orderer_error(error) from None
 
 
 async def _security(
@@ -204,17 +248,8 @@ async def reconcile(
             raise _kube_error(error) from None
         if created:
             logger.info("created %s %s", child["kind"], child["metadata"]["name"])
-    patch.status["conditions"] = evb_status.set_condition(
-        status.get("conditions"),
-        type="Valid",
-        status=True,
-        reason="Accepted",
-        message="the spec is valid",
-        now=_now(),
-    )
-    patch.status["endpoint"] = _endpoint(name, namespace, annotations)
-    if status.get("phase") in (None, "Invalid"):
-        patch.status["phase"] = "Pending"
+    endpoint = _endpoint(name, namespace, annotations)
+    patch.status.update(evb_status.accepted(status, endpoint=endpoint, now=_now()))
 
 
 @kopf.on.field(*RESOURCE, field="spec.buildWindow", param="buildWindow")
@@ -223,235 +258,141 @@ async def reconcile(
 @kopf.on.field(*RESOURCE, field="spec.sourceTimeout", param="sourceTimeout")
 @kopf.on.field(*RESOURCE, field="spec.latePolicy", param="latePolicy")
 async def configure_live(
+    *, param: str = "", reason: str, patch: kopf.Patch, logger: kopf.Logger, **kwargs: Any
+) -> None:
+    """Push one live parameter to the running orderer (``Configure``): no restart, no child
+    touched. At creation the ConfigMap already holds it."""
+    if reason == "create":
+        return
+    orderer = _orderer(**kwargs)
+    if orderer.valid is None:
+        return
+    value = orderer.valid.orderer.to_mapping(camel=True)[param]
+    if param == "barrierTimeout" and value is None:  # unset: back to 4 x buildWindow, now
+        value = orderer.valid.orderer.effective_barrier_timeout
+    config = await _control(orderer_client.configure_async, orderer, {param: value})
+    logger.info("configured %s=%r live at %s", param, value, orderer.endpoint)
+    patch.status["window"] = float(config["build_window"])
+
+
+async def _reapply(
+    child: specs.ChildKind,
+    path: str,
     *,
-    param: str = "",
     reason: str,
     spec: kopf.Spec,
     name: str,
     namespace: str | None,
-    annotations: kopf.Annotations,
-    patch: kopf.Patch,
+    labels: kopf.Labels,
     logger: kopf.Logger,
     **_: Any,
 ) -> None:
-    """Push one live parameter to the running orderer (``Configure``): no restart, no child
-    touched. At creation the ConfigMap already holds it."""
+    """The one skeleton of the field handlers below: validate -> rebuild -> patch -> translate.
+
+    The live ``child``'s ``path`` (``/spec``, ``/spec/template``) becomes the rebuilt one's; a
+    child the spec no longer asks for (no ``spec.spark``, a disabled NetworkPolicy) is deleted.
+    Nothing at creation (``reconcile`` creates the children), nothing for an invalid spec (the
+    create/update handler reports it)."""
     namespace = _namespaced(namespace)
     if reason == "create":
         return
     valid = _valid_or_none(spec)
     if valid is None:
         return
-    wanted = valid.orderer.to_mapping(camel=True)
-    value = wanted[param]
-    if param == "barrierTimeout" and value is None:  # unset: back to 4 x buildWindow, now
-        value = valid.orderer.effective_barrier_timeout
-    endpoint = _endpoint(name, namespace, annotations)
+    wanted = _child(_children(name, namespace, valid, dict(labels)), child.kind)
     try:
-        config = await orderer_client.configure_async(
-            endpoint,
-            {param: value},
-            timeout=CONTROL_TIMEOUT,
-            security=await _security(valid, namespace),
+        if wanted is None:
+            await kube.current().delete(child.api_version, child.kind, namespace, child.name(name))
+            return
+        value: Any = wanted
+        for key in path.strip("/").split("/"):
+            value = value[key]
+        await kube.current().patch(
+            child.api_version,
+            child.kind,
+            namespace,
+            child.name(name),
+            [{"op": "replace", "path": path, "value": value}],
         )
-    except EvbError as error:
-        raise _orderer_error(error) from None
-    logger.info("configured %s=%r live at %s", param, value, endpoint)
-    patch.status["window"] = float(config["build_window"])
+    except kube.KubeError as error:
+        raise _kube_error(error) from None
+    logger.info("patched %s of %s %s", path, child.kind, child.name(name))
 
 
 @kopf.on.field(*RESOURCE, field="spec.orderer")
 @kopf.on.field(*RESOURCE, field="spec.tls")
 @kopf.on.field(*RESOURCE, field="spec.auth")
-async def roll_orderer(
-    reason: str,
-    spec: kopf.Spec,
-    name: str,
-    namespace: str | None,
-    labels: kopf.Labels,
-    logger: kopf.Logger,
-    **_: Any,
-) -> None:
+async def roll_orderer(**kwargs: Any) -> None:
     """Image, resources, service settings, TLS or token changed: a new pod template (rolls the
     pod). The Spark job's mounts follow with its next spec change."""
-    namespace = _namespaced(namespace)
-    if reason == "create":
-        return
-    valid = _valid_or_none(spec)
-    if valid is None:
-        return
-    statefulset = _child(_children(name, namespace, valid, dict(labels)), "StatefulSet")
-    assert statefulset is not None
-    try:
-        await kube.current().patch(
-            "apps/v1",
-            "StatefulSet",
-            namespace,
-            statefulset["metadata"]["name"],
-            [{"op": "replace", "path": "/spec/template", "value": statefulset["spec"]["template"]}],
-        )
-    except kube.KubeError as error:
-        raise _kube_error(error) from None
-    logger.info("patched the orderer's pod template")
+    await _reapply(specs.STATEFULSET, "/spec/template", **kwargs)
 
 
 @kopf.on.field(*RESOURCE, field="spec.spark")
-async def update_spark(
-    reason: str,
-    old: Any,
-    new: Any,
-    spec: kopf.Spec,
-    name: str,
-    namespace: str | None,
-    labels: kopf.Labels,
-    logger: kopf.Logger,
-    **_: Any,
-) -> None:
+async def update_spark(old: Any, **kwargs: Any) -> None:
     """The Spark section changed: patch the SparkApplication (created by ``reconcile`` when the
     section appears; deleted when it goes)."""
-    namespace = _namespaced(namespace)
-    if reason == "create" or old is None:
+    if old is None:
         return
-    valid = _valid_or_none(spec)
-    if valid is None:
-        return
-    spark_name = c.SPARK_NAME.format(name=name)
-    try:
-        if new is None:
-            await kube.current().delete(
-                specs.SPARK_API_VERSION, "SparkApplication", namespace, spark_name
-            )
-            return
-        app = _child(_children(name, namespace, valid, dict(labels)), "SparkApplication")
-        assert app is not None
-        await kube.current().patch(
-            specs.SPARK_API_VERSION,
-            "SparkApplication",
-            namespace,
-            spark_name,
-            [{"op": "replace", "path": "/spec", "value": app["spec"]}],
-        )
-    except kube.KubeError as error:
-        raise _kube_error(error) from None
-    logger.info("patched the SparkApplication")
+    await _reapply(specs.SPARKAPPLICATION, "/spec", **kwargs)
 
 
 @kopf.on.field(*RESOURCE, field="spec.networkPolicy")
-async def update_network_policy(
-    reason: str,
-    spec: kopf.Spec,
-    name: str,
-    namespace: str | None,
-    labels: kopf.Labels,
-    **_: Any,
-) -> None:
+async def update_network_policy(**kwargs: Any) -> None:
     """Enabled: patch its rules (``reconcile`` creates it); disabled: delete it."""
-    namespace = _namespaced(namespace)
-    if reason == "create":
-        return
-    valid = _valid_or_none(spec)
-    if valid is None:
-        return
-    policy_name = c.ORDERER_NAME.format(name=name)
-    try:
-        if not valid.spec["networkPolicy"]["enabled"]:
-            await kube.current().delete(
-                "networking.k8s.io/v1", "NetworkPolicy", namespace, policy_name
-            )
-            return
-        policy = _child(_children(name, namespace, valid, dict(labels)), "NetworkPolicy")
-        assert policy is not None
-        await kube.current().patch(
-            "networking.k8s.io/v1",
-            "NetworkPolicy",
-            namespace,
-            policy_name,
-            [{"op": "replace", "path": "/spec", "value": policy["spec"]}],
-        )
-    except kube.KubeError as error:
-        raise _kube_error(error) from None
+    await _reapply(specs.NETWORKPOLICY, "/spec", **kwargs)
 
 
 @kopf.on.field(*RESOURCE, field="spec.state")
 async def end_run(
-    new: Any,
-    spec: kopf.Spec,
-    name: str,
-    namespace: str | None,
-    annotations: kopf.Annotations,
-    status: kopf.Status,
-    patch: kopf.Patch,
-    logger: kopf.Logger,
-    **_: Any,
+    new: Any, status: kopf.Status, patch: kopf.Patch, logger: kopf.Logger, **kwargs: Any
 ) -> None:
     """``state: Ended``: the orderer's end of run (drain every queue); the Spark job then reads
     to the last offset and finishes."""
-    namespace = _namespaced(namespace)
-    if new != "Ended":
+    if new != RunPhase.ENDED:
         return
-    valid = _valid_or_none(spec)
-    endpoint = _endpoint(name, namespace, annotations)
-    try:
-        reach = None if valid is None else await _security(valid, namespace)
-        last = await orderer_client.end_run_async(
-            endpoint, timeout=CONTROL_TIMEOUT, security=reach
-        )
-    except EvbError as error:
-        raise _orderer_error(error) from None
-    logger.info("ended the run at %s: %d fragments in order", endpoint, last)
-    patch.status["runEnded"] = True
-    patch.status["nextOffset"] = last
-    if status.get("phase") not in ("Completed", "Failed"):
-        patch.status["phase"] = "Ended"
-    patch.status["conditions"] = evb_status.set_condition(
-        status.get("conditions"),
-        type="RunEnded",
-        status=True,
-        reason="EndRun",
-        message=f"the run ended at offset {last}",
-        now=_now(),
-    )
+    orderer = _orderer(**kwargs)
+    last = await _control(orderer_client.end_run_async, orderer)
+    logger.info("ended the run at %s: %d fragments in order", orderer.endpoint, last)
+    patch.status.update(evb_status.ended(status, offset=last, now=_now()))
 
 
 @kopf.timer(*RESOURCE, interval=STATS_INTERVAL, initial_delay=min(STATS_INTERVAL, 2.0))
 async def refresh_status(
-    body: kopf.Body,
-    spec: kopf.Spec,
-    name: str,
-    namespace: str | None,
-    annotations: kopf.Annotations,
-    status: kopf.Status,
-    patch: kopf.Patch,
-    logger: kopf.Logger,
-    **_: Any,
+    body: kopf.Body, status: kopf.Status, patch: kopf.Patch, logger: kopf.Logger, **kwargs: Any
 ) -> None:
     """Status from ``GetStats`` and the SparkApplication; Events for what needs attention."""
-    namespace = _namespaced(namespace)
-    valid = _valid_or_none(spec)
+    orderer = _orderer(**kwargs)
+    valid = orderer.valid
     if valid is None:
         return
-    endpoint = _endpoint(name, namespace, annotations)
     stats: dict[str, Any] | None = None
     error: str | None = None
     try:
         stats = await orderer_client.get_stats_async(
-            endpoint, timeout=RPC_TIMEOUT, security=await _security(valid, namespace)
+            orderer.endpoint,
+            timeout=RPC_TIMEOUT,
+            security=await _security(valid, orderer.namespace),
         )
     except EvbError as failure:
         error = str(failure)
     spark = None
     if valid.has_spark:
+        app = specs.SPARKAPPLICATION
         try:
             spark = await kube.current().get(
-                specs.SPARK_API_VERSION,
-                "SparkApplication",
-                namespace,
-                c.SPARK_NAME.format(name=name),
+                app.api_version, app.kind, orderer.namespace, app.name(orderer.owner)
             )
         except kube.KubeError as failure:
             logger.warning("cannot read the SparkApplication: %s", failure)
     new, notices = evb_status.observe(
-        status, valid=valid, endpoint=endpoint, stats=stats, error=error, spark=spark, now=_now()
+        status,
+        valid=valid,
+        endpoint=orderer.endpoint,
+        stats=stats,
+        error=error,
+        spark=spark,
+        now=_now(),
     )
     patch.status.update(new)
     for notice in notices:
@@ -464,17 +405,11 @@ async def delete_children(
 ) -> None:
     """The Spark job first (it stops reading), then the orderer and its configuration."""
     namespace = _namespaced(namespace)
-    order = [
-        (specs.SPARK_API_VERSION, "SparkApplication", c.SPARK_NAME),
-        ("networking.k8s.io/v1", "NetworkPolicy", c.ORDERER_NAME),
-        ("apps/v1", "StatefulSet", c.ORDERER_NAME),
-        ("v1", "Service", c.ORDERER_NAME),
-        ("v1", "ConfigMap", c.CONFIG_NAME),
-    ]
-    for api_version, kind, template in order:
-        child = template.format(name=name)
+    for child in specs.DELETION_ORDER:
         try:
-            if await kube.current().delete(api_version, kind, namespace, child):
-                logger.info("deleted %s %s", kind, child)
+            if await kube.current().delete(
+                child.api_version, child.kind, namespace, child.name(name)
+            ):
+                logger.info("deleted %s %s", child.kind, child.name(name))
         except kube.KubeError as error:
             raise _kube_error(error) from None

@@ -31,6 +31,7 @@ are TCP probes: its gRPC probe cannot speak TLS.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -39,6 +40,13 @@ from evb_operator import constants as c
 from evb_operator.validation import ValidSpec
 
 __all__ = [
+    "CONFIGMAP",
+    "DELETION_ORDER",
+    "NETWORKPOLICY",
+    "SERVICE",
+    "SPARKAPPLICATION",
+    "STATEFULSET",
+    "ChildKind",
     "build_children",
     "build_configmap_spec",
     "build_networkpolicy_spec",
@@ -52,6 +60,33 @@ __all__ = [
 ]
 
 SPARK_API_VERSION = "sparkoperator.k8s.io/v1beta2"
+
+ExtraLabels = Mapping[str, str] | None
+"""The EventBuilder's own labels, which its children carry too (None: none)."""
+
+
+@dataclass(frozen=True)
+class ChildKind:
+    """A kind of child: where the API serves it, and the name an EventBuilder's child has."""
+
+    api_version: str
+    kind: str
+    template: str
+    """The child's name, from the EventBuilder's (``{name}-orderer``)."""
+
+    def name(self, owner: str) -> str:
+        """The name of the child of the EventBuilder ``owner``."""
+        return self.template.format(name=owner)
+
+
+CONFIGMAP = ChildKind("v1", "ConfigMap", c.CONFIG_NAME)
+SERVICE = ChildKind("v1", "Service", c.ORDERER_NAME)
+STATEFULSET = ChildKind("apps/v1", "StatefulSet", c.ORDERER_NAME)
+NETWORKPOLICY = ChildKind("networking.k8s.io/v1", "NetworkPolicy", c.ORDERER_NAME)
+SPARKAPPLICATION = ChildKind(SPARK_API_VERSION, "SparkApplication", c.SPARK_NAME)
+
+DELETION_ORDER = (SPARKAPPLICATION, NETWORKPOLICY, STATEFULSET, SERVICE, CONFIGMAP)
+"""The Spark job first (it stops reading), then the orderer, its configuration last."""
 
 RESTRICTED_CONTAINER: dict[str, Any] = {
     "allowPrivilegeEscalation": False,
@@ -76,7 +111,7 @@ SPARK_SCRATCH = {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}
 emptyDirs the Spark operator adds)."""
 
 
-def labels_for(name: str, component: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def labels_for(name: str, component: str, extra: ExtraLabels = None) -> dict[str, str]:
     """Labels of a child: ``extra`` (the EventBuilder's own labels) under the standard ones."""
     return {
         **(extra or {}),
@@ -88,6 +123,15 @@ def labels_for(name: str, component: str, extra: Mapping[str, str] | None = None
 
 def selector_labels(name: str, component: str) -> dict[str, str]:
     return {c.LABEL_NAME: "evb", c.LABEL_INSTANCE: name, c.LABEL_COMPONENT: component}
+
+
+def _manifest(
+    child: ChildKind, name: str, namespace: str, labels: dict[str, str], **fields: Any
+) -> dict[str, Any]:
+    """The child of kind ``child`` of the EventBuilder ``name``: its metadata, then ``fields``
+    (``spec``, ``data``)."""
+    metadata = {"name": child.name(name), "namespace": namespace, "labels": labels}
+    return {"apiVersion": child.api_version, "kind": child.kind, "metadata": metadata, **fields}
 
 
 def orderer_endpoint(name: str, namespace: str) -> str:
@@ -161,35 +205,22 @@ def _probe(tls: bool, service: str = "", **timing: int) -> dict[str, Any]:
 
 
 def build_configmap_spec(
-    name: str, namespace: str, valid: ValidSpec, *, labels: Mapping[str, str] | None = None
+    name: str, namespace: str, valid: ValidSpec, *, labels: ExtraLabels = None
 ) -> dict[str, Any]:
     text = yaml.safe_dump(serve_config(valid), sort_keys=False, default_flow_style=False)
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": c.CONFIG_NAME.format(name=name),
-            "namespace": namespace,
-            "labels": labels_for(name, "orderer", labels),
-        },
-        "data": {c.CONFIG_FILE: text},
-    }
+    return _manifest(
+        CONFIGMAP, name, namespace, labels_for(name, "orderer", labels), data={c.CONFIG_FILE: text}
+    )
 
 
 def build_statefulset_spec(
-    name: str,
-    namespace: str,
-    valid: ValidSpec,
-    *,
-    default_image: str,
-    labels: Mapping[str, str] | None = None,
+    name: str, namespace: str, valid: ValidSpec, *, default_image: str, labels: ExtraLabels = None
 ) -> dict[str, Any]:
     """One orderer pod with its logs on a volume claim, restricted security context, gRPC
     health probes, and no Kubernetes API token (the orderer never calls the API)."""
     spec = valid.spec
     orderer_spec = spec["orderer"]
     storage = spec["storage"]
-    orderer = c.ORDERER_NAME.format(name=name)
     pod_labels = labels_for(name, "orderer", labels)
     container: dict[str, Any] = {
         "name": "orderer",
@@ -245,13 +276,14 @@ def build_statefulset_spec(
     }
     if "storageClassName" in storage:
         claim["spec"]["storageClassName"] = storage["storageClassName"]
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": orderer, "namespace": namespace, "labels": pod_labels},
-        "spec": {
+    return _manifest(
+        STATEFULSET,
+        name,
+        namespace,
+        pod_labels,
+        spec={
             "replicas": 1,
-            "serviceName": orderer,
+            "serviceName": STATEFULSET.name(name),
             "selector": {"matchLabels": selector_labels(name, "orderer")},
             "podManagementPolicy": "OrderedReady",
             "updateStrategy": {"type": "RollingUpdate"},
@@ -272,21 +304,16 @@ def build_statefulset_spec(
             },
             "volumeClaimTemplates": [claim],
         },
-    }
+    )
 
 
-def build_service_spec(
-    name: str, namespace: str, *, labels: Mapping[str, str] | None = None
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {
-            "name": c.ORDERER_NAME.format(name=name),
-            "namespace": namespace,
-            "labels": labels_for(name, "orderer", labels),
-        },
-        "spec": {
+def build_service_spec(name: str, namespace: str, *, labels: ExtraLabels = None) -> dict[str, Any]:
+    return _manifest(
+        SERVICE,
+        name,
+        namespace,
+        labels_for(name, "orderer", labels),
+        spec={
             "type": "ClusterIP",
             "selector": selector_labels(name, "orderer"),
             "ports": [
@@ -306,7 +333,7 @@ def build_service_spec(
                 },
             ],
         },
-    }
+    )
 
 
 def _operator_peer(
@@ -334,7 +361,7 @@ def build_networkpolicy_spec(
     *,
     operator_namespace: str | None = None,
     operator_labels: Mapping[str, str] | None = None,
-    labels: Mapping[str, str] | None = None,
+    labels: ExtraLabels = None,
 ) -> dict[str, Any]:
     """Ingress to the orderer's gRPC port only from ``spec.networkPolicy.allowedClients``, the
     Spark job's pods (by label) and the operator's pods; to its metrics port only from
@@ -356,20 +383,17 @@ def build_networkpolicy_spec(
                 "ports": [{"protocol": "TCP", "port": c.METRICS_PORT}],
             }
         )
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {
-            "name": c.ORDERER_NAME.format(name=name),
-            "namespace": namespace,
-            "labels": labels_for(name, "orderer", labels),
-        },
-        "spec": {
+    return _manifest(
+        NETWORKPOLICY,
+        name,
+        namespace,
+        labels_for(name, "orderer", labels),
+        spec={
             "podSelector": {"matchLabels": selector_labels(name, "orderer")},
             "policyTypes": ["Ingress"],
             "ingress": rules,
         },
-    }
+    )
 
 
 # ----------------------------------------------------------------------------- spark
@@ -393,13 +417,19 @@ def spark_arguments(name: str, namespace: str, spark: Mapping[str, Any]) -> list
     ]
 
 
+def _spark_pod(pod_labels: dict[str, str]) -> dict[str, Any]:
+    """What the driver and the executors share: labels, the restricted security contexts and
+    the writable /tmp."""
+    return {
+        "labels": pod_labels,
+        "podSecurityContext": dict(RESTRICTED_POD),
+        "securityContext": dict(RESTRICTED_CONTAINER),
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+
+
 def build_sparkapplication_spec(
-    name: str,
-    namespace: str,
-    valid: ValidSpec,
-    *,
-    default_image: str,
-    labels: Mapping[str, str] | None = None,
+    name: str, namespace: str, valid: ValidSpec, *, default_image: str, labels: ExtraLabels = None
 ) -> dict[str, Any]:
     """The Spark job as a ``SparkApplication``; it reads the orderer's Service until the end of
     the run, so it finishes by itself once the run ended."""
@@ -424,19 +454,13 @@ def build_sparkapplication_spec(
             "cores": spark["driver"]["cores"],
             "memory": spark["driver"]["memory"],
             "serviceAccount": spark["serviceAccount"],
-            "labels": pod_labels,
-            "podSecurityContext": dict(RESTRICTED_POD),
-            "securityContext": dict(RESTRICTED_CONTAINER),
-            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+            **_spark_pod(pod_labels),
         },
         "executor": {
             "instances": spark["executors"]["instances"],
             "cores": spark["executors"]["cores"],
             "memory": spark["executors"]["memory"],
-            "labels": pod_labels,
-            "podSecurityContext": dict(RESTRICTED_POD),
-            "securityContext": dict(RESTRICTED_CONTAINER),
-            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+            **_spark_pod(pod_labels),
         },
         "volumes": [dict(SPARK_SCRATCH)],
     }
@@ -445,16 +469,7 @@ def build_sparkapplication_spec(
     _spark_security(spec, valid)
     if spark.get("sparkConf"):
         spec["sparkConf"] = dict(spark["sparkConf"])
-    return {
-        "apiVersion": SPARK_API_VERSION,
-        "kind": "SparkApplication",
-        "metadata": {
-            "name": c.SPARK_NAME.format(name=name),
-            "namespace": namespace,
-            "labels": pod_labels,
-        },
-        "spec": spec,
-    }
+    return _manifest(SPARKAPPLICATION, name, namespace, pod_labels, spec=spec)
 
 
 def _spark_security(spec: dict[str, Any], valid: ValidSpec) -> None:
@@ -512,9 +527,9 @@ def build_children(
     *,
     orderer_image: str,
     spark_image: str,
+    labels: ExtraLabels = None,
     operator_namespace: str | None = None,
     operator_labels: Mapping[str, str] | None = None,
-    labels: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Every child, in creation order: configuration before the pod that mounts it, the
     orderer before the job that reads it."""

@@ -13,13 +13,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from evb_operator.phases import FINAL_PHASES, RunPhase
 from evb_operator.validation import ValidSpec
 from orderer.config import LIVE_PARAMETERS
 
-__all__ = ["Notice", "invalid", "observe", "set_condition"]
+__all__ = ["Notice", "accepted", "ended", "invalid", "observe", "set_condition"]
 
-SPARK_DONE = {"COMPLETED": "Completed", "FAILED": "Failed", "SUBMISSION_FAILED": "Failed"}
-FINAL_PHASES = ("Ended", "Completed", "Failed")
+SPARK_DONE = {
+    "COMPLETED": RunPhase.COMPLETED,
+    "FAILED": RunPhase.FAILED,
+    "SUBMISSION_FAILED": RunPhase.FAILED,
+}
+"""The SparkApplication's final states (the Spark operator's names) and the phase each means."""
 
 
 @dataclass(frozen=True)
@@ -77,11 +82,57 @@ def set_condition(
     return out
 
 
+def _valid(conditions: Sequence[Mapping[str, Any]] | None, now: str) -> list[dict[str, Any]]:
+    return set_condition(
+        conditions,
+        type="Valid",
+        status=True,
+        reason="Accepted",
+        message="the spec is valid",
+        now=now,
+    )
+
+
+def _run_ended(
+    conditions: Sequence[Mapping[str, Any]] | None, offset: int, now: str
+) -> list[dict[str, Any]]:
+    return set_condition(
+        conditions,
+        type="RunEnded",
+        status=True,
+        reason="EndRun",
+        message=f"the run ended at offset {offset}",
+        now=now,
+    )
+
+
+def accepted(previous: Mapping[str, Any], *, endpoint: str, now: str) -> dict[str, Any]:
+    """The status of a spec the operator accepted (its children exist): a ``Valid=True``
+    condition, the endpoint, and Pending unless the run already has a phase of its own."""
+    new: dict[str, Any] = {
+        "conditions": _valid(previous.get("conditions"), now),
+        "endpoint": endpoint,
+    }
+    if previous.get("phase") in (None, RunPhase.INVALID):
+        new["phase"] = RunPhase.PENDING
+    return new
+
+
+def ended(previous: Mapping[str, Any], *, offset: int, now: str) -> dict[str, Any]:
+    """The status once ``EndRun`` answered with the run's last ``offset``: Ended, unless the
+    Spark job already finished (Completed or Failed say more)."""
+    new: dict[str, Any] = {"runEnded": True, "nextOffset": offset}
+    if previous.get("phase") not in (RunPhase.COMPLETED, RunPhase.FAILED):
+        new["phase"] = RunPhase.ENDED
+    new["conditions"] = _run_ended(previous.get("conditions"), offset, now)
+    return new
+
+
 def invalid(previous: Mapping[str, Any], *, field: str, message: str, now: str) -> dict[str, Any]:
     """The status of a spec the operator refuses: phase Invalid and a ``Valid=False`` condition
     saying which field and why."""
     return {
-        "phase": "Invalid",
+        "phase": RunPhase.INVALID,
         "conditions": set_condition(
             previous.get("conditions"),
             type="Valid",
@@ -128,14 +179,7 @@ def observe(
     the SparkApplication's body, or None when there is none (yet).
     """
     notices: list[Notice] = []
-    conditions = set_condition(
-        previous.get("conditions"),
-        type="Valid",
-        status=True,
-        reason="Accepted",
-        message="the spec is valid",
-        now=now,
-    )
+    conditions = _valid(previous.get("conditions"), now)
     new: dict[str, Any] = {"endpoint": endpoint, "lastUpdate": now}
     phase = previous.get("phase")
 
@@ -149,7 +193,7 @@ def observe(
             now=now,
         )
         if phase not in FINAL_PHASES:
-            phase = "Pending"
+            phase = RunPhase.PENDING
         was_reachable = any(
             c.get("type") == "OrdererReachable" and c.get("status") == "True"
             for c in previous.get("conditions") or ()
@@ -200,15 +244,8 @@ def observe(
             now=now,
         )
         if new["runEnded"]:
-            conditions = set_condition(
-                conditions,
-                type="RunEnded",
-                status=True,
-                reason="EndRun",
-                message=f"the run ended at offset {new['nextOffset']}",
-                now=now,
-            )
-        phase = "Ended" if new["runEnded"] else "Running"
+            conditions = _run_ended(conditions, new["nextOffset"], now)
+        phase = RunPhase.ENDED if new["runEnded"] else RunPhase.RUNNING
         notices += _counter_notices(previous, new, valid)
 
     if spark is not None:
@@ -219,12 +256,12 @@ def observe(
         }
         if state.get("errorMessage"):
             new["spark"]["errorMessage"] = state["errorMessage"]
-        if state.get("state") in SPARK_DONE and phase != "Pending":
+        if state.get("state") in SPARK_DONE and phase != RunPhase.PENDING:
             phase = SPARK_DONE[state["state"]]
         if state.get("state") in SPARK_DONE and previous.get("spark", {}).get("state") != state.get(
             "state"
         ):
-            failed = SPARK_DONE[state["state"]] == "Failed"
+            failed = SPARK_DONE[state["state"]] == RunPhase.FAILED
             notices.append(
                 Notice(
                     "Warning" if failed else "Normal",
@@ -234,7 +271,7 @@ def observe(
             )
     if "tls" in valid.spec:
         conditions = set_condition(conditions, **_tls_condition(valid, stats is not None), now=now)
-    new["phase"] = phase or "Pending"
+    new["phase"] = phase or RunPhase.PENDING
     new["conditions"] = conditions
     return new, notices
 

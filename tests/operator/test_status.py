@@ -121,7 +121,10 @@ def test_drift_between_spec_and_orderer_is_a_condition() -> None:
 def test_the_run_ends_and_spark_finishes() -> None:
     new, _ = _observe({}, _stats(run_ended=True))
     assert new["phase"] == "Ended" and _conditions(new)["RunEnded"] == "True"
-    app = {"metadata": {"name": "r-spark"}, "status": {"applicationState": {"state": "RUNNING"}}}
+    app: dict[str, Any] = {
+        "metadata": {"name": "r-spark"},
+        "status": {"applicationState": {"state": "RUNNING"}},
+    }
     new, _ = _observe(new, _stats(run_ended=True), spark=app)
     assert new["phase"] == "Ended" and new["spark"] == {"name": "r-spark", "state": "RUNNING"}
     app["status"]["applicationState"]["state"] = "COMPLETED"
@@ -145,6 +148,20 @@ def test_an_invalid_spec_status_names_the_field() -> None:
         "message": "spec.buildWindow: must be > 0",
         "lastTransitionTime": NOW,
     }
+
+
+def test_an_accepted_spec_leaves_the_phase_of_a_run_alone() -> None:
+    new = status.accepted({}, endpoint="e", now=NOW)
+    assert (new["phase"], new["endpoint"], _conditions(new)) == ("Pending", "e", {"Valid": "True"})
+    assert status.accepted({"phase": "Invalid"}, endpoint="e", now=NOW)["phase"] == "Pending"
+    assert "phase" not in status.accepted({"phase": "Running"}, endpoint="e", now=NOW)
+
+
+def test_the_end_of_run_keeps_how_the_spark_job_finished() -> None:
+    new = status.ended({"phase": "Running"}, offset=90, now=NOW)
+    assert (new["phase"], new["runEnded"], new["nextOffset"]) == ("Ended", True, 90)
+    assert _conditions(new) == {"RunEnded": "True"}
+    assert "phase" not in status.ended({"phase": "Completed"}, offset=90, now=NOW)
 
 
 def test_tls_is_reported_served_once_the_orderer_answered_over_it() -> None:
