@@ -9,7 +9,7 @@ export OPENBLAS_NUM_THREADS ?= 1
 
 .PHONY: demo test lint bench soak clean manifests
 
-$(STAMP): pyproject.toml setup.py orderer/_core/core.pyx orderer/_core/core.pxd
+$(STAMP): pyproject.toml setup.py $(wildcard orderer/_core/*.pyx orderer/_core/*.pxd orderer/_core/*.h)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet --editable '.[test,operator,spark]'
@@ -18,8 +18,12 @@ $(STAMP): pyproject.toml setup.py orderer/_core/core.pyx orderer/_core/core.pxd
 demo: $(STAMP)
 	$(VENV)/bin/evb demo --output-dir demo-output
 
+# ruff, the layers (import-linter contracts in .importlinter) and the types (mypy, configured in
+# pyproject.toml) of the product code
 lint: $(STAMP)
 	$(VENV)/bin/ruff check orderer operator tests tools
+	$(VENV)/bin/lint-imports --no-logo
+	$(VENV)/bin/mypy
 
 test: $(STAMP) lint
 	$(PY) -m pytest -q tests

@@ -48,11 +48,18 @@ def generate_grpc_stubs() -> None:
 
 generate_grpc_stubs()
 
+# core.pyx includes the other .pyx parts and uses merge.h: a change to any of them rebuilds it.
+CORE = HERE / "orderer" / "_core"
 extensions = [
     Extension(
         "orderer._core.core",
         ["orderer/_core/core.pyx"],
-        include_dirs=[numpy.get_include()],
+        include_dirs=["orderer/_core", numpy.get_include()],
+        depends=sorted(
+            str(path.relative_to(HERE))
+            for pattern in ("*.pyx", "*.pxd", "*.h")
+            for path in CORE.glob(pattern)
+        ),
         define_macros=[
             ("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION"),
             *([("EVB_DEBUG", "1")] if debug else []),

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from orderer._core.core import OrdererCore
-from orderer.batch import EmittedBatch, FragmentBatch
+from orderer.batch import ArrivalRecords, EmittedBatch, FragmentBatch
 from orderer.clock import Clock, MonotonicClock
 from orderer.config import OrdererConfig
 from orderer.errors import InterfaceError
@@ -199,16 +199,11 @@ class Orderer:
         """Bytes allocated for queued fragments (capacity, payload included)."""
         return self._core.memory_bytes()
 
-    def replay_arrays(
-        self,
-        kind: np.ndarray,
-        t: np.ndarray,
-        source: np.ndarray,
-        value: np.ndarray,
-        barrier: np.ndarray,
-        payload_offsets: np.ndarray,
-        payload: np.ndarray,
-    ) -> None:
-        """Take in a whole recorded run at once (``evb replay``): columns of records sorted by
-        ``t``; ``kind`` 0 = fragment (value = timestamp), 1 = watermark (value), 2 = end."""
-        self._core.replay(kind, t, source, value, barrier, payload_offsets, payload)
+    def replay_records(self, records: ArrivalRecords) -> None:
+        """Take in a whole recorded run at once (``evb replay``, recovery): records in order of
+        their arrival times, each taken in at its ``t``; fragments, watermarks and ends of
+        source (:class:`~orderer.batch.ArrivalKind` 0 to 2) only."""
+        self._core.replay(
+            records.kind, records.times(), records.source, records.value, records.barrier,
+            records.payload_offsets, records.payload,
+        )

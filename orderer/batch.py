@@ -1,20 +1,26 @@
-"""Columnar batches: how fragments travel into and out of the orderer.
+"""Columnar batches: how fragments and the other arrivals travel into and out of the orderer.
 
 A batch is a handful of arrays, never one Python object per fragment: timestamps ``uint64``,
 source ids and barrier types ``uint32``, and payloads as one byte buffer with ``n + 1`` offsets.
+Three shapes: :class:`FragmentBatch` (fragments a source submits together), :class:`EmittedBatch`
+(what the orderer emitted, with offsets) and :class:`ArrivalRecords` (every kind of arrival in
+arrival order: an ``evb replay`` input, a synthetic run, the service's arrival log).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+import enum
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from orderer.errors import InterfaceError
 
-__all__ = ["EmittedBatch", "FragmentBatch", "concat_payloads"]
+__all__ = ["ArrivalKind", "ArrivalRecords", "EmittedBatch", "FragmentBatch", "concat_payloads"]
 
 _EMPTY_BYTES = np.zeros(0, dtype=np.uint8)
 
@@ -36,7 +42,7 @@ def concat_payloads(
     return np.concatenate(offsets), np.concatenate(blobs) if blobs else _EMPTY_BYTES
 
 
-def _array(name: str, values: object, dtype: type[np.generic]) -> npt.NDArray:
+def _array(name: str, values: object, dtype: type[np.unsignedinteger[Any]]) -> npt.NDArray:
     if isinstance(values, list | tuple):
         # a list of Python ints straight to the target type: np.asarray would make a list that
         # mixes small ints with ints >= 2**63 float64 and lose precision
@@ -92,9 +98,10 @@ class FragmentBatch:
         ts = _array("timestamp", timestamp, np.uint64)
         n = ts.shape[0]
         if np.isscalar(source):
-            src = np.full(n, source, dtype=np.uint32) if 0 <= int(source) < 2**32 else None  # type: ignore[call-overload]
-            if src is None:
-                raise InterfaceError(f"source: {source} does not fit in uint32")
+            scalar: Any = source
+            if not 0 <= int(scalar) < 2**32:
+                raise InterfaceError(f"source: {scalar} does not fit in uint32")
+            src = np.full(n, scalar, dtype=np.uint32)
         else:
             src = _array("source", source, np.uint32)
         bar = (
@@ -252,3 +259,138 @@ class EmittedBatch:
             offsets,
             payload,
         )
+
+
+class ArrivalKind(enum.IntEnum):
+    """What an arrival record is: the ``kind`` column of :class:`ArrivalRecords` and of the
+    arrival log. The core replays the first three; ``evb replay`` input holds only those."""
+
+    FRAGMENT = 0
+    WATERMARK = 1
+    END_OF_SOURCE = 2
+    CONFIGURE = 3
+    """A live change of parameters; the payload is its JSON."""
+    END_RUN = 4
+
+
+@dataclass(frozen=True, slots=True)
+class ArrivalRecords:
+    """Arrivals as columns, one row per record, in arrival order.
+
+    Why one type: an ``evb replay`` input, a synthetic run and the service's arrival log are the
+    same record stream (the arrival log exports to, and recovers as, a replay), so they share one
+    set of columns and one :class:`ArrivalKind`. ``value`` is a fragment's timestamp or the
+    watermark; payloads are one byte buffer with ``n + 1`` offsets from 0.
+    """
+
+    kind: npt.NDArray[np.uint8]
+    t: npt.NDArray[np.float64] | None
+    """Arrival time of each record (seconds); None until the arrival log stamps the records:
+    the service takes in what arrived together at one time (:meth:`at`)."""
+    source: npt.NDArray[np.uint32]
+    value: npt.NDArray[np.uint64]
+    barrier: npt.NDArray[np.uint32]
+    payload_offsets: npt.NDArray[np.uint64]
+    payload: npt.NDArray[np.uint8]
+    sequence: npt.NDArray[np.uint64] | None = None
+    """Per-source sequence numbers the sources gave (deduplication of resends); None: none."""
+    sequenced: npt.NDArray[np.bool_] | None = None
+    """With a ``sequence``: which rows carry one; None: all of them."""
+
+    def __len__(self) -> int:
+        return int(self.kind.shape[0])
+
+    def times(self) -> npt.NDArray[np.float64]:
+        """The arrival times; an error for records that have none yet."""
+        if self.t is None:
+            raise InterfaceError("arrival records without arrival times (t)")
+        return self.t
+
+    def at(self, t: float) -> ArrivalRecords:
+        """The records, all arrived at ``t``."""
+        return replace(self, t=np.full(len(self), t, dtype=np.float64))
+
+    def payload_of(self, i: int) -> bytes:
+        start, stop = int(self.payload_offsets[i]), int(self.payload_offsets[i + 1])
+        return self.payload[start:stop].tobytes()
+
+    def fragment_batch(self, start: int, stop: int) -> FragmentBatch:
+        """Rows ``start:stop``, all fragments, as the batch a source would submit (views)."""
+        whole = FragmentBatch(
+            self.source, self.value, self.barrier, self.payload_offsets, self.payload
+        )
+        return whole.slice(start, stop)
+
+    @classmethod
+    def fragments(
+        cls,
+        batch: FragmentBatch,
+        sequence: npt.NDArray[np.uint64] | None = None,
+        sequenced: npt.NDArray[np.bool_] | None = None,
+    ) -> ArrivalRecords:
+        n = len(batch)
+        return cls(
+            np.zeros(n, dtype=np.uint8),
+            None,
+            batch.source,
+            batch.timestamp,
+            batch.barrier,
+            batch.payload_offsets,
+            batch.payload,
+            sequence,
+            sequenced,
+        )
+
+    @classmethod
+    def marker(
+        cls, kind: ArrivalKind, source: int = 0, value: int = 0, payload: bytes = b""
+    ) -> ArrivalRecords:
+        """One record that is not a fragment (watermark, end of source, configure, end of run)."""
+        return cls(
+            np.array([kind], dtype=np.uint8),
+            None,
+            np.array([source], dtype=np.uint32),
+            np.array([value], dtype=np.uint64),
+            np.zeros(1, dtype=np.uint32),
+            np.array([0, len(payload)], dtype=np.uint64),
+            np.frombuffer(payload, dtype=np.uint8),
+        )
+
+    @classmethod
+    def configure(cls, changes: Mapping[str, Any]) -> ArrivalRecords:
+        """A live change of parameters; recovery reads the JSON back."""
+        return cls.marker(ArrivalKind.CONFIGURE, payload=json.dumps(dict(changes)).encode())
+
+    @classmethod
+    def concat(cls, pieces: Sequence[ArrivalRecords]) -> ArrivalRecords:
+        """One set of records from several, in order; one is returned as is."""
+        if len(pieces) == 1:
+            return pieces[0]
+        offsets, payload = concat_payloads([(p.payload_offsets, p.payload) for p in pieces])
+        times = [p.t for p in pieces if p.t is not None]
+        if times and len(times) < len(pieces):
+            raise InterfaceError("records with and without arrival times in one concat")
+        sequence = sequenced = None
+        if any(p.sequence is not None for p in pieces):
+            sequence = np.concatenate(
+                [np.zeros(len(p), np.uint64) if p.sequence is None else p.sequence for p in pieces]
+            )
+            if any(p.sequence is None or p.sequenced is not None for p in pieces):
+                sequenced = np.concatenate([p.carries_sequence() for p in pieces])
+        return cls(
+            np.concatenate([p.kind for p in pieces]),
+            np.concatenate(times) if times else None,
+            np.concatenate([p.source for p in pieces]),
+            np.concatenate([p.value for p in pieces]),
+            np.concatenate([p.barrier for p in pieces]),
+            offsets,
+            payload,
+            sequence,
+            sequenced,
+        )
+
+    def carries_sequence(self) -> npt.NDArray[np.bool_]:
+        """Which rows carry a sequence number."""
+        if self.sequenced is not None:
+            return self.sequenced
+        return np.full(len(self), self.sequence is not None, dtype=np.bool_)

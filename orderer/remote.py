@@ -14,14 +14,14 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from orderer.batch import EmittedBatch, FragmentBatch
+from orderer.batch import ArrivalKind, ArrivalRecords, EmittedBatch, FragmentBatch
 from orderer.client import (
     DEFAULT_CONNECT_TIMEOUT,
     ChannelSecurity,
@@ -31,7 +31,7 @@ from orderer.client import (
 )
 from orderer.config import TOTAL_COUNTERS
 from orderer.errors import ServiceUnavailable
-from orderer.replay import END, FRAGMENT, WATERMARK, RecordColumns, read_records, write_emitted
+from orderer.replay import read_records, write_emitted
 from orderer.synthetic import SyntheticRun, iter_batches
 
 __all__ = [
@@ -195,33 +195,24 @@ def _watermark(source: int, watermark: int) -> Callable[[SourceClient], None]:
     return lambda client: client.watermark(source, watermark)
 
 
-def _record_steps(records: RecordColumns) -> Iterator[_Step]:
+def _record_steps(records: ArrivalRecords) -> Iterator[_Step]:
     """Consecutive fragments of one source with the same ``t`` travel as one batch."""
     n = len(records)
     if n == 0:
         return
-    kind, t, source = records.kind, records.t, records.source
-    same = (kind[1:] == FRAGMENT) & (kind[:-1] == FRAGMENT)
+    kind, t, source = records.kind, records.times(), records.source
+    same = (kind[1:] == ArrivalKind.FRAGMENT) & (kind[:-1] == ArrivalKind.FRAGMENT)
     same &= (source[1:] == source[:-1]) & (t[1:] == t[:-1])
     bounds = np.flatnonzero(~same) + 1
     starts = np.concatenate([[0], bounds]).tolist()
     stops = np.concatenate([bounds, [n]]).tolist()
-    offsets = records.payload_offsets
     for a, b in zip(starts, stops, strict=True):
         at, who = float(t[a]), int(source[a])
-        if kind[a] == FRAGMENT:
-            base, top = int(offsets[a]), int(offsets[b])
-            batch = FragmentBatch(
-                source=records.source[a:b],
-                timestamp=records.value[a:b],
-                barrier=records.barrier[a:b],
-                payload_offsets=offsets[a : b + 1] - np.uint64(base),
-                payload=records.payload[base:top],
-            )
-            yield at, _fragments(batch), b - a
-        elif kind[a] == WATERMARK:
+        if kind[a] == ArrivalKind.FRAGMENT:
+            yield at, _fragments(records.fragment_batch(a, b)), b - a
+        elif kind[a] == ArrivalKind.WATERMARK:
             yield at, _watermark(who, int(records.value[a])), 0
-        elif kind[a] == END:
+        elif kind[a] == ArrivalKind.END_OF_SOURCE:
             yield at, _end(who), 0
 
 
@@ -332,7 +323,7 @@ def stats_table(stats: dict[str, Any], *, plain: bool = False, width: int = 80) 
             footer_style="" if plain else "bold",
         )
         for header, _, total in [first, *group]:
-            justify = "left" if header == "state" else "right"
+            justify: Literal["left", "right"] = "left" if header == "state" else "right"
             table.add_column(header, footer=total, justify=justify, overflow="fold")
         for row in zip(*(cells for _, cells, _ in [first, *group]), strict=True):
             table.add_row(*row)

@@ -2,7 +2,8 @@
 
 Reads a JSON Lines run (records sorted by arrival time ``t``), feeds it to the same core the live
 service runs, with time taken from the records, and writes what was emitted and the counters.
-A malformed record stops everything with ``line N: <what is wrong>``.
+A malformed record stops everything with ``line N: <what is wrong>``. The reader and the writer
+of the input format live here; the records are :class:`~orderer.batch.ArrivalRecords`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import binascii
 import json
 import math
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -20,35 +20,20 @@ import numpy as np
 import numpy.typing as npt
 
 from orderer.api import Orderer
-from orderer.batch import EmittedBatch
+from orderer.batch import ArrivalKind, ArrivalRecords, EmittedBatch
 from orderer.clock import SimulatedClock
 from orderer.config import OrdererConfig
 from orderer.errors import RecordError
 
-__all__ = ["RecordColumns", "read_records", "replay", "replay_file", "write_emitted"]
+__all__ = ["read_records", "replay", "replay_file", "write_emitted", "write_records"]
 
-FRAGMENT, WATERMARK, END = 0, 1, 2
+FRAGMENT, WATERMARK, END = ArrivalKind.FRAGMENT, ArrivalKind.WATERMARK, ArrivalKind.END_OF_SOURCE
+"""The kinds of record the input format holds."""
 _U32 = 2**32 - 1
 _U64 = 2**64 - 1
 _FRAGMENT_KEYS = frozenset({"t", "source", "ts", "barrier", "payload"})
 _WATERMARK_KEYS = frozenset({"t", "source", "watermark"})
 _END_KEYS = frozenset({"t", "source", "end"})
-
-
-@dataclass(frozen=True, slots=True)
-class RecordColumns:
-    """A replay input as columns, one row per record."""
-
-    kind: npt.NDArray[np.uint8]
-    t: npt.NDArray[np.float64]
-    source: npt.NDArray[np.uint32]
-    value: npt.NDArray[np.uint64]
-    barrier: npt.NDArray[np.uint32]
-    payload_offsets: npt.NDArray[np.uint64]
-    payload: npt.NDArray[np.uint8]
-
-    def __len__(self) -> int:
-        return int(self.t.shape[0])
 
 
 def _integer(record: dict[str, Any], key: str, top: int, line: int) -> int:
@@ -135,7 +120,7 @@ def _integers(values: list[Any], dtype: type[np.generic], top: int) -> npt.NDArr
     return array.astype(dtype, copy=False)
 
 
-def _read_fast(lines: list[str]) -> RecordColumns:
+def _read_fast(lines: list[str]) -> ArrivalRecords:
     """All records at once: one ``json.loads`` and column-wise checks. Raises
     :class:`_NeedsCheckedPath` at the first doubt; it never reports an error itself."""
     try:
@@ -147,10 +132,10 @@ def _read_fast(lines: list[str]) -> RecordColumns:
     layouts = list(map(tuple, records))
     kind_of_layout = {}
     for layout in set(layouts):
-        kind = _KIND_OF_KEYS.get(frozenset(layout))
-        if kind is None or len(layout) != len(set(layout)):
+        layout_kind = _KIND_OF_KEYS.get(frozenset(layout))
+        if layout_kind is None or len(layout) != len(set(layout)):
             raise _NeedsCheckedPath
-        kind_of_layout[layout] = kind
+        kind_of_layout[layout] = layout_kind
     kind = np.fromiter(map(kind_of_layout.__getitem__, layouts), dtype=np.uint8, count=len(layouts))
     times = [r["t"] for r in records]
     if not set(map(type, times)) <= {int, float}:
@@ -181,7 +166,7 @@ def _read_fast(lines: list[str]) -> RecordColumns:
                 blobs.append(blob)
     offsets = np.zeros(len(records) + 1, dtype=np.uint64)
     np.cumsum(lengths, out=offsets[1:])
-    return RecordColumns(
+    return ArrivalRecords(
         kind=kind,
         t=t,
         source=source,
@@ -192,7 +177,7 @@ def _read_fast(lines: list[str]) -> RecordColumns:
     )
 
 
-def read_records(lines: Iterable[str]) -> RecordColumns:
+def read_records(lines: Iterable[str]) -> ArrivalRecords:
     """Parse and check every record (1-based line numbers in errors); blank lines are skipped.
 
     A fast column-wise path takes well-formed input; at the first doubt the input is parsed
@@ -205,7 +190,7 @@ def read_records(lines: Iterable[str]) -> RecordColumns:
         return _read_checked(lines)
 
 
-def _read_checked(lines: Iterable[str]) -> RecordColumns:
+def _read_checked(lines: Iterable[str]) -> ArrivalRecords:
     """Record by record, with an exact error for the first bad one."""
     kinds: list[int] = []
     times: list[float] = []
@@ -230,7 +215,7 @@ def _read_checked(lines: Iterable[str]) -> RecordColumns:
             payloads.append(payload)
     offsets = np.zeros(len(lengths) + 1, dtype=np.uint64)
     np.cumsum(np.asarray(lengths, dtype=np.uint64), out=offsets[1:])
-    return RecordColumns(
+    return ArrivalRecords(
         kind=np.asarray(kinds, dtype=np.uint8),
         t=np.asarray(times, dtype=np.float64),
         source=np.asarray(sources, dtype=np.uint32),
@@ -241,20 +226,14 @@ def _read_checked(lines: Iterable[str]) -> RecordColumns:
     )
 
 
-def replay(records: RecordColumns, config: OrdererConfig) -> tuple[EmittedBatch, dict[str, Any]]:
+def replay(
+    records: ArrivalRecords, config: OrdererConfig
+) -> tuple[EmittedBatch, dict[str, Any]]:
     """Run the records through an orderer on simulated time; end of run at the last ``t``."""
     orderer = Orderer(config, clock=SimulatedClock())
-    orderer.replay_arrays(
-        records.kind,
-        records.t,
-        records.source,
-        records.value,
-        records.barrier,
-        records.payload_offsets,
-        records.payload,
-    )
+    orderer.replay_records(records)
     if len(records):
-        orderer.end_run(now=float(records.t[-1]))
+        orderer.end_run(now=float(records.times()[-1]))
     return orderer.take_emitted(), orderer.counters()
 
 
@@ -275,6 +254,37 @@ def _json_lines(emitted: EmittedBatch) -> Iterator[str]:
 def write_emitted(emitted: EmittedBatch, out: IO[str]) -> None:
     """The OUT file of ``evb replay``: one JSON object per emitted fragment."""
     out.writelines(_json_lines(emitted))
+
+
+def write_records(records: ArrivalRecords, out: IO[str]) -> None:
+    """Records in the input format, one JSON object per line: fragments as ``{"t", "source",
+    "ts"}`` plus ``barrier`` when non-zero and ``payload`` (base64) when non-empty, watermarks as
+    ``{"t", "source", "watermark"}``, ends of source as ``{"t", "source", "end"}``; the kinds the
+    format has no record for (a live configuration change, end of run) are left out. ``t`` is
+    written with ``repr`` so that it reads back as exactly the same double."""
+    kind = records.kind.tolist()
+    t = records.times().tolist()
+    source = records.source.tolist()
+    value = records.value.tolist()
+    barrier = records.barrier.tolist()
+    offsets = records.payload_offsets.tolist()
+    payload = records.payload.tobytes()
+
+    def lines() -> Iterator[str]:
+        for i in range(len(kind)):
+            head = f'{{"t": {t[i]!r}, "source": {source[i]}, '
+            if kind[i] == FRAGMENT:
+                extra = f', "barrier": {barrier[i]}' if barrier[i] else ""
+                if offsets[i + 1] > offsets[i]:
+                    encoded = base64.b64encode(payload[offsets[i] : offsets[i + 1]]).decode()
+                    extra += f', "payload": "{encoded}"'
+                yield f'{head}"ts": {value[i]}{extra}}}\n'
+            elif kind[i] == WATERMARK:
+                yield f'{head}"watermark": {value[i]}}}\n'
+            elif kind[i] == END:
+                yield f'{head}"end": true}}\n'
+
+    out.writelines(lines())
 
 
 def replay_file(

@@ -16,14 +16,13 @@ then delivers what it held, with old timestamps).
 
 Callers: :mod:`orderer.demo`, ``tests/bench/bench_orderer.py``, and the tests. Two views of the
 same run: :func:`generate_records` gives the ``evb replay`` input as columns
-(:class:`~orderer.replay.RecordColumns`, written out by :func:`write_jsonl`), and
+(:class:`~orderer.batch.ArrivalRecords`, written out by :func:`write_jsonl`), and
 :func:`iter_batches` gives the per-source :class:`~orderer.batch.FragmentBatch` es a live source
 would submit.
 """
 
 from __future__ import annotations
 
-import base64
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,9 +31,9 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from orderer.batch import FragmentBatch
+from orderer.batch import ArrivalKind, ArrivalRecords, FragmentBatch
 from orderer.errors import ConfigError
-from orderer.replay import END, FRAGMENT, WATERMARK, RecordColumns
+from orderer.replay import write_records
 
 __all__ = [
     "BEGIN_RUN",
@@ -232,7 +231,7 @@ def _streams(spec: SyntheticRun) -> list[_SourceStream]:
     return streams
 
 
-def generate_records(spec: SyntheticRun) -> RecordColumns:
+def generate_records(spec: SyntheticRun) -> ArrivalRecords:
     """The run as ``evb replay`` input: one row per fragment (and ``end`` record), sorted by
     arrival ``t``. Rows with equal ``t`` keep source order, then each source's own order."""
     streams = _streams(spec)
@@ -242,13 +241,13 @@ def generate_records(spec: SyntheticRun) -> RecordColumns:
         if m == 0:
             continue
         counts = np.diff(s.bounds)
-        kinds.append(np.full(m, FRAGMENT, dtype=np.uint8))
+        kinds.append(np.full(m, ArrivalKind.FRAGMENT, dtype=np.uint8))
         times.append(np.repeat(s.arrival, counts))
         sources.append(np.full(m, s.source, dtype=np.uint32))
         values.append(s.timestamp)
         barriers.append(s.barrier)
         if spec.end_of_source:
-            kinds.append(np.array([END], dtype=np.uint8))
+            kinds.append(np.array([ArrivalKind.END_OF_SOURCE], dtype=np.uint8))
             times.append(s.arrival[-1:])
             sources.append(np.array([s.source], dtype=np.uint32))
             values.append(np.zeros(1, dtype=np.uint64))
@@ -260,12 +259,12 @@ def generate_records(spec: SyntheticRun) -> RecordColumns:
     kind, t, source = kind[order], t[order], source[order]
     value = np.concatenate(values)[order]
     barrier = np.concatenate(barriers)[order]
-    is_fragment = kind == FRAGMENT
+    is_fragment = kind == ArrivalKind.FRAGMENT
     lengths = np.where(is_fragment, spec.payload_size, 0).astype(np.uint64)
     offsets = np.zeros(len(kind) + 1, dtype=np.uint64)
     np.cumsum(lengths, out=offsets[1:])
     payload = _payload_pattern(value[is_fragment], spec.payload_size)
-    return RecordColumns(
+    return ArrivalRecords(
         kind=np.ascontiguousarray(kind),
         t=np.ascontiguousarray(t),
         source=np.ascontiguousarray(source),
@@ -304,32 +303,7 @@ def iter_batches(spec: SyntheticRun) -> Iterator[tuple[float, FragmentBatch]]:
         )
 
 
-def write_jsonl(records: RecordColumns, path: Path | str) -> None:
-    """Write records in the ``evb replay`` input format, one JSON object per line: fragments as
-    ``{"t", "source", "ts"}`` plus ``barrier`` when non-zero and ``payload`` (base64) when
-    non-empty, watermarks as ``{"t", "source", "watermark"}``, ends as ``{"t", "source", "end"}``.
-    ``t`` is written with ``repr`` so that it reads back as exactly the same double."""
-    kind = records.kind.tolist()
-    t = records.t.tolist()
-    source = records.source.tolist()
-    value = records.value.tolist()
-    barrier = records.barrier.tolist()
-    offsets = records.payload_offsets.tolist()
-    payload = records.payload.tobytes()
-
-    def lines() -> Iterator[str]:
-        for i in range(len(kind)):
-            head = f'{{"t": {t[i]!r}, "source": {source[i]}, '
-            if kind[i] == FRAGMENT:
-                extra = f', "barrier": {barrier[i]}' if barrier[i] else ""
-                if offsets[i + 1] > offsets[i]:
-                    encoded = base64.b64encode(payload[offsets[i] : offsets[i + 1]]).decode()
-                    extra += f', "payload": "{encoded}"'
-                yield f'{head}"ts": {value[i]}{extra}}}\n'
-            elif kind[i] == WATERMARK:
-                yield f'{head}"watermark": {value[i]}}}\n'
-            else:
-                yield f'{head}"end": true}}\n'
-
+def write_jsonl(records: ArrivalRecords, path: Path | str) -> None:
+    """Write records as an ``evb replay`` input file (:func:`orderer.replay.write_records`)."""
     with Path(path).open("w", encoding="utf-8") as out:
-        out.writelines(lines())
+        write_records(records, out)

@@ -1,6 +1,6 @@
 # Declarations of the orderer's hot path: C-typed state of every source queue and of the
-# orderer, and every cdef signature. core.pyx holds the implementations; core.pyi types the
-# Python side for callers and mypy.
+# orderer, and the signature of every step over that state. The parts that core.pyx includes
+# hold the implementations; core.pyi types the Python side for callers and mypy.
 
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 
@@ -129,29 +129,47 @@ cdef class OrdererCore:
     cdef Py_ssize_t *_tree
     cdef Py_ssize_t _scratch_cap
 
-    cdef Py_ssize_t _source_index(self, uint32_t source_id) except -1
-    cdef int _add_source(self, uint32_t source_id) except -1
-    cdef int _note_arrival(self, Source *s, double now) except -1
-    cdef int _insert_run(self, Source *s, const uint64_t *ts, const uint32_t *barrier,
-                         Py_ssize_t n, double now, const uint64_t *pay_off,
-                         const uint8_t *payload) except -1
-    cdef int _insert_one(self, Source *s, uint64_t ts, uint32_t barrier, double now,
-                         const uint8_t *pay, uint32_t pay_len) except -1
-    cdef int _submit_range(self, double now, const uint32_t *source, const uint64_t *ts,
-                           const uint32_t *barrier, const uint64_t *pay_off,
-                           const uint8_t *payload, Py_ssize_t start, Py_ssize_t stop) except -1
-    cdef Py_ssize_t _whole_prefix(self, Py_ssize_t index, double now, const uint64_t *ts,
-                                  Py_ssize_t n) except -1
-    cdef int _flush(self, double now) except -1
-    cdef int _drain(self, double now) except -1
-    cdef bint _pop_round(self, double now, PopMode mode) except -1
-    cdef int _merge_emit(self, double now, Py_ssize_t k) except -1
-    cdef bint _resolve_barriers(self, double now, bint drain) except -1
-    cdef double _next_deadline(self)
-    cdef int _advance(self, double t, bint inclusive) except -1
-    cdef int _update_flow(self) except -1
-    cdef int _reserve_out(self, Py_ssize_t n, size_t pay) except -1
-    cdef int _shrink_out(self, Py_ssize_t used) except -1
-    cdef tuple _hand_over_emitted(self)
-    cdef _watermark(self, Py_ssize_t index, double now, uint64_t watermark)
-    cdef _check_time(self, double now)
+
+# The steps over an orderer's state, by the part that holds them: C functions, called directly.
+
+# sources.pyx
+cdef Py_ssize_t _source_index(OrdererCore self, uint32_t source_id) except -1
+cdef int _add_source(OrdererCore self, uint32_t source_id) except -1
+cdef int _note_arrival(OrdererCore self, Source *s, double now) except -1
+cdef _watermark(OrdererCore self, Py_ssize_t index, double now, uint64_t watermark)
+cdef int _insert_one(OrdererCore self, Source *s, uint64_t ts, uint32_t barrier, double now,
+                     const uint8_t *pay, uint32_t pay_len) except -1
+cdef int _insert_run(OrdererCore self, Source *s, const uint64_t *ts, const uint32_t *barrier,
+                     Py_ssize_t n, double now, const uint64_t *pay_off,
+                     const uint8_t *payload) except -1
+cdef int _submit_range(OrdererCore self, double now, const uint32_t *source, const uint64_t *ts,
+                       const uint32_t *barrier, const uint64_t *pay_off, const uint8_t *payload,
+                       Py_ssize_t start, Py_ssize_t stop) except -1
+cdef Py_ssize_t _whole_prefix(OrdererCore self, Py_ssize_t index, double now,
+                              const uint64_t *ts, Py_ssize_t n) except -1
+
+# flush.pyx
+cdef int _flush(OrdererCore self, double now) except -1
+cdef int _drain(OrdererCore self, double now) except -1
+cdef bint _pop_round(OrdererCore self, double now, PopMode mode) except -1
+
+# merge.pyx
+cdef int _merge_emit(OrdererCore self, double now, Py_ssize_t k) except -1
+
+# barriers.pyx
+cdef bint _resolve_barriers(OrdererCore self, double now, bint drain) except -1
+
+# deadlines.pyx
+cdef double _next_deadline(OrdererCore self)
+cdef int _advance(OrdererCore self, double t, bint inclusive) except -1
+cdef _check_time(OrdererCore self, double now)
+
+# flow.pyx
+cdef int _update_flow(OrdererCore self) except -1
+
+# emitted.pyx
+cdef int _resize_out(OrdererCore self, Py_ssize_t cap) except -1
+cdef int _reserve_out(OrdererCore self, Py_ssize_t n, size_t pay) except -1
+cdef int _shrink_out(OrdererCore self, Py_ssize_t used) except -1
+cdef tuple _take_emitted(OrdererCore self)
+cdef tuple _hand_over_emitted(OrdererCore self)

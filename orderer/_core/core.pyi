@@ -1,18 +1,16 @@
-# Hand-written types of the Cython core (core.pyx); keep in step with its public methods.
+# Hand-written types of the Cython core (core.pyx and the parts it includes); keep in step
+# with its public functions and methods.
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-RULE_RESERVED_TIMESTAMP: int
-RULE_OFFSETS_BACKWARDS: int
-RULE_PAYLOAD_TOO_LARGE: int
+_U8 = npt.NDArray[np.uint8]
+_U32 = npt.NDArray[np.uint32]
+_U64 = npt.NDArray[np.uint64]
+_F64 = npt.NDArray[np.float64]
 
-def first_violation(
-    timestamp: npt.NDArray[np.uint64],
-    payload_offsets: npt.NDArray[np.uint64],
-    max_payload: int,
-) -> tuple[int, int]: ...
+def check_fragment_rules(timestamp: _U64, payload_offsets: _U64, max_payload: int) -> None: ...
 
 class OrdererCore:
     def __init__(
@@ -27,27 +25,12 @@ class OrdererCore:
         queue_xoff: int,
         queue_xon: int,
     ) -> None: ...
-    def configure(
-        self,
-        build_window: float,
-        startup_delay: float,
-        barrier_timeout: float,
-        source_timeout: float,
-        drop_late: bool,
-        global_xoff: int,
-        global_xon: int,
-        queue_xoff: int,
-        queue_xon: int,
-    ) -> None: ...
+    # the same parameters: set anew, taking effect at the next flush
+    configure = __init__
     def declare_source(self, source_id: int) -> None: ...
     def submit(
-        self,
-        now: float,
-        source: npt.NDArray[np.uint32],
-        timestamp: npt.NDArray[np.uint64],
-        barrier: npt.NDArray[np.uint32],
-        payload_offsets: npt.NDArray[np.uint64],
-        payload: npt.NDArray[np.uint8],
+        self, now: float, source: _U32, timestamp: _U64, barrier: _U32, payload_offsets: _U64,
+        payload: _U8,
     ) -> None: ...
     def watermark(self, now: float, source_id: int, watermark: int) -> None: ...
     def end_source(self, now: float, source_id: int) -> None: ...
@@ -56,27 +39,12 @@ class OrdererCore:
     def end_of_run(self, now: float) -> None: ...
     def next_deadline(self) -> float: ...
     def replay(
-        self,
-        kind: npt.NDArray[np.uint8],
-        t: npt.NDArray[np.float64],
-        source: npt.NDArray[np.uint32],
-        value: npt.NDArray[np.uint64],
-        barrier: npt.NDArray[np.uint32],
-        payload_offsets: npt.NDArray[np.uint64],
-        payload: npt.NDArray[np.uint8],
+        self, kind: _U8, t: _F64, source: _U32, value: _U64, barrier: _U32,
+        payload_offsets: _U64, payload: _U8,
     ) -> None: ...
     def take_emitted(
         self,
-    ) -> tuple[
-        int,
-        npt.NDArray[np.float64],
-        npt.NDArray[np.uint32],
-        npt.NDArray[np.uint64],
-        npt.NDArray[np.uint32],
-        npt.NDArray[np.bool_],
-        npt.NDArray[np.uint64],
-        npt.NDArray[np.uint8],
-    ]: ...
+    ) -> tuple[int, _F64, _U32, _U64, _U32, npt.NDArray[np.bool_], _U64, _U8]: ...
     def take_flow_changes(self) -> list[tuple[int, bool]]: ...
     def take_barrier_log(self) -> list[tuple[float, bool, bool, tuple[int, ...]]]: ...
     def counters(self) -> dict[str, Any]: ...

@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from orderer.batch import FragmentBatch
-from orderer.service.storage import ArrivalKind, ArrivalRows
+from orderer.batch import ArrivalKind, ArrivalRecords, FragmentBatch
 
 if TYPE_CHECKING:
     from orderer.api import Orderer
@@ -76,18 +75,18 @@ class IntakePass:
         if len(self.batches) > start:
             orderer.submit(self._join(start, len(self.batches)), now=now)
 
-    def arrival_rows(self) -> ArrivalRows:
+    def arrival_rows(self) -> ArrivalRecords:
         """The pass as arrival-log rows (fragments and markers interleaved in arrival order)."""
-        pieces: list[ArrivalRows] = []
+        pieces: list[ArrivalRecords] = []
         start = 0
         for before, marker in self.markers:
             if before > start:
                 pieces.append(self._fragment_rows(start, before))
                 start = before
-            pieces.append(ArrivalRows.marker(marker.kind, marker.source, marker.value))
+            pieces.append(ArrivalRecords.marker(marker.kind, marker.source, marker.value))
         if len(self.batches) > start:
             pieces.append(self._fragment_rows(start, len(self.batches)))
-        return ArrivalRows.concat(pieces)
+        return ArrivalRecords.concat(pieces)
 
     def _join(self, start: int, stop: int) -> FragmentBatch:
         joined = self._joined.get((start, stop))
@@ -95,7 +94,7 @@ class IntakePass:
             joined = self._joined[start, stop] = FragmentBatch.concat(self.batches[start:stop])
         return joined
 
-    def _fragment_rows(self, start: int, stop: int) -> ArrivalRows:
+    def _fragment_rows(self, start: int, stop: int) -> ArrivalRecords:
         batch = self._join(start, stop)
         lengths = [len(b) for b in self.batches[start:stop]]
         firsts = self.sequences[start:stop]
@@ -110,7 +109,7 @@ class IntakePass:
             else:
                 sequence[position : position + n] = np.arange(first, first + n, dtype=np.uint64)
             position += n
-        return ArrivalRows.fragments(batch, sequence, sequenced)
+        return ArrivalRecords.fragments(batch, sequence, sequenced)
 
 
 class Intake:

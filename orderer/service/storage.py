@@ -8,14 +8,14 @@ whole output after a crash: :func:`recover` replays it and appends to the **orde
 crash kept from being written, so every offset is written exactly once. The ordered log is what
 consumers read (``Subscribe``, ``evb tail``, Spark); its offsets are the ``seq`` of ``evb replay``.
 
-Both logs are directories of segment files in Arrow IPC stream format, a standard columnar
-format any Arrow reader opens. A segment ends cleanly or with a torn last batch (a crash in the
-middle of a write); opening a log cuts a torn tail and later appends go to a new segment.
+Both logs are directories of segment files in Arrow IPC stream format; the format (schemas,
+segment names, the torn-tail rule, the conversions) is :mod:`orderer.log_format`'s, which the
+readers outside the service share. This module writes through it, with the durability the
+service needs: fsync policies, a failed write cut back, retention, recovery.
 """
 
 from __future__ import annotations
 
-import base64
 import bisect
 import contextlib
 import enum
@@ -23,24 +23,26 @@ import errno
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import ClassVar, Self
 
 import numpy as np
 import pyarrow as pa
 
+from orderer import log_format
 from orderer.api import Orderer
-from orderer.batch import EmittedBatch, FragmentBatch, concat_payloads
+from orderer.batch import ArrivalKind, ArrivalRecords, EmittedBatch
 from orderer.clock import MonotonicClock
 from orderer.config import OrdererConfig
 from orderer.errors import InterfaceError, InternalOrdererError
+from orderer.replay import write_records
 
 __all__ = [
-    "ARRIVAL_SCHEMA",
-    "ORDERED_SCHEMA",
+    "ArrivalKind",
     "ArrivalLog",
+    "ArrivalRecords",
     "ConsumerOffsets",
     "FsyncPolicy",
     "OrderedLog",
@@ -64,43 +66,8 @@ class FsyncPolicy(enum.StrEnum):
     NEVER = "never"
 
 
-class ArrivalKind(enum.IntEnum):
-    FRAGMENT = 0
-    WATERMARK = 1
-    END_OF_SOURCE = 2
-    CONFIGURE = 3
-    END_RUN = 4
-
-
-ARRIVAL_SCHEMA = pa.schema(
-    [
-        ("kind", pa.uint8()),  # ArrivalKind
-        ("t", pa.float64()),  # arrival time: when the orderer took the record in
-        ("source", pa.uint32()),
-        ("value", pa.uint64()),  # timestamp of a fragment, or the watermark
-        ("barrier", pa.uint32()),
-        ("sequence", pa.uint64()),  # per-source sequence number, null when unsequenced
-        ("payload", pa.large_binary()),  # fragment payload, or the JSON of a configuration change
-    ]
-)
-
-ORDERED_SCHEMA = pa.schema(
-    [
-        ("offset", pa.uint64()),
-        ("t", pa.float64()),  # time of the flush that emitted the fragment
-        ("source", pa.uint32()),
-        ("timestamp", pa.uint64()),
-        ("barrier", pa.uint32()),
-        ("late", pa.bool_()),
-        ("payload", pa.large_binary()),
-    ]
-)
-
-_SEGMENT_DIGITS = 20
 APPEND_CHUNK = 65536
 """Most rows per record batch of the ordered log (what one read has to load at most)."""
-_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
-"""The IPC stream format's end-of-stream marker (continuation token, zero length)."""
 
 
 @dataclass(slots=True)
@@ -116,7 +83,7 @@ class _BatchRef:
 class _SegmentedStream:
     """Append-only record batches in rolling Arrow IPC stream files; one job: bytes on disk.
 
-    Segment files are named ``<prefix>-<first row number>.arrow``. Opening scans every segment,
+    Segments are named and read as :mod:`orderer.log_format` says. Opening scans every segment,
     cuts a torn last batch and indexes the rest; appends always go to a fresh segment after that.
     """
 
@@ -145,36 +112,24 @@ class _SegmentedStream:
             self._scan(segment)
 
     def segments(self) -> list[Path]:
-        return sorted(self.directory.glob(f"{self.prefix}-*.arrow"))
+        return log_format.segment_files(self.directory, self.prefix)
 
     def _scan(self, segment: Path) -> None:
-        first = int(segment.stem.rsplit("-", 1)[1])
+        first = log_format.first_row(segment)
         if self.batches and first != self.rows:
             raise InternalOrdererError(
                 f"{segment}: starts at {first}, but the segments before it end at {self.rows}"
             )
         self.rows = first
-        good = 0
-        with pa.OSFile(str(segment), "rb") as source:
-            try:
-                reader = pa.ipc.open_stream(source)
-                if not reader.schema.equals(self.schema):
-                    raise InternalOrdererError(f"{segment}: unexpected schema {reader.schema}")
-                position = source.tell()
-                while True:
-                    batch = reader.read_next_batch()
-                    self.batches.append(_BatchRef(self.rows, batch.num_rows, segment, position))
-                    self.rows += batch.num_rows
-                    position = good = source.tell()
-            except StopIteration:
-                good = source.tell()
-            except (pa.ArrowInvalid, OSError):
-                pass  # a torn tail: keep what was whole
-        if good == 0:
+        reader = log_format.SegmentReader(segment, self.schema)
+        for position, batch in reader:
+            self.batches.append(_BatchRef(self.rows, batch.num_rows, segment, position))
+            self.rows += batch.num_rows
+        if reader.whole == 0:
             segment.unlink()  # nothing whole in it, not even the schema
-        elif good < segment.stat().st_size:
+        elif reader.whole < segment.stat().st_size:  # a torn tail: cut it
             with segment.open("r+b") as torn:
-                torn.truncate(good)
+                torn.truncate(reader.whole)
                 os.fsync(torn.fileno())
 
     def append(self, batch: pa.RecordBatch) -> None:
@@ -219,7 +174,7 @@ class _SegmentedStream:
             self.sealed += 1
 
     def _open_segment(self) -> None:
-        self._segment = self.directory / f"{self.prefix}-{self.rows:0{_SEGMENT_DIGITS}d}.arrow"
+        self._segment = log_format.segment_path(self.directory, self.prefix, self.rows)
         if self._segment.exists():
             raise InternalOrdererError(f"{self._segment} exists already")
         # a native file: Arrow writes straight to the descriptor, without a Python layer
@@ -235,7 +190,7 @@ class _SegmentedStream:
         if self._file is not None:
             good = self._position
             try:
-                self._file.write(_END_OF_STREAM)  # readers do without it
+                self._file.write(log_format.END_OF_STREAM)  # readers do without it
             except OSError:
                 self._cut_back(good)
                 return
@@ -263,10 +218,7 @@ class _SegmentedStream:
                     raise
 
     def read_batch(self, ref: _BatchRef) -> pa.RecordBatch:
-        with pa.OSFile(str(ref.segment), "rb") as source:
-            source.seek(ref.position)
-            message = pa.ipc.read_message(source)
-            return pa.ipc.read_record_batch(message, self.schema)
+        return log_format.read_batch_at(ref.segment, ref.position, self.schema)
 
     def find(self, row: int) -> int:
         """Index of the batch holding ``row``."""
@@ -290,151 +242,11 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def _column(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
-    """A zero-copy Arrow view of a numpy column (``valid``: which rows are not null).
+class _Log:
+    """What both logs are: one segmented stream of their schema, in their own directory."""
 
-    Not ``pa.array``: its first call imports pandas to look for pandas input, a second of a
-    live server's time spent in the middle of a run."""
-    validity = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
-    if values.dtype == np.bool_:
-        bits = np.packbits(values, bitorder="little")
-        return pa.Array.from_buffers(pa.bool_(), len(values), [validity, pa.py_buffer(bits)])
-    values = np.ascontiguousarray(values)
-    dtype = pa.from_numpy_dtype(values.dtype)
-    return pa.Array.from_buffers(dtype, len(values), [validity, pa.py_buffer(values)])
-
-
-_NUMPY_OF_ARROW = {
-    pa.uint8(): np.uint8,
-    pa.uint32(): np.uint32,
-    pa.uint64(): np.uint64,
-    pa.int64(): np.int64,
-    pa.float64(): np.float64,
-}
-
-
-def _numpy(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """The values of a numeric or boolean column, a view where Arrow's layout allows one; the
-    inverse of :func:`_column`, and like it without pandas. Nulls are not looked at."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    n, start = len(column), column.offset
-    data = column.buffers()[1]
-    if column.type == pa.bool_():
-        if data is None:
-            return np.zeros(n, dtype=np.bool_)
-        bits = np.frombuffer(data, dtype=np.uint8)
-        return np.unpackbits(bits, count=start + n, bitorder="little")[start:].view(np.bool_)
-    dtype = np.dtype(_NUMPY_OF_ARROW[column.type])
-    if data is None:
-        return np.zeros(n, dtype=dtype)
-    return np.frombuffer(data, dtype=dtype, count=n, offset=start * dtype.itemsize)
-
-
-def _binary_column(offsets: np.ndarray, payload: np.ndarray, n: int) -> pa.Array:
-    """A large_binary column over packed payloads, without copying them."""
-    return pa.Array.from_buffers(
-        pa.large_binary(),
-        n,
-        [None, pa.py_buffer(np.ascontiguousarray(offsets, dtype=np.int64)), pa.py_buffer(payload)],
-    )
-
-
-def _unpack_binary(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(n + 1 offsets from 0, payload bytes) of a large_binary column."""
-    _, offsets_buffer, data_buffer = column.buffers()
-    n = len(column)
-    offsets = np.frombuffer(offsets_buffer, dtype=np.int64, count=n + 1, offset=column.offset * 8)
-    start, stop = int(offsets[0]), int(offsets[-1])
-    data = (
-        np.frombuffer(data_buffer, dtype=np.uint8)[start:stop]
-        if data_buffer is not None
-        else np.zeros(0, dtype=np.uint8)
-    )
-    return (offsets - start).astype(np.uint64), data
-
-
-@dataclass(slots=True)
-class ArrivalRows:
-    """Rows for the arrival log as columns; the arrival time is given when they are appended."""
-
-    kind: np.ndarray  # uint8, ArrivalKind
-    source: np.ndarray  # uint32
-    value: np.ndarray  # uint64: a fragment's timestamp, or the watermark
-    barrier: np.ndarray  # uint32
-    sequence: np.ndarray  # uint64
-    sequenced: np.ndarray | None  # bool: which rows carry a sequence; None: all of them
-    payload_offsets: np.ndarray  # uint64, n + 1 from 0
-    payload: np.ndarray  # uint8
-
-    def __len__(self) -> int:
-        return int(self.kind.shape[0])
-
-    @classmethod
-    def fragments(
-        cls, batch: FragmentBatch, sequence: np.ndarray, sequenced: np.ndarray | None
-    ) -> ArrivalRows:
-        n = len(batch)
-        return cls(
-            np.zeros(n, dtype=np.uint8),
-            batch.source,
-            batch.timestamp,
-            batch.barrier,
-            sequence,
-            sequenced,
-            batch.payload_offsets,
-            batch.payload,
-        )
-
-    @classmethod
-    def marker(
-        cls, kind: ArrivalKind, source: int = 0, value: int = 0, payload: bytes = b""
-    ) -> ArrivalRows:
-        """One row that is not a fragment (watermark, end of source, configure, end of run)."""
-        return cls(
-            np.array([kind], dtype=np.uint8),
-            np.array([source], dtype=np.uint32),
-            np.array([value], dtype=np.uint64),
-            np.zeros(1, dtype=np.uint32),
-            np.zeros(1, dtype=np.uint64),
-            np.zeros(1, dtype=np.bool_),
-            np.array([0, len(payload)], dtype=np.uint64),
-            np.frombuffer(payload, dtype=np.uint8),
-        )
-
-    @classmethod
-    def configure(cls, changes: Mapping[str, Any]) -> ArrivalRows:
-        """A live change of parameters; ``recover`` reads the JSON back."""
-        return cls.marker(ArrivalKind.CONFIGURE, payload=json.dumps(dict(changes)).encode())
-
-    @classmethod
-    def concat(cls, pieces: list[ArrivalRows]) -> ArrivalRows:
-        if len(pieces) == 1:
-            return pieces[0]
-        offsets, payload = concat_payloads([(p.payload_offsets, p.payload) for p in pieces])
-        masked = any(piece.sequenced is not None for piece in pieces)
-        return cls(
-            np.concatenate([piece.kind for piece in pieces]),
-            np.concatenate([piece.source for piece in pieces]),
-            np.concatenate([piece.value for piece in pieces]),
-            np.concatenate([piece.barrier for piece in pieces]),
-            np.concatenate([piece.sequence for piece in pieces]),
-            np.concatenate(
-                [
-                    np.ones(len(piece), dtype=np.bool_) if piece.sequenced is None
-                    else piece.sequenced
-                    for piece in pieces
-                ]
-            )
-            if masked
-            else None,
-            offsets,
-            payload,
-        )
-
-
-class ArrivalLog:
-    """Write-ahead log of everything that arrived, in arrival order, with its arrival time."""
+    _NAME: ClassVar[str]
+    _SCHEMA: ClassVar[pa.Schema]
 
     def __init__(self, stream: _SegmentedStream) -> None:
         self._stream = stream
@@ -446,105 +258,75 @@ class ArrivalLog:
         *,
         fsync: FsyncPolicy = FsyncPolicy.BATCH,
         segment_bytes: int = 64 << 20,
-    ) -> ArrivalLog:
-        return cls(
-            _SegmentedStream(Path(directory), "arrivals", ARRIVAL_SCHEMA, fsync, segment_bytes)
-        )
+    ) -> Self:
+        return cls(_SegmentedStream(Path(directory), cls._NAME, cls._SCHEMA, fsync, segment_bytes))
 
     @property
     def directory(self) -> Path:
         return self._stream.directory
 
-    @property
-    def records(self) -> int:
-        return self._stream.rows
-
-    def append_rows(self, t: float, rows: ArrivalRows) -> None:
-        """Rows that arrived together at ``t``, as one record batch."""
-        n = len(rows)
-        if n == 0:
-            return
-        sequence = _column(rows.sequence, valid=rows.sequenced)
-        self._stream.append(
-            pa.record_batch(
-                [
-                    _column(rows.kind),
-                    _column(np.full(n, t, dtype=np.float64)),
-                    _column(rows.source),
-                    _column(rows.value),
-                    _column(rows.barrier),
-                    sequence,
-                    _binary_column(rows.payload_offsets, rows.payload, n),
-                ],
-                schema=ARRIVAL_SCHEMA,
-            )
-        )
+    def _last_batch(self) -> pa.RecordBatch | None:
+        batches = self._stream.batches
+        return self._stream.read_batch(batches[-1]) if batches else None
 
     def sync(self) -> None:
         """Everything appended before this call is durable when it returns (group commit)."""
         self._stream.sync()
 
+    def close(self) -> None:
+        self._stream.close()
+
+
+class ArrivalLog(_Log):
+    """Write-ahead log of everything that arrived, in arrival order, with its arrival time."""
+
+    _NAME = log_format.ARRIVALS
+    _SCHEMA = log_format.ARRIVAL_SCHEMA
+
+    @property
+    def records(self) -> int:
+        return self._stream.rows
+
+    @property
+    def last_arrival_time(self) -> float | None:
+        """Arrival time of the last record in the log."""
+        last = self._last_batch()
+        return None if last is None else float(log_format.arrivals_from_arrow(last).times()[-1])
+
+    def append_rows(self, t: float, rows: ArrivalRecords) -> None:
+        """Records that arrived together at ``t``, as one record batch."""
+        if len(rows):
+            self._stream.append(log_format.arrivals_to_arrow(rows.at(t)))
+
     def batches(self) -> Iterator[pa.RecordBatch]:
         """Every record batch, in arrival order."""
         return self._stream.iter_batches()
+
+    def read_records(self) -> Iterator[ArrivalRecords]:
+        """Every record batch as arrival records, in arrival order."""
+        return map(log_format.arrivals_from_arrow, self.batches())
 
     def export_replay(self, path: Path) -> int:
         """The arrival record as an ``evb replay`` input file; returns how many configuration
         changes it could not express (the replay format has none; end of run is the file's end)."""
         skipped = 0
         with Path(path).open("w", encoding="utf-8") as out:
-            for batch in self.batches():
-                columns = batch.to_pydict()
-                for kind, t, source, value, barrier, payload in zip(
-                    columns["kind"],
-                    columns["t"],
-                    columns["source"],
-                    columns["value"],
-                    columns["barrier"],
-                    columns["payload"],
-                    strict=True,
-                ):
-                    if kind == ArrivalKind.FRAGMENT:
-                        record: dict[str, Any] = {"t": t, "source": source, "ts": value}
-                        if barrier:
-                            record["barrier"] = barrier
-                        if payload:
-                            record["payload"] = base64.b64encode(payload).decode()
-                    elif kind == ArrivalKind.WATERMARK:
-                        record = {"t": t, "source": source, "watermark": value}
-                    elif kind == ArrivalKind.END_OF_SOURCE:
-                        record = {"t": t, "source": source, "end": True}
-                    else:
-                        skipped += kind == ArrivalKind.CONFIGURE
-                        continue
-                    out.write(json.dumps(record) + "\n")
+            for records in self.read_records():
+                skipped += int(np.count_nonzero(records.kind == ArrivalKind.CONFIGURE))
+                write_records(records, out)
         return skipped
 
-    def close(self) -> None:
-        self._stream.close()
 
-
-class OrderedLog:
+class OrderedLog(_Log):
     """The durable ordered output; offsets are consecutive from 0 and never reused."""
 
-    def __init__(self, stream: _SegmentedStream) -> None:
-        self._stream = stream
-        self._last_t: float | None = None
-        if stream.batches:
-            last = stream.read_batch(stream.batches[-1])
-            self._last_t = float(last.column("t")[-1].as_py())
+    _NAME = log_format.ORDERED
+    _SCHEMA = log_format.ORDERED_SCHEMA
 
-    @classmethod
-    def open(
-        cls,
-        directory: Path,
-        *,
-        fsync: FsyncPolicy = FsyncPolicy.BATCH,
-        segment_bytes: int = 64 << 20,
-    ) -> OrderedLog:
-        return cls(
-            _SegmentedStream(Path(directory), "ordered", ORDERED_SCHEMA, fsync, segment_bytes)
-        )
+    def __init__(self, stream: _SegmentedStream) -> None:
+        super().__init__(stream)
+        last = self._last_batch()
+        self._last_t = None if last is None else float(log_format.emitted_from_arrow(last).t[-1])
 
     @property
     def next_offset(self) -> int:
@@ -580,19 +362,7 @@ class OrderedLog:
             n = len(emitted)
             if n == 0:
                 return
-        first = emitted.first_seq
-        whole = pa.record_batch(
-            [
-                _column(np.arange(first, first + n, dtype=np.uint64)),
-                _column(emitted.t),
-                _column(emitted.source),
-                _column(emitted.timestamp),
-                _column(emitted.barrier),
-                _column(emitted.late),
-                _binary_column(emitted.payload_offsets, emitted.payload, n),
-            ],
-            schema=ORDERED_SCHEMA,
-        )
+        whole = log_format.emitted_to_arrow(emitted)
         # bounded record batches: a reader of a few fragments never loads a whole backlog
         for start in range(0, n, APPEND_CHUNK):
             self._stream.append(whole.slice(start, APPEND_CHUNK))
@@ -615,16 +385,13 @@ class OrderedLog:
             batch = stream.read_batch(ref)
             start = offset - ref.first
             take = min(wanted, ref.rows - start)
-            parts.append(_emitted_from_arrow(batch.slice(start, take)))
+            parts.append(log_format.emitted_from_arrow(batch.slice(start, take)))
             offset += take
             wanted -= take
             index += 1
         if not parts:
             return EmittedBatch.empty(from_offset)
         return parts[0] if len(parts) == 1 else EmittedBatch.concat(parts)
-
-    def sync(self) -> None:
-        self._stream.sync()
 
     def apply_retention(
         self,
@@ -660,23 +427,6 @@ class OrderedLog:
             deleted.append(path)
         return deleted
 
-    def close(self) -> None:
-        self._stream.close()
-
-
-def _emitted_from_arrow(batch: pa.RecordBatch) -> EmittedBatch:
-    offsets, payload = _unpack_binary(batch.column("payload"))
-    return EmittedBatch(
-        first_seq=int(batch.column("offset")[0].as_py()) if batch.num_rows else 0,
-        t=_numpy(batch.column("t")),
-        source=_numpy(batch.column("source")),
-        timestamp=_numpy(batch.column("timestamp")),
-        barrier=_numpy(batch.column("barrier")),
-        late=_numpy(batch.column("late")),
-        payload_offsets=offsets,
-        payload=payload,
-    )
-
 
 @dataclass(frozen=True, slots=True)
 class Recovered:
@@ -698,11 +448,7 @@ def recover(config: OrdererConfig, arrivals: ArrivalLog, ordered: OrderedLog) ->
     what the log holds, and what comes after was emitted (or due) before the crash but not yet
     written: it is appended now. A fresh directory gives a fresh orderer at time 0.
     """
-    last_t = 0.0
-    if arrivals._stream.batches:
-        last = arrivals._stream.read_batch(arrivals._stream.batches[-1])
-        last_t = float(last.column("t")[-1].as_py())
-    resume = max(last_t, ordered.last_emit_time or 0.0)
+    resume = max(arrivals.last_arrival_time or 0.0, ordered.last_emit_time or 0.0)
     orderer = Orderer(config, clock=MonotonicClock(start=resume))
     next_sequence: dict[int, int] = {}
     logged = ordered.next_offset
@@ -721,43 +467,30 @@ def recover(config: OrdererConfig, arrivals: ArrivalLog, ordered: OrderedLog) ->
             emitted = emitted.slice(skip)
         ordered.append(emitted)
 
-    pending: list[pa.RecordBatch] = []
+    pending: list[ArrivalRecords] = []
     pending_rows = 0
 
     def replay_pending() -> None:
         nonlocal pending, pending_rows
         if not pending:
             return
-        table = pa.Table.from_batches(pending).combine_chunks()
-        payload_offsets, payload = _unpack_binary(table.column("payload").chunk(0))
-        orderer.replay_arrays(
-            _numpy(table.column("kind")),
-            _numpy(table.column("t")),
-            _numpy(table.column("source")),
-            _numpy(table.column("value")),
-            _numpy(table.column("barrier")),
-            payload_offsets,
-            payload,
-        )
+        orderer.replay_records(ArrivalRecords.concat(pending))
         pending, pending_rows = [], 0
         complete_log()
 
-    for batch in arrivals.batches():
-        kinds = _numpy(batch.column("kind"))
-        sequences = batch.column("sequence")
-        if sequences.null_count < len(sequences):
-            sources = _numpy(batch.column("source"))
-            values = _numpy(sequences)
-            valid = _numpy(sequences.is_valid())
+    for records in arrivals.read_records():
+        if records.sequence is not None:
+            sources, values = records.source, records.sequence
+            valid = records.carries_sequence()
             for source in np.unique(sources[valid]):
                 top = int(values[valid & (sources == source)].max())
                 next_sequence[int(source)] = max(next_sequence.get(int(source), 0), top + 1)
-        kind = int(kinds[0])
+        kind = int(records.kind[0])
         if kind in (ArrivalKind.CONFIGURE, ArrivalKind.END_RUN):
             replay_pending()
-            t = float(batch.column("t")[0].as_py())
+            t = float(records.times()[0])
             if kind == ArrivalKind.CONFIGURE:
-                changes = json.loads(batch.column("payload")[0].as_py())
+                changes = json.loads(records.payload_of(0))
                 orderer.configure(
                     orderer.config.from_mapping({**orderer.config.to_mapping(), **changes}), now=t
                 )
@@ -768,8 +501,8 @@ def recover(config: OrdererConfig, arrivals: ArrivalLog, ordered: OrderedLog) ->
             continue
         if kind == ArrivalKind.FRAGMENT:
             run_ended = False
-        pending.append(batch)
-        pending_rows += batch.num_rows
+        pending.append(records)
+        pending_rows += len(records)
         if pending_rows >= 1 << 16:
             replay_pending()
     replay_pending()

@@ -28,7 +28,10 @@ from rich.console import Console
 from rich.table import Table
 
 from orderer import synthetic
+from orderer.client import end_run
 from orderer.errors import ServiceUnavailable
+from orderer.remote import send_synthetic
+from orderer.spark import job
 
 __all__ = ["live_run", "run_live_demo"]
 
@@ -95,9 +98,6 @@ def _play(
     target: str, spec: synthetic.SyntheticRun, ready: Path, errors: list[BaseException]
 ) -> None:
     """Every source from its own client, once the Spark query has registered with the orderer."""
-    from orderer.client import end_run
-    from orderer.remote import send_synthetic
-
     try:
         deadline = time.monotonic() + 300
         while not ready.exists():
@@ -139,8 +139,6 @@ def _summary_table(summary: dict[str, Any]) -> Table:
 
 def run_live_demo(output_dir: Path, seed: int, seconds: float = 20.0) -> int:
     """The live demo into ``output_dir`` (replaced); exit status 0."""
-    from orderer.spark import job
-
     console = Console()
     output_dir = Path(output_dir).resolve()
     if output_dir.exists():

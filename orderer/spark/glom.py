@@ -65,15 +65,8 @@ FRAGMENT_SPARK_SCHEMA = (
     "offset long, source long, timestamp long, barrier long, late boolean, payload binary"
 )
 
-_FRAGMENT_IN_EVENT = pa.struct(
-    [
-        ("offset", pa.int64()),
-        ("source", pa.int64()),
-        ("timestamp", pa.int64()),
-        ("late", pa.bool_()),
-        ("payload", pa.binary()),
-    ]
-)
+_FRAGMENT_IN_EVENT = pa.struct([field for field in FRAGMENT_SCHEMA if field.name != "barrier"])
+"""A fragment inside an event: a row of the data source less its barrier (the event row has it)."""
 EVENT_SCHEMA = pa.schema(
     [
         ("event", pa.int64()),  # offset of the event's first fragment: unique in the run

@@ -50,10 +50,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from orderer.errors import ConfigError, ServiceUnavailable
+from orderer.spark.glom import EVENT_SPARK_SCHEMA, GlomConfig, glom_batches
+from orderer.wire.options import DEFAULT_CONNECT_TIMEOUT, add_security_arguments
 
 __all__ = ["JobResult", "Layout", "build_parser", "check_arguments", "main", "run"]
 
@@ -83,38 +87,31 @@ class Layout:
 
     output: str
     run: str
+    events: str = field(init=False)
+    """The run's events: a partition of ``OUTPUT/events``."""
+    run_dir: str = field(init=False)
+    """The run's own directory (``OUTPUT/runs/RUN``), which holds the rest."""
+    summary: str = field(init=False)
+    report: str = field(init=False)
+    building: str = field(init=False)
+    """How a streamed run builds its events, recorded at its start."""
+    checkpoint: str = field(init=False)
+    """The streaming query's checkpoint unless ``--checkpoint`` says otherwise."""
 
-    @property
-    def events(self) -> str:
-        """The run's events: a partition of ``OUTPUT/events``."""
-        return f"{self.output}/events/run={self.run}"
-
-    @property
-    def run_dir(self) -> str:
-        return f"{self.output}/runs/{self.run}"
-
-    @property
-    def summary(self) -> str:
-        return f"{self.run_dir}/summary.json"
-
-    @property
-    def report(self) -> str:
-        return f"{self.run_dir}/report"
-
-    @property
-    def building(self) -> str:
-        """How a streamed run builds its events, recorded at its start."""
-        return f"{self.run_dir}/building.json"
-
-    @property
-    def checkpoint(self) -> str:
-        """The streaming query's checkpoint unless ``--checkpoint`` says otherwise."""
-        return f"{self.run_dir}/checkpoint"
+    def __post_init__(self) -> None:
+        run_dir = f"{self.output}/runs/{self.run}"
+        for name, path in (
+            ("events", f"{self.output}/events/run={self.run}"),
+            ("run_dir", run_dir),
+            ("summary", f"{run_dir}/summary.json"),
+            ("report", f"{run_dir}/report"),
+            ("building", f"{run_dir}/building.json"),
+            ("checkpoint", f"{run_dir}/checkpoint"),
+        ):
+            object.__setattr__(self, name, path)  # frozen
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from orderer.wire.options import DEFAULT_CONNECT_TIMEOUT, add_security_arguments
-
     parser = argparse.ArgumentParser(
         prog="evb spark-job",
         description="Build events from the ordered stream with Spark and write them with a run "
@@ -139,13 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="glom window in timestamp ticks (required unless --no-build)",
     )
     parser.add_argument("--no-build", action="store_true", help="one event per fragment")
-    parser.add_argument(
-        "--max-fragments",
-        type=int,
-        metavar="N",
-        default=1000,
-        help="most fragments per event (default: %(default)s)",
-    )
+    _valued(parser, "--max-fragments", int, "N", 1000, "most fragments per event")
     parser.add_argument(
         "--timestamp-policy",
         choices=["earliest", "latest", "average"],
@@ -171,58 +162,36 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="checkpoint location (default: OUTPUT/runs/RUN/checkpoint)",
     )
-    parser.add_argument(
-        "--partitions",
-        type=int,
-        metavar="N",
-        default=2,
-        help="partitions per micro-batch (default: %(default)s)",
-    )
+    _valued(parser, "--partitions", int, "N", 2, "partitions per micro-batch")
     parser.add_argument(
         "--max-fragments-per-trigger",
         type=int,
         metavar="N",
         help="cap on a micro-batch (whole events)",
     )
-    parser.add_argument(
+    _valued(
+        parser,
         "--trigger-seconds",
-        type=float,
-        metavar="S",
-        default=0.0,
-        help="micro-batch interval; 0: Spark's default, as soon as the last one is done "
-        "(default: %(default)s)",
+        float,
+        "S",
+        0.0,
+        "micro-batch interval; 0: Spark's default, as soon as the last one is done",
     )
-    parser.add_argument(
-        "--consumer",
-        metavar="NAME",
-        default="evb-spark-job",
-        help="name of the commits (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--tick-rate",
-        type=float,
-        metavar="HZ",
-        default=1e8,
-        help="timestamp ticks per second (default: %(default)g)",
-    )
+    _valued(parser, "--consumer", str, "NAME", "evb-spark-job", "name of the commits")
+    _valued(parser, "--tick-rate", float, "HZ", 1e8, "timestamp ticks per second", "g")
     parser.add_argument(
         "--master", metavar="URL", help="Spark master (default: spark-submit's, else local[2])"
     )
-    parser.add_argument(
-        "--poll",
-        type=float,
-        metavar="S",
-        default=1.0,
-        help="seconds between end-of-run checks (default: %(default)s)",
-    )
+    _valued(parser, "--poll", float, "S", 1.0, "seconds between end-of-run checks")
     parser.add_argument("--quiet", action="store_true", help="do not print the summary")
-    parser.add_argument(
+    _valued(
+        parser,
         "--connect-timeout",
-        type=float,
-        metavar="S",
-        default=DEFAULT_CONNECT_TIMEOUT,
-        help="seconds the orderer (--target) may take to answer before the job starts; the job "
-        "gives up with exit status 3 naming the address (default: %(default)s)",
+        float,
+        "S",
+        DEFAULT_CONNECT_TIMEOUT,
+        "seconds the orderer (--target) may take to answer before the job starts; the job "
+        "gives up with exit status 3 naming the address",
     )
     # each defaults to the variable the operator sets in the SparkApplication's pods; strings,
     # as the evb data source takes its options
@@ -230,6 +199,21 @@ def build_parser() -> argparse.ArgumentParser:
         parser, "security (a TLS orderer; the files must exist on driver and executors)", str
     )
     return parser
+
+
+def _valued(
+    parser: argparse.ArgumentParser,
+    option: str,
+    kind: Callable[[str], Any],
+    metavar: str,
+    default: object,
+    what: str,
+    shown: str = "s",
+) -> None:
+    """A flag that takes a value, with its default at the end of its help (``%(default)s``, or
+    ``%(default)g`` with ``shown="g"``)."""
+    help_text = f"{what} (default: %(default){shown})"
+    parser.add_argument(option, type=kind, metavar=metavar, default=default, help=help_text)
 
 
 def _security_options(args: argparse.Namespace) -> dict[str, str]:
@@ -244,11 +228,16 @@ def _security_options(args: argparse.Namespace) -> dict[str, str]:
     return {name: str(value) for name, value in given.items() if value}
 
 
+def _channel_security(args: argparse.Namespace) -> Any:
+    """The client's ChannelSecurity of the job's security flags, built as the data source
+    builds it from the same options (None: plaintext)."""
+    from orderer.spark.source import channel_security
+
+    return channel_security(tuple(_security_options(args).items()))
+
+
 def _glom(args: argparse.Namespace) -> Any:
     """The glom configuration of the flags; a bad value names its flag."""
-    from orderer.errors import ConfigError
-    from orderer.spark.glom import GlomConfig
-
     if args.max_fragments < 1:
         raise ConfigError("--max-fragments", args.max_fragments, "must be an integer >= 1")
     if args.no_build:
@@ -279,8 +268,6 @@ def _local(uri: str) -> Path | None:
 
 def _check_writable(flag: str, uri: str) -> None:
     """A local output location must be a directory, or creatable where it would be."""
-    from orderer.errors import ConfigError
-
     local = _local(uri)
     if local is None:
         return  # a Hadoop URI: its file system says, once Spark runs
@@ -298,8 +285,7 @@ def _check_writable(flag: str, uri: str) -> None:
 def check_arguments(args: argparse.Namespace) -> None:
     """Every mistake in the flags that can be seen without Spark, as a ConfigError naming the
     flag: the job refuses them before it spends seconds starting a JVM."""
-    from orderer.errors import ConfigError
-    from orderer.spark.source import _segment_files
+    from orderer.spark.source import segment_files
 
     _glom(args)
     if args.run is not None and not RUN_NAME.fullmatch(args.run):
@@ -328,7 +314,7 @@ def check_arguments(args: argparse.Namespace) -> None:
         if not path.is_dir():
             raise ConfigError("--path", str(path), "is not a directory")
         try:
-            _segment_files(path)
+            segment_files(path)
         except ConfigError:
             raise ConfigError(
                 "--path", str(path), "is not an evb data directory: it holds no ordered log "
@@ -459,8 +445,6 @@ BUILDING_FLAGS = {
 def _check_resumed_building(spark: Any, layout: Layout, building: dict[str, str]) -> None:
     """Why: a run resumed from its checkpoint with another ``--dt`` (or policy, or format)
     would hold events built two ways, and nothing would tell them apart."""
-    from orderer.errors import ConfigError
-
     if not _exists(spark, layout.building):  # a run started before the record existed
         return
     began = json.loads(_read_text(spark, layout.building))
@@ -495,8 +479,6 @@ def _read_text(spark: Any, uri: str) -> str:
 
 
 def _builder(glom: Any) -> Any:
-    from orderer.spark.glom import glom_batches
-
     def build(batches: Iterator[Any]) -> Any:
         return glom_batches(batches, glom)
 
@@ -505,11 +487,8 @@ def _builder(glom: Any) -> Any:
 
 def _stream(spark: Any, args: argparse.Namespace, glom: Any, layout: Layout) -> int:
     from orderer.client import get_stats
-    from orderer.errors import ServiceUnavailable
-    from orderer.spark.glom import EVENT_SPARK_SCHEMA
-    from orderer.spark.source import _security
 
-    security = _security(tuple(_security_options(args).items()))
+    security = _channel_security(args)
     checkpoint = args.checkpoint or layout.checkpoint
     building = {**glom.to_options(), "format": args.format}
     if _exists(spark, checkpoint):  # a restarted run resumes: it must build as it began
@@ -555,15 +534,13 @@ def _stream(spark: Any, args: argparse.Namespace, glom: Any, layout: Layout) -> 
     finally:
         batches = int(query.lastProgress["batchId"]) + 1 if query.lastProgress else 0
         query.stop()
-    error = query.exception()
-    if error is not None:
-        raise RuntimeError(f"the streaming query failed: {error}")
+    failure = query.exception()
+    if failure is not None:
+        raise RuntimeError(f"the streaming query failed: {failure}")
     return batches
 
 
 def _batch(spark: Any, args: argparse.Namespace, glom: Any, layout: Layout) -> int:
-    from orderer.spark.glom import EVENT_SPARK_SCHEMA
-
     fragments = (
         spark.read.format("evb")
         .option("path", str(args.path))
@@ -658,18 +635,14 @@ def _reach_orderer(args: argparse.Namespace) -> None:
     after the JVM's start. (Once running, the data source waits for a restarting orderer up to
     its ``reconnectTimeout``.)"""
     from orderer.client import get_stats
-    from orderer.spark.source import _security
 
-    security = _security(tuple(_security_options(args).items()))
-    get_stats(args.target, connect_timeout=args.connect_timeout, security=security)
+    get_stats(args.target, connect_timeout=args.connect_timeout, security=_channel_security(args))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``evb spark-job``: exit status 0; 2 for bad arguments or no usable Java, in one line
     naming the flag or saying what to install, and 3 for an orderer that cannot be reached, each
     before Spark starts; 1 on failure."""
-    from orderer.errors import ConfigError, ServiceUnavailable
-
     args = build_parser().parse_args(argv)
     try:
         check_arguments(args)

@@ -16,7 +16,9 @@ any trigger. The event still open at the live end of the log is left for the nex
 the end of the run (``GetStats.run_ended``) the end of the log closes it.
 
 A batch read of a log directory plans its partitions one record batch at a time
-(:func:`plan_log`): the driver never holds the run's timestamps, whatever its size.
+(:func:`plan_log`): the driver never holds the run's timestamps, whatever its size. The log is
+read through :mod:`orderer.log_format` (segments, the torn-tail rule, the columns), the module
+the orderer writes it with.
 
 Offsets are ``{"offset": N}``, the ordered log's offset (replayable: the orderer serves any offset
 it still holds). ``commit`` tells the orderer (``Commit``) that the query processed everything
@@ -58,9 +60,18 @@ from pyspark.sql.types import StructType
 
 from orderer.batch import EmittedBatch
 from orderer.errors import ConfigError, InterfaceError, ServiceUnavailable
+from orderer.log_format import ordered_batches, ordered_segments
 from orderer.spark.glom import FRAGMENT_SCHEMA, FRAGMENT_SPARK_SCHEMA, GlomConfig, event_starts
 
-__all__ = ["EvbDataSource", "plan_log", "plan_partitions", "register"]
+__all__ = [
+    "EvbDataSource",
+    "channel_security",
+    "fragment_rows",
+    "plan_log",
+    "plan_partitions",
+    "register",
+    "segment_files",
+]
 
 log = logging.getLogger("evb.spark")
 
@@ -68,7 +79,7 @@ _INT64_LIMIT = 2**63
 _SECURITY_OPTIONS = ("tlsCa", "tlsCert", "tlsKey", "tokenFile", "tls")
 
 
-def _security(options: tuple[tuple[str, str], ...]) -> Any:
+def channel_security(options: tuple[tuple[str, str], ...]) -> Any:
     """The client's ChannelSecurity from the source's security options; None for plaintext."""
     if not options:
         return None
@@ -179,8 +190,8 @@ def plan_partitions(
     return list(itertools.pairwise(cuts))
 
 
-def _fragments_of(batch: EmittedBatch) -> pa.RecordBatch:
-    """An ordered batch from the orderer as source rows."""
+def fragment_rows(batch: EmittedBatch) -> pa.RecordBatch:
+    """An ordered batch (from the orderer, or read from its log) as source rows."""
     n = len(batch)
     timestamp = batch.timestamp
     if n and int(timestamp.max()) >= _INT64_LIMIT:
@@ -227,10 +238,10 @@ def _read_target(partition: OffsetRange) -> Iterator[pa.RecordBatch]:
         until=partition.until,
         reconnect_timeout=partition.reconnect_timeout,
         connect_timeout=partition.reconnect_timeout,  # an orderer restarting: wait as for a loss
-        security=_security(partition.security),
+        security=channel_security(partition.security),
     )
     for batch in reader:
-        yield _fragments_of(batch)
+        yield fragment_rows(batch)
 
 
 def _scan_target(options: _Options, first: int, until: int) -> tuple[np.ndarray, np.ndarray]:
@@ -248,7 +259,7 @@ def _scan_target(options: _Options, first: int, until: int) -> tuple[np.ndarray,
             payload=False,
             reconnect_timeout=options.reconnect_timeout,
             connect_timeout=options.reconnect_timeout,
-            security=_security(options.security),
+            security=channel_security(options.security),
         )
     )
     return (
@@ -266,7 +277,7 @@ def _stats(options: _Options) -> tuple[int, bool]:
         options.target,
         timeout=options.reconnect_timeout,
         connect_timeout=options.reconnect_timeout,
-        security=_security(options.security),
+        security=channel_security(options.security),
     )
     return int(stats["next_offset"]), bool(stats["run_ended"])
 
@@ -340,7 +351,7 @@ class EvbStreamReader(DataSourceStreamReader):
                 self.options.consumer,
                 offset,
                 connect_timeout=self.options.reconnect_timeout,
-                security=_security(self.options.security),
+                security=channel_security(self.options.security),
             )
         except InterfaceError as error:
             log.warning("could not register consumer %s: %s", self.options.consumer, error)
@@ -389,7 +400,7 @@ class EvbStreamReader(DataSourceStreamReader):
                 self.options.consumer,
                 int(end["offset"]),
                 connect_timeout=self.options.reconnect_timeout,
-                security=_security(self.options.security),
+                security=channel_security(self.options.security),
             )
         except (ServiceUnavailable, InterfaceError) as error:
             # only delays retention: the next commit covers this one
@@ -399,62 +410,23 @@ class EvbStreamReader(DataSourceStreamReader):
 # ------------------------------------------------------------------------------ finished run
 
 
-def _segment_files(path: Path) -> list[Path]:
+def segment_files(path: Path) -> list[Path]:
     """The ordered log's segments: ``path`` is the data directory or its ``ordered/``."""
-    directory = path / "ordered" if (path / "ordered").is_dir() else path
-    segments = sorted(directory.glob("ordered-*.arrow"))
+    segments = ordered_segments(path)
     if not segments:
         raise ConfigError("path", str(path), "holds no ordered log (ordered-*.arrow)")
     return segments
 
 
-def _segment_batches(segment: Path) -> Iterator[pa.RecordBatch]:
-    """Whole record batches of one segment (a torn tail of a crashed writer is left out)."""
-    with pa.memory_map(str(segment)) as source:
-        reader = pa.ipc.open_stream(source)
-        while True:
-            try:
-                yield reader.read_next_batch()
-            except StopIteration:
-                return
-            except (pa.ArrowInvalid, OSError):
-                return
-
-
-def _log_rows(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """An ordered-log record batch (ORDERED_SCHEMA) as source rows."""
-    ts = batch.column("timestamp").to_numpy()
-    if batch.num_rows and int(ts.max()) >= _INT64_LIMIT:
-        bad = int(np.argmax(ts >= np.uint64(_INT64_LIMIT)))
-        raise InterfaceError(
-            f"offset {batch.column('offset')[bad]}: timestamp {int(ts[bad])} does not fit "
-            "Spark's signed 64-bit long"
-        )
-    return pa.RecordBatch.from_arrays(
-        [
-            batch.column("offset").cast(pa.int64()),
-            batch.column("source").cast(pa.int64()),
-            pa.array(ts.view(np.int64)),
-            batch.column("barrier").cast(pa.int64()),
-            batch.column("late"),
-            batch.column("payload").cast(pa.binary()),
-        ],
-        schema=FRAGMENT_SCHEMA,
-    )
-
-
 def _read_segments(partition: OffsetRange) -> Iterator[pa.RecordBatch]:
     for name in partition.segments:
-        for batch in _segment_batches(Path(name)):
-            if not batch.num_rows:
-                continue
-            offsets = batch.column("offset")
-            low, high = int(offsets[0].as_py()), int(offsets[-1].as_py()) + 1
+        for batch in ordered_batches(Path(name)):
+            low, high = batch.first_seq, batch.first_seq + len(batch)
             if high <= partition.first or low >= partition.until:
                 continue
             start = max(partition.first, low) - low
             stop = min(partition.until, high) - low
-            yield _log_rows(batch.slice(start, stop - start))
+            yield fragment_rows(batch.slice(start, stop))
 
 
 def plan_log(
@@ -506,13 +478,8 @@ def plan_log(
 def _log_chunks(segments: Sequence[Path]) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
     """The ordered log's timestamps and barrier types, one record batch at a time."""
     for segment in segments:
-        for batch in _segment_batches(segment):
-            if batch.num_rows:
-                yield (
-                    int(batch.column("offset")[0].as_py()),
-                    batch.column("timestamp").to_numpy(),
-                    batch.column("barrier").to_numpy(),
-                )
+        for batch in ordered_batches(segment):
+            yield batch.first_seq, batch.timestamp, batch.barrier
 
 
 class EvbBatchReader(DataSourceReader):
@@ -524,14 +491,10 @@ class EvbBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         options = self.options
         if options.path is not None:
-            segments = _segment_files(options.path)
+            segments = segment_files(options.path)
             spans = []  # (first offset, offset after the last, segment) of each segment
             for segment in segments:
-                rows = [
-                    (int(b.column("offset")[0].as_py()), int(b.column("offset")[-1].as_py()) + 1)
-                    for b in _segment_batches(segment)
-                    if b.num_rows
-                ]
+                rows = [(b.first_seq, b.first_seq + len(b)) for b in ordered_batches(segment)]
                 if rows:
                     spans.append((rows[0][0], rows[-1][1], str(segment)))
             if not spans:

@@ -20,12 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from orderer._core.core import (
-    RULE_OFFSETS_BACKWARDS,
-    RULE_PAYLOAD_TOO_LARGE,
-    RULE_RESERVED_TIMESTAMP,
-    first_violation,
-)
+from orderer._core.core import check_fragment_rules
 from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer.batch import EmittedBatch, FragmentBatch
 from orderer.config import LIVE_PARAMETERS, SOURCE_COUNTERS, TOTAL_COUNTERS, OrdererConfig
@@ -39,6 +34,7 @@ __all__ = [
     "IncomingBatch",
     "batch_from_pb",
     "batch_to_pb",
+    "check_timestamps",
     "config_to_mapping",
     "config_to_pb",
     "configure_changes_from_pb",
@@ -192,26 +188,24 @@ def batch_from_pb(message: pb.FragmentBatch, limits: BatchLimits = BatchLimits()
             raise InterfaceError("payload: given without payload_offsets")
         offsets = _NO_OFFSETS
         payload = _EMPTY_BYTES
-    rule, index = first_violation(timestamp, offsets, limits.max_payload_bytes)
-    if rule == RULE_RESERVED_TIMESTAMP:
-        raise InterfaceError(f"timestamps: fragment {index} has the reserved value 2**64-1")
-    if rule == RULE_OFFSETS_BACKWARDS:
-        raise InterfaceError(f"payload_offsets: offset {index + 1} goes backwards")
     if offsets.shape[0] and int(offsets[-1]) != len(payload_bytes):
         raise InterfaceError(
             f"payload_offsets: last offset {int(offsets[-1])} is not the payload's length "
             f"{len(payload_bytes)}"
         )
-    if rule == RULE_PAYLOAD_TOO_LARGE:
-        raise InterfaceError(
-            f"payload: fragment {index} has {int(offsets[index + 1] - offsets[index])} bytes, "
-            f"above the limit of {limits.max_payload_bytes}"
-        )
+    check_fragment_rules(timestamp, offsets, limits.max_payload_bytes)
     if not offsets.shape[0]:
         offsets = np.zeros(n + 1, dtype=np.uint64)
     return IncomingBatch(
         FragmentBatch(source, timestamp, barrier, offsets, payload), single, first_sequence
     )
+
+
+def check_timestamps(timestamps: npt.NDArray[np.uint64]) -> None:
+    """The batch rule a client checks before it sends: no reserved timestamp, with the one
+    message of :func:`~orderer._core.core.check_fragment_rules`. The payload rules are the
+    service's to check, against its own limit (:func:`batch_from_pb`)."""
+    check_fragment_rules(np.ascontiguousarray(timestamps, dtype=np.uint64), _NO_OFFSETS, 0)
 
 
 def batch_to_pb(batch: FragmentBatch, first_sequence: int | None = None) -> pb.FragmentBatch:

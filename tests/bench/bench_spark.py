@@ -51,6 +51,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from orderer.client import SourceClient, end_run  # noqa: E402
+from orderer.log_format import ordered_batches  # noqa: E402
 from orderer.remote import send_synthetic  # noqa: E402
 from orderer.spark.demo import _Server  # noqa: E402
 from orderer.spark.glom import (  # noqa: E402
@@ -60,7 +61,7 @@ from orderer.spark.glom import (  # noqa: E402
     event_starts,
     glom_batches,
 )
-from orderer.spark.source import _log_rows, _segment_batches, _segment_files  # noqa: E402
+from orderer.spark.source import fragment_rows, segment_files  # noqa: E402
 from orderer.synthetic import Stall, SyntheticRun  # noqa: E402
 
 DT = 100_000
@@ -168,7 +169,7 @@ def _evb_batch(spark: Any, data: Path, out: Path, n: int) -> dict[str, Any]:
 def _export(data: Path, out: Path, files: int) -> None:
     """The ordered fragments as Parquet files, in order (what would land from a bus)."""
     table = pa.Table.from_batches(
-        [_log_rows(b) for s in _segment_files(data) for b in _segment_batches(s)]
+        [fragment_rows(b) for s in segment_files(data) for b in ordered_batches(s)]
     )
     out.mkdir(parents=True)
     step = -(-table.num_rows // files)

@@ -53,7 +53,7 @@ def test_every_orderer_parameter_is_a_spec_field_with_the_same_default() -> None
 
 def test_max_payload_bytes_is_bounded_as_the_orderer_bounds_it() -> None:
     # a larger value would pass the API server and give a pod that refuses to start
-    from orderer.service.server import ServiceConfig
+    from orderer.service.settings import ServiceConfig
     from orderer.wire.convert import MAX_PAYLOAD_BYTES
 
     orderer = crd.SPEC_SCHEMA["properties"]["orderer"]["properties"]["maxPayloadBytes"]

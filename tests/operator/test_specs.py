@@ -16,7 +16,7 @@ import yaml
 from evb_operator import constants as c
 from evb_operator import specs, validation
 from orderer.cli import build_parser
-from orderer.service.server import configs_from_mapping
+from orderer.service.settings import configs_from_mapping
 from tests.operator.conftest import example_files, load_example, validate_builtin
 
 FULL_SPEC: dict[str, Any] = {

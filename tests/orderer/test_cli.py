@@ -188,7 +188,7 @@ def test_every_help_shows_every_default(command: str) -> None:
 
 
 def test_serve_shows_the_service_defaults_and_where_else_they_come_from() -> None:
-    from orderer.service.server import ServiceConfig
+    from orderer.service.settings import ServiceConfig
 
     service = ServiceConfig()
     config = OrdererConfig()

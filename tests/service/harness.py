@@ -12,7 +12,8 @@ from typing import Any, TypeVar
 import grpc
 
 from orderer.config import OrdererConfig
-from orderer.service.server import RunningServer, ServiceConfig, start_server
+from orderer.service.server import RunningServer, start_server
+from orderer.service.settings import ServiceConfig
 
 T = TypeVar("T")
 

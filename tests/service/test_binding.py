@@ -14,7 +14,8 @@ import pytest
 from orderer.config import OrdererConfig
 from orderer.errors import ConfigError
 from orderer.service import binding
-from orderer.service.server import ServiceConfig, start_server
+from orderer.service.server import start_server
+from orderer.service.settings import ServiceConfig
 from tests.service.harness import run, serving
 
 

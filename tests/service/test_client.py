@@ -1,4 +1,4 @@
-"""The client library (orderer/client.py): batching per source, sequence numbers, linger, the
+"""The client library (orderer/client/): batching per source, sequence numbers, linger, the
 durable-sequence handshake of a new client, flow control, reconnect with resend, the blocking
 flavour, refused input, and the readers."""
 
@@ -16,7 +16,6 @@ from orderer.client import (
     AsyncSourceClient,
     OrderedStreamReader,
     SourceClient,
-    _Buffer,
     configure,
     end_run,
     end_run_async,
@@ -24,13 +23,14 @@ from orderer.client import (
     get_stats_async,
     subscribe,
 )
+from orderer.client.batching import Buffer
 from tests.service.harness import run, serving, target
 
 CONFIG = OrdererConfig(build_window=0.3, startup_delay=0.0, sources=(1, 2))
 
 
 def test_buffer_keeps_the_order_of_single_fragments_and_arrays() -> None:
-    buffer = _Buffer(3)
+    buffer = Buffer(3)
     buffer.add_one(1, 0, b"a")
     buffer.add_one(2, 0, b"")
     chunk = FragmentBatch.from_arrays(source=3, timestamp=[3, 4], payloads=[b"bc", b""])
@@ -46,7 +46,7 @@ def test_buffer_keeps_the_order_of_single_fragments_and_arrays() -> None:
 
 
 def test_buffer_of_chunks_without_payloads() -> None:
-    buffer = _Buffer(1)
+    buffer = Buffer(1)
     buffer.add_batch(FragmentBatch.from_arrays(source=1, timestamp=[1, 2]))
     buffer.add_batch(FragmentBatch.from_arrays(source=1, timestamp=[3], payloads=[b"x"]))
     batch = buffer.take()

@@ -29,7 +29,8 @@ from orderer import OrdererConfig
 from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
 from orderer.errors import InterfaceError
-from orderer.service.server import RunningServer, ServiceConfig, start_server
+from orderer.service.server import RunningServer, start_server
+from orderer.service.settings import ServiceConfig
 from orderer.wire import convert
 
 SOAK = bool(os.environ.get("EVB_SOAK"))

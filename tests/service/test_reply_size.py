@@ -19,7 +19,8 @@ from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
 from orderer.batch import EmittedBatch
 from orderer.errors import ConfigError
-from orderer.service.server import RunningServer, ServiceConfig
+from orderer.service.server import RunningServer
+from orderer.service.settings import ServiceConfig
 from orderer.wire import convert
 from tests.service.harness import run, serving, target
 

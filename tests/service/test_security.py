@@ -21,7 +21,8 @@ from orderer.client import (
 )
 from orderer.errors import ConfigError, ServiceUnavailable
 from orderer.service.security import ServerSecurity
-from orderer.service.server import RunningServer, ServiceConfig
+from orderer.service.server import RunningServer
+from orderer.service.settings import ServiceConfig
 from tests.certs import make_pki
 from tests.service.harness import run, serving
 

@@ -18,12 +18,11 @@ from orderer import (
     Orderer,
     OrdererConfig,
 )
+from orderer.batch import ArrivalKind, ArrivalRecords
 from orderer.clock import SimulatedClock
 from orderer.replay import read_records, replay
 from orderer.service.storage import (
-    ArrivalKind,
     ArrivalLog,
-    ArrivalRows,
     FsyncPolicy,
     OrderedLog,
     recover,
@@ -58,11 +57,11 @@ def _live_run(
             payloads=[f"{source}:{s}".encode() for s in stamps],
         )
         sequence = np.arange(step * 5, step * 5 + len(batch), dtype=np.uint64)
-        arrivals.append_rows(t, ArrivalRows.fragments(batch, sequence, None))
+        arrivals.append_rows(t, ArrivalRecords.fragments(batch, sequence, None))
         orderer.submit(batch, now=t)
         ordered.append(orderer.take_emitted())
         if step == 40:
-            arrivals.append_rows(t, ArrivalRows.marker(ArrivalKind.WATERMARK, 2, 450))
+            arrivals.append_rows(t, ArrivalRecords.marker(ArrivalKind.WATERMARK, 2, 450))
             orderer.watermark(2, 450, now=t)
             ordered.append(orderer.take_emitted())
     if timer_after_last:
@@ -235,7 +234,7 @@ def test_a_large_append_is_stored_in_bounded_record_batches(tmp_path: Path) -> N
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.uint32, np.uint64, np.float64, np.bool_])
 def test_numpy_and_arrow_columns_convert_both_ways_also_for_slices(dtype: type) -> None:
-    from orderer.service.storage import _column, _numpy
+    from orderer.log_format import _column, _numpy
 
     values = (np.arange(37) % 3 == 1) if dtype is np.bool_ else np.arange(37).astype(dtype)
     column = _column(values)

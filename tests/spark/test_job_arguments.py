@@ -144,13 +144,14 @@ def test_help_says_what_the_timestamp_policies_and_the_layout_are(
 
 def test_a_table_of_the_oracle_writes_as_a_log(tmp_path: Path) -> None:
     """The helper the tests use for ``--path`` writes what the job's source reads back."""
-    from orderer.spark.source import _log_rows, _segment_batches, _segment_files
+    from orderer.log_format import ordered_batches
+    from orderer.spark.source import fragment_rows, segment_files
     from tests.spark.oracle import fragments_of
 
     stream = random_stream(4, 1000)
     data = write_ordered_log(tmp_path, stream, batch=300)
     back = pa.Table.from_batches(
-        [_log_rows(b) for s in _segment_files(data) for b in _segment_batches(s)]
+        [fragment_rows(b) for s in segment_files(data) for b in ordered_batches(s)]
     )
     assert fragments_of(back) == fragments_of(stream)
 

@@ -8,12 +8,6 @@ import numpy as np
 import pytest
 
 from orderer import FragmentBatch, Orderer, SimulatedClock
-from orderer._core.core import (
-    RULE_OFFSETS_BACKWARDS,
-    RULE_PAYLOAD_TOO_LARGE,
-    RULE_RESERVED_TIMESTAMP,
-    first_violation,
-)
 
 
 def _payload(source: int, timestamp: int) -> bytes:
@@ -70,18 +64,3 @@ def test_payloads_survive_growth_and_repacks(out_of_order: bool) -> None:
     ]
     assert len(emitted) == len(sent)
     assert {(s, t): p for s, t, p in emitted} == sent
-
-
-def test_first_violation_finds_the_first_fragment_breaking_a_rule() -> None:
-    ts = np.array([1, 2, 3, 4], dtype=np.uint64)
-    offsets = np.array([0, 2, 4, 6, 8], dtype=np.uint64)
-    assert first_violation(ts, offsets, 10) == (0, -1)
-    assert first_violation(ts, np.zeros(0, dtype=np.uint64), 10) == (0, -1)
-    reserved = ts.copy()
-    reserved[2] = 2**64 - 1
-    assert first_violation(reserved, offsets, 10) == (RULE_RESERVED_TIMESTAMP, 2)
-    backwards = np.array([0, 2, 1, 6, 8], dtype=np.uint64)
-    assert first_violation(ts, backwards, 10) == (RULE_OFFSETS_BACKWARDS, 1)
-    large = np.array([0, 2, 4, 16, 18], dtype=np.uint64)
-    assert first_violation(ts, large, 10) == (RULE_PAYLOAD_TOO_LARGE, 2)
-    assert first_violation(ts, large, 12) == (0, -1)

@@ -42,7 +42,7 @@ def _arrays(source, ts, barrier=None):
 @pytest.mark.parametrize(
     ("arrays", "message"),
     [
-        (_arrays([1, 1, 1], [1, 2, 2**64 - 1]), "timestamp[2] is 2**64-1"),
+        (_arrays([1, 1, 1], [1, 2, 2**64 - 1]), "timestamps: fragment 2 has 2**64-1"),
         (
             (
                 np.array([1, 1], np.uint32),
@@ -81,7 +81,7 @@ def _arrays(source, ts, barrier=None):
                 np.array([0, 5, 3], U64),
                 np.zeros(8, np.uint8),
             ),
-            "payload_offsets[2] is below",
+            "payload_offsets: fragment 1 ends at 3, before it starts at 5",
         ),
         (
             (

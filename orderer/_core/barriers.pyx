@@ -1,0 +1,82 @@
+# Barriers (a part that core.pyx includes).
+# A pending barrier resolved when complete, incomplete (a source dead or ended), timed out,
+# or at the end of run; counted complete/incomplete and homogeneous/heterogeneous, with the
+# missing sources logged (docs/ordering.md, "Barriers", "Dead sources").
+
+
+cdef bint _resolve_barriers(OrdererCore self, double now, bint drain) except -1:
+    """Step 5: resolve a pending barrier if complete, incomplete or timed out."""
+    cdef Py_ssize_t i, j, n_out
+    cdef size_t pay = 0
+    cdef Source *s
+    cdef Queue *q
+    cdef bint pending = False, all_have = True, alive_all_have = True, complete
+    cdef bint dead, homogeneous = True, first = True
+    cdef double oldest = INFINITY
+    cdef uint32_t kind = 0
+    cdef uint64_t ts
+    for i in range(self._n_src):
+        s = &self._src[i]
+        if _front_is_barrier(s):
+            pending = True
+            pay += _pay_size(&s.q, s.q.head)
+            if s.q.arrival[s.q.head] < oldest:
+                oldest = s.q.arrival[s.q.head]
+        else:
+            all_have = False
+            dead = s.has_arrival and s.last_arrival + self._source_timeout <= now
+            if not s.ended and not dead:
+                alive_all_have = False
+    if not pending:
+        return False
+    complete = all_have
+    if not (complete or drain or alive_all_have or oldest + self._barrier_timeout <= now):
+        return False
+    _reserve_out(self, self._n_src, pay)
+    n_out = self._out_n
+    missing = []
+    for i in range(self._n_src):
+        s = &self._src[self._by_id[i]]
+        q = &s.q
+        if not _front_is_barrier(s):
+            s.missing += 1
+            missing.append(s.id)
+            continue
+        ts = q.ts[q.head]
+        if first:
+            kind = q.barrier[q.head]
+            first = False
+        elif q.barrier[q.head] != kind:
+            homogeneous = False
+        self._out_ts[n_out] = ts
+        self._out_source[n_out] = s.id
+        self._out_barrier[n_out] = q.barrier[q.head]
+        self._out_late[n_out] = 0
+        self._out_t[n_out] = now
+        _pay_move(q, q.head, self._out_pay, &self._out_pay_len)
+        self._out_pay_end[n_out] = self._out_pay_len
+        n_out += 1
+        s.emitted += 1
+        s.barriers += 1
+        q.head += 1
+        q.n_barriers -= 1
+        self._queued -= 1
+        q.first_barrier = -1
+        if q.n_barriers > 0:
+            for j in range(q.head, q.tail):
+                if q.barrier[j]:
+                    q.first_barrier = j
+                    break
+        if q.head == q.tail:
+            _queue_emptied(q)
+    self._out_n = n_out
+    if complete:
+        self._complete += 1
+    else:
+        self._incomplete += 1
+    if homogeneous:
+        self._homogeneous += 1
+    else:
+        self._heterogeneous += 1
+    self._barrier_log.append((now, complete, homogeneous, tuple(missing)))
+    return True

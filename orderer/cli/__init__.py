@@ -1,0 +1,75 @@
+"""The ``evb`` command line: argument parsing and exit statuses only; the work is elsewhere.
+
+Exit status 2 means bad input (a flag value, a ``--config`` file, a record, or input the server
+refused), with the culprit named on stderr in one line: the flag, or the file, line and key; 3
+means the orderer service could not be reached. A user's mistake never ends in a traceback.
+
+The modules: :mod:`~orderer.cli.parser` (the subcommands and their flags),
+:mod:`~orderer.cli.arguments` (flag value types, the help format, the ordering and client
+flags), :mod:`~orderer.cli.config_file` (``evb serve --config``), :mod:`~orderer.cli.commands`
+(what each command calls). The console script ``evb`` is :func:`main`; ``python -m orderer.cli``
+runs it too.
+"""
+
+from __future__ import annotations
+
+import os
+
+# gRPC's core logs every failed TLS handshake attempt on stderr (a dozen lines while a command
+# waits for its connection, around its one-line error, which names the cause once). gRPC reads
+# the setting when it is first imported, which the modules imported below do (the client flags
+# come from orderer.wire), so it is set before them; a GRPC_VERBOSITY the user set wins. The
+# library leaves the process's environment alone: only the command sets it.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+import sys
+from collections.abc import Sequence
+
+from orderer.cli.arguments import HelpFormatter
+from orderer.cli.config_file import BadInput, serve_configs
+from orderer.cli.parser import EXIT_BAD_INPUT, build_parser
+from orderer.errors import (
+    ConfigError,
+    InterfaceError,
+    RecordError,
+    ServiceUnavailable,
+)
+from orderer.wire.options import DEFAULT_CONNECT_TIMEOUT
+
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
+    "EXIT_BAD_INPUT",
+    "EXIT_UNAVAILABLE",
+    "HelpFormatter",
+    "build_parser",
+    "main",
+    "serve_configs",
+]
+
+EXIT_UNAVAILABLE = 3
+"""The orderer service could not be reached."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``evb`` with ``argv`` (default: the process's arguments); returns the exit status."""
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["spark-job"]:  # its own parser (also the SparkApplication's main file)
+        argv = ["spark-job", "--", *argv[1:]]
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as done:  # --help, --version, or a flag argparse refused (status 2)
+        return done.code if isinstance(done.code, int) else EXIT_BAD_INPUT
+    try:
+        return int(args.handler(args))
+    except (ConfigError, RecordError, InterfaceError, BadInput) as error:
+        print(f"evb {args.command}: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except FileNotFoundError as error:
+        print(f"evb {args.command}: {error.filename}: no such file", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except ServiceUnavailable as error:
+        print(f"evb {args.command}: orderer unavailable: {error}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,198 @@
+"""The flags of the ``evb`` commands: value types that name the flag, the help format, the
+ordering parameters, the client flags, and the translation of a library's error back to the
+flag the user typed.
+
+Numeric flags are checked by their argparse ``type`` (:func:`number`), so a nonsensical value
+is refused before anything starts, and the message names the flag as typed (``--rate``); what
+a library refuses later under its own name (``rate``) is translated back to the flag here
+(:func:`renamed`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from orderer.config import OrdererConfig, camel_case, parse_source_timeout, snake_case
+from orderer.errors import ConfigError
+from orderer.wire.options import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_TARGET,
+    ENV_TARGET,
+    add_security_arguments,
+)
+
+__all__ = [
+    "COUNT",
+    "NATURAL",
+    "PORT",
+    "SECONDS",
+    "SECONDS_OR_ZERO",
+    "SOURCE_ID",
+    "HelpFormatter",
+    "add_orderer_flags",
+    "add_target",
+    "config_from_flags",
+    "file_default",
+    "flag",
+    "flag_values",
+    "number",
+    "renamed",
+]
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every flag's default in its help, except where there is nothing to show (no default, an
+    on/off switch) or the help already says it (defaults that come from a file or a variable)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        help_text = action.help or ""
+        nothing = action.default is None or action.default is False
+        if nothing or action.default == argparse.SUPPRESS or "default" in help_text:
+            return help_text
+        return super()._get_help_string(action)
+
+
+# ------------------------------------------------------------------------ flag value types
+
+
+def number(
+    kind: type[int] | type[float],
+    minimum: float,
+    *,
+    exclusive: bool = False,
+    maximum: float | None = None,
+) -> Callable[[str], Any]:
+    """An argparse ``type``: an int or a finite float, at least (or, ``exclusive``, more than)
+    ``minimum``; argparse names the flag in the error."""
+    bound = f"> {minimum:g}" if exclusive else f">= {minimum:g}"
+    if maximum is not None:
+        bound += f" and <= {maximum:g}"
+    what = f"an integer {bound}" if kind is int else f"a number {bound}"
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what} (got {text!r})") from None
+        too_small = value <= minimum if exclusive else value < minimum
+        too_large = maximum is not None and value > maximum
+        if too_small or too_large or not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be {what} (got {text!r})")
+        return value
+
+    return parse
+
+
+COUNT = number(int, 1)
+NATURAL = number(int, 0)
+SOURCE_ID = number(int, 0, maximum=2**32 - 1)
+PORT = number(int, 0, maximum=65535)
+SECONDS = number(float, 0, exclusive=True)
+SECONDS_OR_ZERO = number(float, 0)
+
+
+def flag(name: str) -> str:
+    """The flag of a parameter: ``build_window`` -> ``--build-window``."""
+    return "--" + name.replace("_", "-")
+
+
+def file_default(value: object, key: str) -> str:
+    """The help's default of a flag of ``evb serve`` that its ``--config`` file can set too."""
+    return f"(default: {value}, or {camel_case(key)} in --config)"
+
+
+def renamed(error: ConfigError, names: Mapping[str, str]) -> ConfigError:
+    """``error`` naming what the user typed (a flag, a file's line and key) instead of the
+    library's parameter; unchanged if its parameter is not in ``names`` (snake_case keys;
+    a dotted parameter is looked up by its longest known prefix)."""
+    parts = error.parameter.split(".")
+    for cut in range(len(parts), 0, -1):
+        head = ".".join(snake_case(part) for part in parts[:cut])
+        if head in names:
+            rest = "".join(f".{camel_case(snake_case(part))}" for part in parts[cut:])
+            return ConfigError(names[head] + rest, error.value, error.why)
+    return error
+
+
+# ------------------------------------------------------------------------ ordering flags
+
+_ORDERER_FLAGS = (
+    "build_window",
+    "startup_delay",
+    "barrier_timeout",
+    "source_timeout",
+    "late_policy",
+    "sources",
+)
+
+
+def add_orderer_flags(parser: argparse.ArgumentParser, *, config_file: bool = False) -> None:
+    """The parameters of docs/ordering.md. Their defaults are the dataclass's; with ``config_file``
+    (``evb serve``), a flag left out takes the file's value first."""
+    defaults = OrdererConfig()
+    group = parser.add_argument_group("ordering parameters (docs/ordering.md)")
+    for name, metavar, what, shown in (
+        ("build_window", "S", "seconds a fragment may wait for the other sources",
+         f"{defaults.build_window:g}"),
+        ("startup_delay", "S", "seconds before the first emission", f"{defaults.startup_delay:g}"),
+        ("barrier_timeout", "S", "seconds a barrier waits", "4 x build window"),
+        ("source_timeout", "S|off", "seconds until a silent source is dead; 0 or off: never",
+         f"{defaults.source_timeout:g}"),
+        ("late_policy", "emit|drop", "what to do with late fragments", defaults.late_policy),
+        ("sources", "1,2,3", "sources declared from the start", "none"),
+    ):
+        default = file_default(shown, name) if config_file else f"(default: {shown})"
+        group.add_argument(flag(name), metavar=metavar, help=f"{what} {default}")
+
+
+def flag_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The orderer flags that were given, by parameter name, each checked on its own so that an
+    error names the flag."""
+    values: dict[str, Any] = {}
+    for name in _ORDERER_FLAGS:
+        raw = getattr(args, name)
+        if raw is None:
+            continue
+        try:
+            if name == "source_timeout":
+                parse_source_timeout(raw)
+            OrdererConfig.from_mapping({name: raw})
+        except ConfigError as error:
+            raise ConfigError(flag(name), raw, error.why) from None
+        values[name] = raw
+    return values
+
+
+def config_from_flags(args: argparse.Namespace) -> OrdererConfig:
+    """The OrdererConfig of the ordering flags (``evb replay``); an error names the flag."""
+    values = flag_values(args)
+    try:
+        return OrdererConfig.from_mapping(values)
+    except ConfigError as error:  # a combination of flags, e.g. sources repeated
+        raise ConfigError(flag(error.parameter), error.value, error.why) from None
+
+
+# ------------------------------------------------------------------------ client flags
+
+
+def add_target(parser: argparse.ArgumentParser) -> None:
+    """The flags of a command that talks to a live orderer: where it is, how long to wait for
+    it, and the channel's security."""
+    parser.add_argument(
+        "--target",
+        default=os.environ.get(ENV_TARGET, DEFAULT_TARGET),
+        metavar="HOST:PORT",
+        help=f"the orderer service (default: $EVB_TARGET, else {DEFAULT_TARGET})",
+    )
+    parser.add_argument(
+        "--connect-timeout",
+        type=SECONDS,
+        default=DEFAULT_CONNECT_TIMEOUT,
+        metavar="S",
+        help="seconds to wait for a connection before giving up with exit status 3",
+    )
+    add_security_arguments(parser)

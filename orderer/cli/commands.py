@@ -1,0 +1,215 @@
+"""What each ``evb`` command does with its parsed flags: one ``cmd_*`` function a command, which
+builds the library's arguments from the flags and calls the library; the work is elsewhere
+(:mod:`orderer.replay`, :mod:`orderer.remote`, :mod:`orderer.client`, :mod:`orderer.service`,
+:mod:`orderer.spark.job`, the demos).
+
+Each returns the command's exit status; an error a user can cause is raised as the library's
+exception, which :func:`orderer.cli.main` turns into one line and an exit status. Libraries are
+imported by the command that needs them, so that ``evb --help`` or a refused flag does not wait
+for gRPC, Spark or the Cython core to load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from orderer.cli.arguments import config_from_flags, renamed
+from orderer.cli.config_file import serve_configs
+from orderer.errors import ConfigError
+from orderer.wire.options import security_from_args
+
+__all__ = [
+    "cmd_demo",
+    "cmd_end_run",
+    "cmd_replay",
+    "cmd_send",
+    "cmd_serve",
+    "cmd_spark_job",
+    "cmd_stats",
+    "cmd_tail",
+]
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from orderer.replay import replay_file
+
+    config = config_from_flags(args)
+    replay_file(args.input, args.output, args.stats, config)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    if args.replay_only:
+        from orderer.demo import run_demo
+
+        return run_demo(output_dir=args.output_dir, seed=args.seed)
+    import importlib.util
+
+    if importlib.util.find_spec("pyspark") is None:
+        raise ConfigError(
+            "demo",
+            "pyspark",
+            "the live demo needs the spark extra (pip install 'evb[spark]'); "
+            "evb demo --replay-only runs without it",
+        )
+    from orderer.spark.demo import run_live_demo
+
+    return run_live_demo(output_dir=args.output_dir, seed=args.seed, seconds=args.seconds)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+
+    from orderer.service.server import RunningServer, serve
+
+    config, service = serve_configs(args)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    host = service.listen.rsplit(":", 1)[0]
+
+    def ready(running: RunningServer) -> None:
+        print(f"evb serve: listening on {host}:{running.port}", flush=True)
+        if running.metrics_port is not None:
+            print(f"evb serve: metrics on port {running.metrics_port}", flush=True)
+
+    return asyncio.run(serve(config, service, ready=ready))
+
+
+def cmd_spark_job(args: argparse.Namespace) -> int:
+    from orderer.spark.job import main as spark_job
+
+    return spark_job(args.job_args)
+
+
+# ------------------------------------------------------------------------ client commands
+
+
+def _connection(args: argparse.Namespace) -> dict[str, Any]:
+    """How a client command reaches the orderer (the flags of
+    :func:`~orderer.cli.arguments.add_target` but the address), as the client's keywords."""
+    return {"security": security_from_args(args), "connect_timeout": args.connect_timeout}
+
+
+def _int_list(flag: str, text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ConfigError(flag, text, "must be a comma-separated list of integers") from None
+
+
+def _stalls(texts: list[str]) -> tuple[Any, ...]:
+    from orderer.synthetic import Stall
+
+    stalls = []
+    for text in texts:
+        parts = text.split(":")
+        try:
+            if len(parts) not in (3, 4) or (len(parts) == 4 and parts[3] != "backlog"):
+                raise ValueError
+            stalls.append(
+                Stall(int(parts[0]), float(parts[1]), float(parts[2]), backlog=len(parts) == 4)
+            )
+        except ValueError:
+            raise ConfigError("--stall", text, "must be SOURCE:START:END[:backlog]") from None
+    return tuple(stalls)
+
+
+_SYNTHETIC_FLAGS = {
+    "n_sources": "--n-sources",
+    "fragments_per_source": "--fragments",
+    "rate": "--rate",
+    "batch_size": "--batch-size",
+    "first_source": "--first-source",
+    "payload_size": "--payload-size",
+    "sync_barriers": "--sync-barriers",
+    "stalls": "--stall",
+    "tick_rate": "--fragments/--rate",  # the run's timestamps would overflow
+}
+"""SyntheticRun's parameters by the flag that sets them (its errors name the parameter)."""
+
+
+def _synthetic_run(args: argparse.Namespace) -> Any:
+    """The ``SyntheticRun`` of ``evb send``'s flags; an error names the flag."""
+    from orderer.synthetic import SyntheticRun
+
+    try:
+        return SyntheticRun(
+            n_sources=args.n_sources,
+            fragments_per_source=args.fragments,
+            rate=args.rate,
+            batch_size=args.batch_size,
+            first_source=args.first_source,
+            payload_size=args.payload_size,
+            seed=args.seed,
+            barriers=not args.no_barriers,
+            sync_barriers=args.sync_barriers,
+            stalls=_stalls(args.stall or []),
+        )
+    except ConfigError as error:
+        raise renamed(error, _SYNTHETIC_FLAGS) from None
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    from orderer.remote import send_records, send_synthetic
+
+    # the SourceClient keywords (agreed with orderer.client)
+    options = {"batch_size": args.client_batch, "linger": args.linger, **_connection(args)}
+    progress = not args.no_progress
+    if args.replay is not None:
+        summary = send_records(
+            args.target, args.replay, speed=args.speed, progress=progress, client_options=options
+        )
+    else:
+        summary = send_synthetic(
+            args.target,
+            _synthetic_run(args),
+            only_sources=_int_list("--only-sources", args.only_sources),
+            speed=args.speed,
+            end_sources=not args.no_end,
+            progress=progress,
+            client_options=options,
+            resume=args.resume,
+        )
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    from orderer.remote import tail
+
+    tail(
+        args.target,
+        sys.stdout,
+        from_offset=args.from_offset,
+        until=args.until,
+        follow=args.follow,
+        payload=args.payload,
+        **_connection(args),
+    )
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from orderer.remote import print_stats
+
+    print_stats(
+        args.target, sys.stdout, as_json=args.json, timeout=args.timeout, **_connection(args)
+    )
+    return 0
+
+
+def cmd_end_run(args: argparse.Namespace) -> int:
+    from orderer.client import end_run
+
+    next_offset = end_run(args.target, timeout=args.timeout, **_connection(args))
+    print(json.dumps({"next_offset": next_offset}), flush=True)
+    return 0

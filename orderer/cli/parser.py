@@ -1,0 +1,315 @@
+"""The ``evb`` argument parser: its subcommands, their flags and help, and the command each one
+runs (``handler``).
+
+A refused flag ends with exit status 2 (:data:`EXIT_BAD_INPUT`, argparse's own) in two lines:
+the error, then where the usage is.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+from orderer.cli.arguments import (
+    COUNT,
+    NATURAL,
+    PORT,
+    SECONDS,
+    SECONDS_OR_ZERO,
+    SOURCE_ID,
+    HelpFormatter,
+    add_orderer_flags,
+    add_target,
+    file_default,
+    flag,
+)
+from orderer.cli.commands import (
+    cmd_demo,
+    cmd_end_run,
+    cmd_replay,
+    cmd_send,
+    cmd_serve,
+    cmd_spark_job,
+    cmd_stats,
+    cmd_tail,
+)
+
+__all__ = ["EXIT_BAD_INPUT", "build_parser"]
+
+EXIT_BAD_INPUT = 2
+"""Bad input: a flag value, a ``--config`` file, a record, or input the server refused."""
+
+_Handler = Callable[[argparse.Namespace], int]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a refused flag is reported in two lines instead of under the whole usage
+    (nine lines for ``evb send``) that buried it: the error, then where the usage is."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(
+            EXIT_BAD_INPUT,
+            f"{self.prog}: error: {message}\nTry '{self.prog} --help' for more information.\n",
+        )
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("evb")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def _subcommand(
+    commands: Any,
+    name: str,
+    help_text: str,
+    handler: _Handler,
+    description: str | None = None,
+    *,
+    client: bool = False,
+) -> argparse.ArgumentParser:
+    """A subcommand running ``handler``; a ``client`` one talks to a live orderer and takes
+    :func:`~orderer.cli.arguments.add_target`'s flags first."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name,
+        help=help_text,
+        description=description or help_text[0].upper() + help_text[1:] + ".",
+        formatter_class=HelpFormatter,
+    )
+    parser.set_defaults(handler=handler)
+    if client:
+        add_target(parser)
+    return parser
+
+
+def _add_timeout(parser: argparse.ArgumentParser, seconds: float) -> None:
+    parser.add_argument(
+        "--timeout", type=SECONDS, default=seconds, metavar="S", help="seconds the call may take"
+    )
+
+
+def _add_replay(commands: Any) -> None:
+    replay = _subcommand(
+        commands,
+        "replay",
+        "order a recorded run deterministically (docs/ordering.md)",
+        cmd_replay,
+        "Replay a JSON Lines run through the orderer on simulated time.",
+    )
+    replay.add_argument("input", type=Path, metavar="INPUT.jsonl", help="the recorded run")
+    replay.add_argument(
+        "--output", type=Path, required=True, metavar="OUT.jsonl", help="the ordered output"
+    )
+    replay.add_argument("--stats", type=Path, metavar="STATS.json", help="write the counters")
+    add_orderer_flags(replay)
+
+
+def _add_demo(commands: Any) -> None:
+    demo = _subcommand(
+        commands,
+        "demo",
+        "a live run: orderer, gRPC sources and the Spark job building events",
+        cmd_demo,
+    )
+    demo.add_argument(
+        "--output-dir", type=Path, default=Path("demo-output"), metavar="DIR", help="results"
+    )
+    demo.add_argument("--seed", type=NATURAL, default=2026, metavar="N", help="random seed")
+    demo.add_argument(
+        "--seconds", type=SECONDS, default=20.0, metavar="S", help="length of the live run"
+    )
+    demo.add_argument(
+        "--replay-only",
+        action="store_true",
+        help="the in-process demo instead: a synthetic run through evb replay (no gRPC, no Spark)",
+    )
+
+
+def _add_serve(commands: Any) -> None:
+    serve = _subcommand(
+        commands,
+        "serve",
+        "run the orderer as a gRPC service with durable logs",
+        cmd_serve,
+        "Serve the orderer over gRPC. Flags override the --config file, whose keys are the "
+        "custom resource's spec fields (camelCase or snake_case); a flag or key left out takes "
+        "the default shown.",
+    )
+    serve.add_argument("--config", type=Path, metavar="YAML", help="parameters and settings")
+    settings: tuple[tuple[str, str, object, dict[str, Any]], ...] = (
+        ("listen", "gRPC address", "[::]:50051", {"metavar": "HOST:PORT"}),
+        ("data_dir", "logs directory", "evb-data", {"type": Path, "metavar": "DIR"}),
+        ("fsync", "when the logs are forced to disk", "batch",
+         {"choices": ["always", "batch", "never"]}),
+        ("metrics_port", "Prometheus endpoint; 0: any free port", "none",
+         {"type": PORT, "metavar": "PORT"}),
+        ("max_payload_bytes", "largest fragment payload", 1 << 20,
+         {"type": COUNT, "metavar": "N"}),
+        ("strict_sources", "refuse sources not declared in --sources", "no",
+         {"action": argparse.BooleanOptionalAction, "default": None}),
+        ("stop_grace", "seconds calls get to finish on shutdown", "10",
+         {"type": SECONDS_OR_ZERO, "metavar": "S"}),
+        ("retention_bytes", "ordered-log size kept", "all", {"type": COUNT, "metavar": "N"}),
+        ("retention_seconds", "ordered-log age kept", "all", {"type": SECONDS, "metavar": "S"}),
+    )
+    for name, what, shown, how in settings:
+        serve.add_argument(flag(name), help=f"{what} {file_default(shown, name)}", **how)
+    tls = serve.add_argument_group("security (default: plaintext, no token)")
+    for option, what in (
+        ("--tls-cert", "PEM certificate chain: serve TLS only"),
+        ("--tls-key", "PEM key of --tls-cert"),
+        ("--tls-client-ca", "PEM CA: mutual TLS, clients must present a certificate it signed"),
+        ("--token-file", "file holding the bearer token every call must carry (needs TLS)"),
+    ):
+        tls.add_argument(option, type=Path, metavar="FILE", help=what)
+    serve.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning"], help="log detail"
+    )
+    add_orderer_flags(serve, config_file=True)
+
+
+def _add_send(commands: Any) -> None:
+    send = _subcommand(
+        commands,
+        "send",
+        "send a synthetic run or a replay file to a live server",
+        cmd_send,
+        "Play data sources against a live server, paced by arrival time; prints a JSON summary.",
+        client=True,
+    )
+    send.add_argument("--replay", type=Path, metavar="INPUT.jsonl", help="send this file")
+    synthetic = send.add_argument_group("synthetic run (without --replay)")
+    for option, kind, default, metavar, what in (
+        ("--n-sources", COUNT, 4, "N", "sources"),
+        ("--fragments", COUNT, 10_000, "N", "fragments per source"),
+        ("--rate", SECONDS, 1_000.0, "R", "fragments/s per source"),
+        ("--batch-size", COUNT, 1, "N", "fragments per source batch"),
+        ("--first-source", SOURCE_ID, 1, "ID", "the first source id"),
+        ("--payload-size", NATURAL, 0, "BYTES", "bytes per fragment"),
+        ("--seed", NATURAL, 0, "N", "random seed of the run"),
+        ("--sync-barriers", NATURAL, 1, "N", "barriers within the run"),
+    ):
+        synthetic.add_argument(option, type=kind, default=default, metavar=metavar, help=what)
+    synthetic.add_argument("--no-barriers", action="store_true", help="no barriers at all")
+    synthetic.add_argument(
+        "--stall",
+        action="append",
+        default=None,
+        metavar="SOURCE:START:END[:backlog]",
+        help="a source goes silent from START to END seconds (backlog: then sends it all); "
+        "repeatable",
+    )
+    synthetic.add_argument("--only-sources", metavar="1,2", help="send only these sources")
+    synthetic.add_argument("--no-end", action="store_true", help="do not end the sources")
+    synthetic.add_argument(
+        "--resume",
+        action="store_true",
+        help="after a crash: skip what the server already holds of each source",
+    )
+    send.add_argument(
+        "--speed",
+        type=SECONDS_OR_ZERO,
+        default=1.0,
+        metavar="X",
+        help="time factor; 0 sends as fast as possible",
+    )
+    send.add_argument(
+        "--client-batch", type=COUNT, default=4096, metavar="N", help="fragments per message"
+    )
+    send.add_argument(
+        "--linger",
+        type=SECONDS_OR_ZERO,
+        default=0.05,
+        metavar="S",
+        help="seconds a partial batch waits",
+    )
+    send.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def _add_tail(commands: Any) -> None:
+    tail = _subcommand(
+        commands,
+        "tail",
+        "print the ordered output as JSON lines (the evb replay OUT format)",
+        cmd_tail,
+        client=True,
+    )
+    tail.add_argument(
+        "--from",
+        dest="from_offset",
+        type=NATURAL,
+        default=0,
+        metavar="OFFSET",
+        help="the first offset to print",
+    )
+    tail.add_argument(
+        "--until",
+        type=NATURAL,
+        metavar="OFFSET",
+        help="stop before this offset (default: what is durable now, unless --follow)",
+    )
+    tail.add_argument("--follow", "-f", action="store_true", help="keep printing new output")
+    tail.add_argument("--payload", action="store_true", help="add each payload (base64)")
+
+
+def _add_stats(commands: Any) -> None:
+    stats = _subcommand(
+        commands, "stats", "the counters of a live server", cmd_stats, client=True
+    )
+    stats.add_argument("--json", action="store_true", help="JSON instead of a table")
+    _add_timeout(stats, 10.0)
+
+
+def _add_end_run(commands: Any) -> None:
+    end_run = _subcommand(
+        commands,
+        "end-run",
+        "end the run of a live server",
+        cmd_end_run,
+        "End the run: the orderer drains every queue and emits what it held back; a Spark job "
+        "reading it (evb spark-job --target) then finishes once it has read to the end. Prints "
+        "the offset after the run's last fragment as JSON. Ending an ended run changes "
+        "nothing.",
+        client=True,
+    )
+    _add_timeout(end_run, 60.0)
+
+
+def _add_spark_job(commands: Any) -> None:
+    """``evb spark-job``: its arguments go to the job's own parser (:mod:`orderer.spark.job`,
+    also the SparkApplication's main file), which prints its help."""
+    spark_job = commands.add_parser(
+        "spark-job",
+        help="build events from the ordered stream with Spark (see evb spark-job --help)",
+        add_help=False,
+    )
+    spark_job.add_argument("job_args", nargs="*")
+    spark_job.set_defaults(handler=cmd_spark_job)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``evb`` parser; the parsed namespace's ``handler`` runs the command."""
+    parser = _Parser(
+        prog="evb",
+        description="evb: a Kubernetes-native event builder",
+        formatter_class=HelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"evb {_version()}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (
+        _add_replay,
+        _add_demo,
+        _add_serve,
+        _add_send,
+        _add_tail,
+        _add_stats,
+        _add_end_run,
+        _add_spark_job,
+    ):
+        add(commands)
+    return parser

@@ -1,0 +1,169 @@
+"""Control calls of the orderer: :func:`get_stats`, :func:`configure`, :func:`end_run`,
+:func:`commit`, each blocking and as an ``*_async`` twin.
+
+Why one module: each is one unary call on a channel of its own, bounded twice the same way:
+``connect_timeout`` bounds the connection (``ServiceUnavailable`` naming the address and the
+cause), then ``timeout`` the call itself. Each call is written once, as the exchange it makes
+(:class:`_Exchange`: method, request, how the reply reads); its blocking and its asyncio face
+are made from that one description, so the two take the same parameters and say the same.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, ParamSpec, TypeVar
+
+import grpc
+
+from orderer._proto.evb.v1 import orderer_pb2 as pb
+from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
+from orderer.client.connect import (
+    call_error,
+    channel_options,
+    check_connect_timeout,
+    connect_async,
+    connect_sync,
+)
+from orderer.wire import convert
+from orderer.wire.options import DEFAULT_CONNECT_TIMEOUT
+from orderer.wire.security import ChannelSecurity, aio_channel, sync_channel
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+@dataclass(frozen=True, slots=True)
+class _Exchange(Generic[_R]):
+    """One unary call to make: where, which method with which request, how long it may take,
+    and what the caller gets from the reply."""
+
+    target: str
+    security: ChannelSecurity | None
+    connect_timeout: float | None
+    method: str
+    request: Any
+    timeout: float
+    reply: Callable[[Any], _R]
+
+    def __post_init__(self) -> None:
+        check_connect_timeout(self.connect_timeout)
+
+    def blocking(self) -> _R:
+        with sync_channel(self.target, self.security, channel_options()) as channel:
+            connect_sync(channel, self.target, self.connect_timeout, self.security)
+            call = getattr(pb_grpc.OrdererStub(channel), self.method)
+            try:
+                reply = call(self.request, timeout=self.timeout, wait_for_ready=True)
+            except grpc.RpcError as error:
+                raise self._error(error) from None
+        return self.reply(reply)
+
+    async def asyncio(self) -> _R:
+        async with aio_channel(self.target, self.security, channel_options()) as channel:
+            await connect_async(channel, self.target, self.connect_timeout, self.security)
+            call = getattr(pb_grpc.OrdererStub(channel), self.method)
+            try:
+                reply = await call(self.request, timeout=self.timeout, wait_for_ready=True)
+            except grpc.aio.AioRpcError as error:
+                raise self._error(error) from None
+        return self.reply(reply)
+
+    def _error(self, error: grpc.RpcError) -> Exception:
+        return call_error(error, self.target, self.method, self.timeout, self.security)
+
+
+def _faces(
+    describe: Callable[_P, _Exchange[_R]],
+) -> tuple[Callable[_P, _R], Callable[_P, Coroutine[Any, Any, _R]]]:
+    """The blocking and the asyncio function of the call ``describe`` describes; named after it
+    (``_get_stats`` makes ``get_stats`` and ``get_stats_async``), with its parameters and
+    docstring."""
+
+    def blocking(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return describe(*args, **kwargs).blocking()
+
+    async def asyncio(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return await describe(*args, **kwargs).asyncio()
+
+    name = describe.__name__.lstrip("_")
+    parameters = inspect.signature(describe).replace(return_annotation=inspect.Signature.empty)
+    for face, suffix in ((blocking, ""), (asyncio, "_async")):
+        functools.update_wrapper(face, describe)
+        face.__name__ = face.__qualname__ = name + suffix
+        face.__signature__ = parameters  # type: ignore[union-attr]
+    return blocking, asyncio
+
+
+def _get_stats(
+    target: str,
+    *,
+    timeout: float = 10.0,
+    security: ChannelSecurity | None = None,
+    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
+) -> _Exchange[dict[str, Any]]:
+    """The counters (``evb replay --stats`` layout) and the live state of the service."""
+    request = pb.GetStatsRequest()
+    return _Exchange(
+        target, security, connect_timeout, "GetStats", request, timeout, convert.stats_to_mapping
+    )
+
+
+def _configure(
+    target: str,
+    changes: Mapping[str, Any] | None = None,
+    *,
+    timeout: float = 10.0,
+    security: ChannelSecurity | None = None,
+    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
+    **more: Any,
+) -> _Exchange[dict[str, Any]]:
+    """Change parameters live (``build_window=5``, ``sourceTimeout="off"``); returns the
+    configuration now in force."""
+    request = convert.configure_request({**(changes or {}), **more})
+    return _Exchange(
+        target, security, connect_timeout, "Configure", request, timeout, convert.config_to_mapping
+    )
+
+
+def _end_run(
+    target: str,
+    *,
+    timeout: float = 60.0,
+    security: ChannelSecurity | None = None,
+    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
+) -> _Exchange[int]:
+    """End of run: drain every queue; returns the offset after the run's last fragment."""
+    request = pb.EndRunRequest()
+    return _Exchange(target, security, connect_timeout, "EndRun", request, timeout, _next_offset)
+
+
+def _next_offset(reply: pb.EndRunReply) -> int:
+    return int(reply.next_offset)
+
+
+def _commit(
+    target: str,
+    consumer: str,
+    offset: int,
+    *,
+    timeout: float = 10.0,
+    security: ChannelSecurity | None = None,
+    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
+) -> _Exchange[tuple[int, int]]:
+    """``consumer`` processed every offset below ``offset``: the orderer's retention keeps the
+    rest for it. Returns (the consumer's committed offset now, the lowest over all consumers)."""
+    request = pb.CommitRequest(consumer=consumer, offset=offset)
+    return _Exchange(target, security, connect_timeout, "Commit", request, timeout, _committed)
+
+
+def _committed(reply: pb.CommitReply) -> tuple[int, int]:
+    return int(reply.offset), int(reply.lowest)
+
+
+get_stats, get_stats_async = _faces(_get_stats)
+configure, configure_async = _faces(_configure)
+end_run, end_run_async = _faces(_end_run)
+commit, commit_async = _faces(_commit)

@@ -1,0 +1,303 @@
+"""The on-disk format of the orderer's two logs: what the service writes and every reader reads.
+
+Why one module: the service writes the logs (:mod:`orderer.service.storage`), and they are read
+back outside it too: recovery and ``export_replay`` read the arrival log, and the Spark job's
+file reader (:mod:`orderer.spark.source`) reads a finished run's ordered log straight from disk.
+Were the format written in one place and read again by hand in another, a change to one would
+break the other silently. Here are the schemas (and so the column names), the segment naming,
+the torn-tail rule and the conversions between the logs' record batches and the orderer's
+columnar types; this module imports nothing above :mod:`orderer.batch`.
+
+**Layout.** A data directory holds ``arrivals/`` (the arrival log), ``ordered/`` (the ordered
+log) and ``consumers.json``. A log is a directory of segment files
+``<log>-<first row number, 20 digits>.arrow`` (``ordered-00000000000000065536.arrow``); rows
+are numbered from 0 across the segments of a log, and the ordered log's row number is the
+fragment's offset. Each segment is an Arrow IPC *stream*, a standard columnar format any Arrow
+reader opens: the schema, record batches, and the end-of-stream marker once the segment is
+sealed (readers do without it).
+
+**Torn-tail rule.** A writer that crashes in the middle of a write leaves a segment whose last
+record batch (or even its schema) is incomplete. Readers stop at the first record batch that
+cannot be read whole and leave out what follows (:class:`SegmentReader`); the writer, when it
+opens the log, cuts that tail off (a segment with nothing whole in it, not even the schema, is
+removed) and appends to a new segment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from orderer.batch import ArrivalRecords, EmittedBatch
+from orderer.errors import InternalOrdererError
+
+__all__ = [
+    "ARRIVALS",
+    "ARRIVAL_SCHEMA",
+    "END_OF_STREAM",
+    "ORDERED",
+    "ORDERED_SCHEMA",
+    "SegmentReader",
+    "arrivals_from_arrow",
+    "arrivals_to_arrow",
+    "emitted_from_arrow",
+    "emitted_to_arrow",
+    "first_row",
+    "ordered_batches",
+    "ordered_segments",
+    "read_batch_at",
+    "segment_files",
+    "segment_path",
+]
+
+ARRIVALS = "arrivals"
+"""The arrival log: its directory in a data directory, and its segments' name prefix."""
+ORDERED = "ordered"
+"""The ordered log: its directory in a data directory, and its segments' name prefix."""
+
+ARRIVAL_SCHEMA = pa.schema(
+    [
+        ("kind", pa.uint8()),  # ArrivalKind
+        ("t", pa.float64()),  # arrival time: when the orderer took the record in
+        ("source", pa.uint32()),
+        ("value", pa.uint64()),  # timestamp of a fragment, or the watermark
+        ("barrier", pa.uint32()),
+        ("sequence", pa.uint64()),  # per-source sequence number, null when unsequenced
+        ("payload", pa.large_binary()),  # fragment payload, or the JSON of a configuration change
+    ]
+)
+
+ORDERED_SCHEMA = pa.schema(
+    [
+        ("offset", pa.uint64()),
+        ("t", pa.float64()),  # time of the flush that emitted the fragment
+        ("source", pa.uint32()),
+        ("timestamp", pa.uint64()),
+        ("barrier", pa.uint32()),
+        ("late", pa.bool_()),
+        ("payload", pa.large_binary()),
+    ]
+)
+
+END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+"""The IPC stream format's end-of-stream marker (continuation token, zero length)."""
+_SEGMENT_DIGITS = 20
+
+
+# ------------------------------------------------------------------------------ segments
+
+
+def segment_path(directory: Path, log: str, first: int) -> Path:
+    """The segment of ``log`` whose first row is ``first``."""
+    return directory / f"{log}-{first:0{_SEGMENT_DIGITS}d}.arrow"
+
+
+def segment_files(directory: Path, log: str) -> list[Path]:
+    """The segments of ``log`` in ``directory``, in row order (the names sort as numbers)."""
+    return sorted(Path(directory).glob(f"{log}-*.arrow"))
+
+
+def first_row(segment: Path) -> int:
+    """Row number of a segment's first row, from its name."""
+    return int(segment.stem.rsplit("-", 1)[1])
+
+
+class SegmentReader:
+    """The whole record batches of one segment, in order, under the torn-tail rule.
+
+    Iterating yields ``(byte position of the batch's IPC message, record batch)``; the batches
+    are views of the memory-mapped file. Once iterated, :attr:`whole` is the length of the
+    segment's whole part in bytes: the whole file when it ends cleanly, the end of the last whole
+    batch when its tail is torn, 0 when nothing in it is whole (not even the schema).
+    """
+
+    __slots__ = ("schema", "segment", "whole")
+
+    def __init__(self, segment: Path, schema: pa.Schema) -> None:
+        self.segment = Path(segment)
+        self.schema = schema
+        self.whole = 0
+
+    def __iter__(self) -> Iterator[tuple[int, pa.RecordBatch]]:
+        self.whole = 0
+        with pa.memory_map(str(self.segment)) as source:
+            try:
+                reader = pa.ipc.open_stream(source)
+            except (pa.ArrowInvalid, OSError):
+                return  # a torn schema
+            if not reader.schema.equals(self.schema):
+                raise InternalOrdererError(f"{self.segment}: unexpected schema {reader.schema}")
+            position = source.tell()
+            while True:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    self.whole = source.tell()
+                    return
+                except (pa.ArrowInvalid, OSError):
+                    return  # a torn tail: keep what was whole
+                self.whole = source.tell()
+                yield position, batch
+                position = self.whole
+
+
+def read_batch_at(segment: Path, position: int, schema: pa.Schema) -> pa.RecordBatch:
+    """The record batch whose IPC message starts at byte ``position`` of ``segment``."""
+    with pa.OSFile(str(segment), "rb") as source:
+        source.seek(position)
+        return pa.ipc.read_record_batch(pa.ipc.read_message(source), schema)
+
+
+def ordered_segments(path: Path) -> list[Path]:
+    """The ordered log's segments: ``path`` is a data directory or its ``ordered/``; empty
+    when it holds none."""
+    path = Path(path)
+    directory = path / ORDERED if (path / ORDERED).is_dir() else path
+    return segment_files(directory, ORDERED)
+
+
+def ordered_batches(segment: Path) -> Iterator[EmittedBatch]:
+    """What one segment of the ordered log holds whole, as views of the mapped file, one
+    record batch at a time (empty ones left out); ``first_seq`` is the offset of the first."""
+    for _, batch in SegmentReader(segment, ORDERED_SCHEMA):
+        if batch.num_rows:
+            yield emitted_from_arrow(batch)
+
+
+# ------------------------------------------------------------------------------ columns
+
+
+def _column(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
+    """A zero-copy Arrow view of a numpy column (``valid``: which rows are not null).
+
+    Not ``pa.array``: its first call imports pandas to look for pandas input, a second of a
+    live server's time spent in the middle of a run."""
+    validity = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    if values.dtype == np.bool_:
+        bits = np.packbits(values, bitorder="little")
+        return pa.Array.from_buffers(pa.bool_(), len(values), [validity, pa.py_buffer(bits)])
+    values = np.ascontiguousarray(values)
+    dtype = pa.from_numpy_dtype(values.dtype)
+    return pa.Array.from_buffers(dtype, len(values), [validity, pa.py_buffer(values)])
+
+
+_NUMPY_OF_ARROW = {
+    pa.uint8(): np.uint8,
+    pa.uint32(): np.uint32,
+    pa.uint64(): np.uint64,
+    pa.int64(): np.int64,
+    pa.float64(): np.float64,
+}
+
+
+def _numpy(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """The values of a numeric or boolean column, a view where Arrow's layout allows one; the
+    inverse of :func:`_column`, and like it without pandas. Nulls are not looked at."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    n, start = len(column), column.offset
+    data = column.buffers()[1]
+    if column.type == pa.bool_():
+        if data is None:
+            return np.zeros(n, dtype=np.bool_)
+        bits = np.frombuffer(data, dtype=np.uint8)
+        return np.unpackbits(bits, count=start + n, bitorder="little")[start:].view(np.bool_)
+    dtype = np.dtype(_NUMPY_OF_ARROW[column.type])
+    if data is None:
+        return np.zeros(n, dtype=dtype)
+    return np.frombuffer(data, dtype=dtype, count=n, offset=start * dtype.itemsize)
+
+
+def _columns(batch: pa.RecordBatch, *names: str) -> list[np.ndarray]:
+    """The named numeric or boolean columns of a record batch (:func:`_numpy`)."""
+    return [_numpy(batch.column(name)) for name in names]
+
+
+def _binary_column(offsets: np.ndarray, payload: np.ndarray, n: int) -> pa.Array:
+    """A large_binary column over packed payloads, without copying them."""
+    return pa.Array.from_buffers(
+        pa.large_binary(),
+        n,
+        [None, pa.py_buffer(np.ascontiguousarray(offsets, dtype=np.int64)), pa.py_buffer(payload)],
+    )
+
+
+def _unpack_binary(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(n + 1 offsets from 0, payload bytes) of a large_binary column."""
+    _, offsets_buffer, data_buffer = column.buffers()
+    n = len(column)
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int64, count=n + 1, offset=column.offset * 8)
+    start, stop = int(offsets[0]), int(offsets[-1])
+    data = (
+        np.frombuffer(data_buffer, dtype=np.uint8)[start:stop]
+        if data_buffer is not None
+        else np.zeros(0, dtype=np.uint8)
+    )
+    return (offsets - start).astype(np.uint64), data
+
+
+# ------------------------------------------------------------------------------ record batches
+
+
+def arrivals_to_arrow(records: ArrivalRecords) -> pa.RecordBatch:
+    """Arrival records (with their arrival times) as one record batch of the arrival log."""
+    n = len(records)
+    if records.sequence is None:  # null everywhere
+        sequence = _column(np.zeros(n, dtype=np.uint64), valid=np.zeros(n, dtype=np.bool_))
+    else:
+        sequence = _column(records.sequence, valid=records.sequenced)
+    return pa.record_batch(
+        [
+            _column(records.kind),
+            _column(records.times()),
+            _column(records.source),
+            _column(records.value),
+            _column(records.barrier),
+            sequence,
+            _binary_column(records.payload_offsets, records.payload, n),
+        ],
+        schema=ARRIVAL_SCHEMA,
+    )
+
+
+def arrivals_from_arrow(batch: pa.RecordBatch) -> ArrivalRecords:
+    """A record batch of the arrival log as arrival records (views where Arrow allows)."""
+    sequences = batch.column("sequence")
+    sequence = sequenced = None
+    if sequences.null_count < len(sequences):
+        sequence = _numpy(sequences)
+        if sequences.null_count:
+            sequenced = _numpy(sequences.is_valid())
+    kind, t, source, value, barrier = _columns(batch, "kind", "t", "source", "value", "barrier")
+    offsets, payload = _unpack_binary(batch.column("payload"))
+    return ArrivalRecords(kind, t, source, value, barrier, offsets, payload, sequence, sequenced)
+
+
+def emitted_to_arrow(emitted: EmittedBatch) -> pa.RecordBatch:
+    """Emitted fragments as one record batch of the ordered log (offsets from ``first_seq``)."""
+    first, n = emitted.first_seq, len(emitted)
+    return pa.record_batch(
+        [
+            _column(np.arange(first, first + n, dtype=np.uint64)),
+            _column(emitted.t),
+            _column(emitted.source),
+            _column(emitted.timestamp),
+            _column(emitted.barrier),
+            _column(emitted.late),
+            _binary_column(emitted.payload_offsets, emitted.payload, n),
+        ],
+        schema=ORDERED_SCHEMA,
+    )
+
+
+def emitted_from_arrow(batch: pa.RecordBatch) -> EmittedBatch:
+    """A record batch of the ordered log as emitted fragments (views where Arrow allows)."""
+    first = int(batch.column("offset")[0].as_py()) if batch.num_rows else 0
+    t, source, timestamp, barrier, late = _columns(
+        batch, "t", "source", "timestamp", "barrier", "late"
+    )
+    offsets, payload = _unpack_binary(batch.column("payload"))
+    return EmittedBatch(first, t, source, timestamp, barrier, late, offsets, payload)

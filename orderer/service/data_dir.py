@@ -1,0 +1,105 @@
+"""The data directory of a run (``--data-dir``): the arrival log and the ordered log that hold
+the run, opened and recovered by one server at a time, with a clear refusal when the directory
+cannot hold them.
+
+Why: two servers on one directory (two pods on one volume) would both append to its logs; an
+exclusive ``flock`` held while the service runs refuses the second, and the kernel drops it when
+the process dies, so a killed server never leaves it behind. A directory that cannot hold the
+logs (a file in the way, no permission) is a :class:`~orderer.errors.ConfigError` naming the
+flag, said before the service starts, instead of an ``OSError`` from deep in the storage.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from orderer.config import OrdererConfig
+from orderer.errors import ConfigError
+from orderer.log_format import ARRIVALS, ORDERED
+from orderer.service.storage import ArrivalLog, FsyncPolicy, OrderedLog, Recovered, recover
+
+__all__ = ["DATA_DIR_FLAG", "OpenedRun", "lock", "open_run", "unusable"]
+
+log = logging.getLogger("evb.service")
+
+DATA_DIR_FLAG = "--data-dir"
+
+
+def lock(directory: Path) -> int:
+    """An exclusive ``flock`` on ``directory/LOCK``, held while the service runs (the kernel
+    drops it when the process dies, so a killed server never leaves it behind). Two servers on
+    one directory would both append to its logs: the second is refused."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise unusable(directory, error) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ConfigError(
+            DATA_DIR_FLAG, str(directory), "is in use by another evb serve (its LOCK is held)"
+        ) from None
+    return fd
+
+
+def unusable(directory: Path, error: OSError) -> ConfigError:
+    """A data directory that cannot hold the logs: a file, not writable, under a file."""
+    if isinstance(error, FileExistsError | NotADirectoryError):
+        existing = next(path for path in (directory, *directory.parents) if path.exists())
+        why = "is not a directory" if existing == directory else (
+            f"cannot be created: {existing} is not a directory"
+        )
+    else:
+        why = f"cannot hold the logs: {error.strerror} ({error.filename})"
+    return ConfigError(DATA_DIR_FLAG, str(directory), why)
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedRun:
+    """The run a data directory holds, recovered, the directory locked (:func:`open_run`)."""
+
+    lock: int
+    """File descriptor holding the directory's lock; closing it releases the directory."""
+    arrivals: ArrivalLog
+    ordered: OrderedLog
+    recovered: Recovered
+
+
+def open_run(
+    config: OrdererConfig, directory: Path, *, fsync: FsyncPolicy, segment_bytes: int
+) -> OpenedRun:
+    """Lock ``directory``, open (or create) its logs and recover the run they hold; on any
+    error, whatever was opened is closed and the lock released."""
+    held = lock(directory)
+    arrivals: ArrivalLog | None = None
+    ordered: OrderedLog | None = None
+    try:
+        try:
+            arrivals = ArrivalLog.open(
+                directory / ARRIVALS, fsync=fsync, segment_bytes=segment_bytes
+            )
+            ordered = OrderedLog.open(
+                directory / ORDERED, fsync=fsync, segment_bytes=segment_bytes
+            )
+        except OSError as error:  # a path in the way, no permission, no space
+            raise unusable(directory, error) from None
+        recovered = recover(config, arrivals, ordered)
+    except BaseException:
+        for opened in (arrivals, ordered):
+            if opened is not None:
+                opened.close()
+        os.close(held)
+        raise
+    log.info(
+        "recovered %d arrivals, %d ordered fragments, time %.6f",
+        arrivals.records,
+        ordered.next_offset,
+        recovered.resume_time,
+    )
+    return OpenedRun(lock=held, arrivals=arrivals, ordered=ordered, recovered=recovered)

@@ -1,0 +1,265 @@
+"""Group commit: what the service staged for its two logs, written and made durable in rounds.
+
+Why rounds: an fsync costs as much for one record as for a thousand. The service stages what
+each intake pass, configure or end of run took in (arrival records) and leaves what the orderer
+emitted in the core; one background task then runs write rounds: each round takes the core's
+output once, writes everything staged to the arrival log and the ordered log in a worker thread,
+forces both to disk with one fsync each, and only then tells the service, which releases the
+acks and the new output (nothing unwritten is ever acknowledged or shown to a subscriber).
+
+Generations order this: every orderer call starts a new one (:meth:`GroupCommit.advance`); an
+ack or a waiter is owed to the generation that staged its input, and is released once a round
+that began at or after that generation is durable.
+
+Storage errors: a write the volume refuses (full, quota) *degrades* the service (input refused,
+the round retried every :data:`STORAGE_RETRY` seconds); anything else, such as a failed fsync,
+is fatal (the process exits and the restarted one recovers from the logs). Too much staged and
+unwritten (:data:`MAX_UNWRITTEN` records) stops the service reading Submit streams until a
+round catches up (:meth:`GroupCommit.room_for_input`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+from collections import deque
+from collections.abc import Callable
+
+from orderer.api import Orderer
+from orderer.batch import ArrivalRecords, EmittedBatch
+from orderer.errors import InternalOrdererError, ServiceUnavailable
+from orderer.service.storage import ArrivalLog, OrderedLog
+
+__all__ = ["MAX_UNWRITTEN", "STORAGE_RETRY", "GroupCommit"]
+
+log = logging.getLogger("evb.service")
+
+MAX_UNWRITTEN = 1_000_000
+"""Records taken in but not yet written (the disk behind the network). Past this the service
+stops reading Submit streams until a write round catches up: HTTP/2 flow control then holds
+the clients back, instead of the server's memory growing with the length of the run."""
+
+STORAGE_RETRY = 1.0
+"""Seconds between attempts to write to a log volume that refused a write (full, quota)."""
+
+_RETRYABLE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def _retryable(error: OSError) -> bool:
+    """Errors that more space cures; anything else (EIO, a failed fsync) is not retried, since
+    after it the kernel no longer says what reached the disk."""
+    return error.errno in _RETRYABLE
+
+
+class GroupCommit:
+    """The write rounds of one service's arrival log and ordered log. Runs on the service's
+    loop; only :meth:`_write_out` leaves it (worker thread).
+
+    The service hears of a round through three callbacks: ``on_durable(generation, advanced)``
+    after a round made everything up to ``generation`` durable (``advanced``: the durable
+    output grew), ``on_refused()`` after the volume refused a write (:attr:`degraded` is set)
+    and ``on_failure(error)`` on an error no retry cures."""
+
+    def __init__(
+        self,
+        orderer: Orderer,
+        arrivals: ArrivalLog,
+        ordered: OrderedLog,
+        *,
+        health_changed: asyncio.Event,
+        on_durable: Callable[[int, bool], None],
+        on_refused: Callable[[], None],
+        on_failure: Callable[[BaseException], None],
+    ) -> None:
+        self.arrivals = arrivals
+        self.ordered = ordered
+        self._orderer: Orderer = orderer
+        self._health_changed = health_changed
+        self._on_durable, self._on_refused = on_durable, on_refused
+        self._on_failure = on_failure
+        self.written_generation = self.synced_generation = 0
+        """The generation staged last; the last one a round made durable."""
+        self.written_offset = self.durable_offset = ordered.next_offset
+        """Offset after what the orderer emitted; after what of it is durable (subscribers
+        see only below ``durable_offset``)."""
+        self.max_unwritten = MAX_UNWRITTEN
+        self.degraded: OSError | None = None
+        """The log volume refuses writes (full): input is refused until a retry succeeds."""
+        self._failed: BaseException | None = None
+        self._closing = False
+        self._unwritten_arrivals: deque[tuple[float, ArrivalRecords]] = deque()
+        self._unwritten_output: deque[EmittedBatch] = deque()
+        self._unwritten_records = 0
+        self._caught_up = asyncio.Event()
+        self._caught_up.set()
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ staging
+
+    def stage(self, t: float, rows: ArrivalRecords) -> None:
+        """Arrival records taken in at ``t`` (a configure, an end of run), for the next round."""
+        self._unwritten_arrivals.append((t, rows))
+
+    def stage_input(self, t: float, rows: ArrivalRecords) -> None:
+        """An intake pass's records: staged, and counted against ``max_unwritten``."""
+        self.stage(t, rows)
+        self._unwritten_records += len(rows)
+        if self._unwritten_records >= self.max_unwritten:
+            self._caught_up.clear()
+
+    def advance(self, emitted_seq: int) -> None:
+        """After every orderer call: a new generation, its output ending at ``emitted_seq``
+        (the output stays in the core until the next round takes it all at once)."""
+        self.written_offset = emitted_seq
+        self.written_generation += 1
+
+    def start(self) -> None:
+        """Run rounds until everything staged is durable (unless they run already)."""
+        if self._task is None and self._failed is None:
+            self._task = asyncio.get_running_loop().create_task(self._rounds())
+
+    async def room_for_input(self) -> None:
+        """Returns at once unless the writes are ``max_unwritten`` records behind; then when a
+        write round has caught up (or the service stops taking input)."""
+        if not self._caught_up.is_set():
+            await self._caught_up.wait()
+
+    def is_durable(self, generation: int) -> bool:
+        return self.synced_generation >= generation
+
+    async def durable(self, generation: int) -> None:
+        """Returns once a round made ``generation`` durable; ServiceUnavailable if none will."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((generation, future))
+        await future
+
+    # ------------------------------------------------------------------ rounds
+
+    def _stage_output(self) -> None:
+        """Take the output the core holds for the ordered log: once per write round, one copy
+        of everything emitted since the last, instead of a copy per intake pass and another to
+        join them."""
+        emitted = self._orderer.take_emitted()
+        if len(emitted):
+            self._unwritten_output.append(emitted)
+
+    def _write_out(self) -> None:
+        """Write what is staged, in order, then force both logs to disk (worker thread).
+
+        An entry leaves its queue only once written, and a failed append leaves its log as it
+        was (storage.py cuts what it half wrote), so after an error such as a full volume the
+        next round simply tries again from the same entry."""
+        arrivals, output = self._unwritten_arrivals, self._unwritten_output
+        while arrivals:
+            t, rows = arrivals[0]
+            self.arrivals.append_rows(t, rows)
+            arrivals.popleft()
+        while output:
+            self.ordered.append(output[0])  # after a failed try: appends only what it lacks
+            output.popleft()
+        try:
+            self.arrivals.sync()
+            self.ordered.sync()
+        except OSError as error:  # never retried: after a failed fsync nothing is known
+            raise InternalOrdererError(f"fsync of a log failed: {error}") from error
+
+    async def _rounds(self) -> None:
+        """Each round writes everything staged before it and makes it durable with one fsync
+        per log, then releases the service's acks and output and the waiters. A refused write
+        is retried every ``STORAGE_RETRY`` seconds until it succeeds; any other error is the
+        service's failure."""
+        try:
+            while self.synced_generation < self.written_generation and self._failed is None:
+                generation, offset = self.written_generation, self.written_offset
+                self._stage_output()
+                try:
+                    await asyncio.to_thread(self._write_out)
+                except OSError as error:
+                    if not _retryable(error):
+                        raise
+                    self._degrade(error)
+                    if self._closing:
+                        log.error(
+                            "stopping with the log volume full: what is not written was never"
+                            " acknowledged, and its senders resend it to the next server"
+                        )
+                        return
+                    await asyncio.sleep(STORAGE_RETRY)
+                    continue
+                if self.degraded is not None:
+                    self._recovered_from(self.degraded)
+                self._unwritten_records = sum(len(rows) for _, rows in self._unwritten_arrivals)
+                if self._unwritten_records < self.max_unwritten:
+                    self._caught_up.set()
+                self.synced_generation = generation
+                advanced = offset > self.durable_offset
+                if advanced:
+                    self.durable_offset = offset
+                self._on_durable(generation, advanced)
+                self._release_waiters(generation)
+        except Exception as error:
+            self._on_failure(error)
+        finally:
+            self._task = None
+
+    def _release_waiters(self, generation: int) -> None:
+        still = []
+        for wanted, future in self._waiters:
+            if wanted <= generation:
+                if not future.done():
+                    future.set_result(None)
+            else:
+                still.append((wanted, future))
+        self._waiters = still
+
+    def _degrade(self, error: OSError) -> None:
+        """The log volume refused a write: stop taking input until it takes writes again (the
+        service ends its open streams UNAVAILABLE)."""
+        if self.degraded is None:
+            log.error(
+                "the log volume of %s refuses writes (%s): input refused, retrying",
+                self.arrivals.directory.parent,
+                error,
+            )
+            self._health_changed.set()
+        self.degraded = error
+        self._caught_up.set()  # readers wake up to find their streams finished
+        self._on_refused()
+
+    def _recovered_from(self, error: OSError) -> None:
+        log.warning("the log volume takes writes again (after %s): input accepted", error)
+        self.degraded = None
+        self._health_changed.set()
+
+    # ------------------------------------------------------------------ the end
+
+    def fail(self, error: BaseException) -> None:
+        """The service failed for good: no more rounds; readers wake up, waiters get
+        ServiceUnavailable (what was acked is safe; the rest will be resent)."""
+        self._failed = error
+        self._caught_up.set()
+        for _, future in self._waiters:
+            if not future.done():
+                future.set_exception(ServiceUnavailable(f"the orderer's storage failed: {error}"))
+        self._waiters = []
+
+    def shut(self) -> None:
+        """The service stops taking input: readers wake up; a refused write is not retried."""
+        self._closing = True
+        self._caught_up.set()
+
+    async def settle(self) -> None:
+        """Returns once no round runs."""
+        while self._task is not None:
+            await asyncio.shield(self._task)
+
+    async def close(self) -> None:
+        """Write out the rest unless the storage failed or refuses writes, then close the
+        logs (after :meth:`settle`)."""
+        if self._failed is None and self.degraded is None:
+            self._stage_output()
+            await asyncio.to_thread(self._write_out)
+        self.arrivals.close()
+        self.ordered.close()

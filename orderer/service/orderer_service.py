@@ -1,0 +1,470 @@
+"""The orderer as a service: :class:`OrdererService` takes input in, serves deadlines, and owns
+the run from recovery to shutdown.
+
+Why a plain asyncio class: the gRPC servicer (:mod:`orderer.service.servicer`) only converts
+messages and translates errors into status codes, once, at the edge; everything else lives
+here, with the :class:`~orderer.api.Orderer`, the per-source sequence table that deduplicates
+resends, and the one deadline timer. Making the logs durable is the job of
+:mod:`~orderer.service.group_commit`, serving their readers that of
+:mod:`~orderer.service.subscriptions`; a ``Submit`` call's acks and flow signals wait in its
+:mod:`~orderer.service.submit_stream`.
+
+How a batch travels: ``Submit`` checks and converts it, the service drops what it already has
+(sequence numbers per source), takes the new part in at time ``now`` (strictly after every
+earlier time, so that the arrival log replays to the same output) in one intake pass
+(:mod:`~orderer.service.intake`), stages it for the arrival log, and owes the stream an ``Ack``.
+A write round (group commit) makes the logs durable and then releases the acks and the new
+output to subscribers, which only ever see durable output. Deadlines are served by one
+``loop.call_later`` on ``Orderer.next_deadline()``, re-armed after every call: no polling.
+
+The run lives in its data directory (:mod:`~orderer.service.data_dir`), locked while a service
+runs on it: :meth:`OrdererService.open` recovers the run the logs hold,
+:meth:`OrdererService.close` makes everything durable and releases the lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from orderer._proto.evb.v1 import orderer_pb2 as pb
+from orderer.api import Orderer
+from orderer.batch import ArrivalKind, ArrivalRecords, EmittedBatch
+from orderer.clock import MonotonicClock
+from orderer.config import OrdererConfig
+from orderer.errors import InterfaceError, ServiceUnavailable
+from orderer.service import data_dir
+from orderer.service.group_commit import GroupCommit
+from orderer.service.intake import Intake
+from orderer.service.metrics import MetricsSnapshot, RateMeter
+from orderer.service.settings import ServiceConfig
+from orderer.service.storage import ArrivalLog, ConsumerOffsets, OrderedLog, Recovered
+from orderer.service.submit_stream import END_OF_STREAM, SubmitStream
+from orderer.service.subscriptions import Retention, Subscriptions
+from orderer.wire import convert
+
+__all__ = ["OrdererService"]
+
+log = logging.getLogger("evb.service")
+
+
+class OrdererService:
+    """The orderer as a service: input, durability, output, deadlines. All methods run on one
+    asyncio loop; only the writes and fsyncs leave it (worker thread)."""
+
+    def __init__(
+        self,
+        *,
+        recovered: Recovered,
+        arrivals: ArrivalLog,
+        ordered: OrderedLog,
+        limits: convert.BatchLimits | None = None,
+        subscribe_max_fragments: int = 65536,
+        subscribe_max_bytes: int = convert.REPLY_MAX_BYTES,
+        lock: int | None = None,
+        retention_bytes: int | None = None,
+        retention_seconds: float | None = None,
+        consumers: ConsumerOffsets | None = None,
+    ) -> None:
+        self.limits = limits if limits is not None else convert.BatchLimits()
+        self._lock = lock
+        self._orderer: Orderer = recovered.orderer
+        self._clock = MonotonicClock(start=recovered.resume_time)
+        self._last_time = recovered.resume_time
+        self._next_sequence = dict(recovered.next_sequence)
+        self._run_ended = recovered.run_ended
+        self._streams: set[SubmitStream] = set()
+        self._paused: dict[int, bool] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._closed = False
+        self.failed: BaseException | None = None
+        """A storage error the service cannot get over: it takes no more input (exit, restart)."""
+        self.failure = asyncio.Event()
+        self.health_changed = asyncio.Event()
+        """Set when :attr:`failed` or :attr:`degraded` changed (the server's health checks)."""
+        self.arrivals = arrivals
+        """The arrival log: every input, in arrival order (written by the group commit)."""
+        self.ordered = ordered
+        """The ordered log: the output, by offset (written by the group commit)."""
+        self._commit = GroupCommit(
+            self._orderer,
+            arrivals,
+            ordered,
+            health_changed=self.health_changed,
+            on_durable=self._on_durable,
+            on_refused=self._on_refused,
+            on_failure=self._fail,
+        )
+        self._output = Subscriptions(
+            self._commit,
+            max_fragments=subscribe_max_fragments,
+            max_bytes=subscribe_max_bytes,
+            consumers=consumers,
+            retention=Retention(retention_bytes, retention_seconds),
+        )
+        self._ingest = RateMeter()
+        self._intake = Intake()
+        self._intake_scheduled = False
+        for flow in self._orderer.take_flow_signals():
+            self._paused[flow.source] = flow.paused
+        self._orderer.take_barrier_log()
+        self._rearm()
+
+    @classmethod
+    def open(cls, config: OrdererConfig, service: ServiceConfig) -> OrdererService:
+        """Open (or create) the logs in ``service.data_dir`` and recover the run they hold.
+        The directory is locked: a second server on it (two pods on one volume) is refused."""
+        run = data_dir.open_run(
+            config, service.data_dir, fsync=service.fsync, segment_bytes=service.segment_bytes
+        )
+        return cls(
+            recovered=run.recovered,
+            arrivals=run.arrivals,
+            ordered=run.ordered,
+            lock=run.lock,
+            limits=convert.BatchLimits(
+                max_payload_bytes=service.max_payload_bytes,
+                sources=frozenset(config.sources) if service.strict_sources else None,
+            ),
+            subscribe_max_fragments=service.subscribe_max_fragments,
+            subscribe_max_bytes=service.subscribe_max_bytes,
+            retention_bytes=service.retention_bytes,
+            retention_seconds=service.retention_seconds,
+            consumers=ConsumerOffsets(service.data_dir / "consumers.json"),
+        )
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def orderer(self) -> Orderer:
+        return self._orderer
+
+    @property
+    def durable_offset(self) -> int:
+        """Offset of the next ordered fragment that is not durable yet; subscribers see below."""
+        return self._commit.durable_offset
+
+    # ------------------------------------------------------------------ time
+
+    def _tick(self, at_least: float = -math.inf) -> float:
+        """The time of the next input or flush: the clock, but strictly after every time used
+        before (a record at a flush's time would replay before that flush, not after)."""
+        now = max(self._clock.now(), math.nextafter(self._last_time, math.inf), at_least)
+        self._last_time = now
+        return now
+
+    def _peek(self) -> float:
+        return max(self._clock.now(), self._last_time)
+
+    def _rearm(self) -> None:
+        """One timer, on the orderer's next deadline."""
+        deadline = None if self._closed or self.failed else self._orderer.next_deadline()
+        if deadline is not None and deadline == self._timer_at and self._timer is not None:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._timer_at = None
+        if deadline is None:
+            return
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(max(0.0, deadline - self._clock.now()), self._on_deadline)
+        self._timer_at = deadline
+
+    def _on_deadline(self) -> None:
+        deadline = self._timer_at if self._timer_at is not None else -math.inf
+        self._timer = self._timer_at = None
+        if self._closed or self.failed:
+            return
+        self.take_intake()
+        try:
+            self._orderer.advance(self._tick(at_least=deadline))
+            self._after_call()
+        except Exception as error:
+            self._fail(error)
+
+    # ------------------------------------------------------------------ input
+
+    def _check_open(self) -> None:
+        if self.failed is not None or self.degraded is not None or self._closed:
+            raise self._unavailable()
+
+    def open_stream(self) -> SubmitStream:
+        stream = SubmitStream()
+        self._streams.add(stream)
+        if self._closed or self.failed or self.degraded:
+            stream.finish(self._unavailable())
+        return stream
+
+    def finish_stream(self, stream: SubmitStream) -> None:
+        """The client closed its side: the call ends OK once everything it sent is durable, so
+        a client knows its watermarks and ends (which get no ack) are safe too."""
+        self.take_intake()
+        stream.owe_ack(self._commit.written_generation, END_OF_STREAM, 0)
+        stream.finish()
+        stream.release(self._commit.synced_generation)
+
+    def close_stream(self, stream: SubmitStream) -> None:
+        self._streams.discard(stream)
+
+    @property
+    def max_unwritten(self) -> int:
+        """Records taken in but not written past which Submit streams are not read."""
+        return self._commit.max_unwritten
+
+    @max_unwritten.setter
+    def max_unwritten(self, records: int) -> None:
+        self._commit.max_unwritten = records
+
+    async def room_for_input(self) -> None:
+        """Returns at once unless the writes are ``max_unwritten`` records behind; then when a
+        write round has caught up (or the service stops taking input)."""
+        await self._commit.room_for_input()
+
+    def _speaks_for(self, stream: SubmitStream, source: int) -> None:
+        if source not in stream.sources:
+            stream.sources.add(source)
+            if self._paused.get(source):
+                stream.signal(source, True)
+
+    def submit(self, stream: SubmitStream, incoming: convert.IncomingBatch) -> None:
+        """A checked batch from ``stream``: deduplicated, then into the intake, ack owed."""
+        self._check_open()
+        batch = incoming.batch
+        n = len(batch)
+        if incoming.source is None or incoming.first_sequence is None:
+            for source in np.unique(batch.source).tolist():
+                self._speaks_for(stream, source)
+            self._intake.add_batch(batch, None)
+            self._intake_soon()
+            return
+        source, first = incoming.source, incoming.first_sequence
+        self._speaks_for(stream, source)
+        expected = self._next_sequence.get(source, 0)
+        if n and first > expected:
+            raise InterfaceError(
+                f"first_sequence: {first} leaves a gap; source {source} continues at {expected}",
+                hint="resend from the last acknowledged sequence",
+            )
+        if n and first + n > expected:  # something new
+            new = batch if first == expected else batch.slice(expected - first)
+            self._intake.add_batch(new, expected)
+            self._next_sequence[source] = first + n
+        self._intake.owe_ack(stream, source, self._next_sequence.get(source, 0))
+        self._intake_soon()
+
+    def watermark(self, stream: SubmitStream, source: int, watermark: int) -> None:
+        self._check_open()
+        self._speaks_for(stream, source)
+        self._intake.add_watermark(source, watermark)
+        self._intake_soon()
+
+    def end_source(self, stream: SubmitStream, source: int) -> None:
+        self._check_open()
+        self._speaks_for(stream, source)
+        self._intake.add_end_of_source(source)
+        self._intake_soon()
+
+    def _intake_soon(self) -> None:
+        """Take the intake in once the loop has read what is ready now (see intake.py)."""
+        if not self._intake_scheduled:
+            self._intake_scheduled = True
+            asyncio.get_running_loop().call_soon(self.take_intake)
+
+    def take_intake(self) -> None:
+        """One intake pass: everything waiting goes in at one arrival time, is staged for the
+        arrival log as one record batch, and its acks are owed to the generation that stages
+        it. Every other input (configure, end of run, a deadline, a stream's end) takes the
+        intake first, so the orderer sees input in arrival order."""
+        self._intake_scheduled = False
+        if not self._intake or self.failed is not None:
+            return
+        taken = self._intake.take()
+        now = self._tick()
+        if taken.batches or taken.markers:
+            # convert checked every batch as the core does: the core cannot refuse one here
+            taken.run(self._orderer, now)
+            self._commit.stage_input(now, taken.arrival_rows())
+        if taken.fragments:
+            self._ingest.add(now, taken.fragments)
+            self._run_ended = False
+        self._after_call()
+        for stream, source, sequence in taken.acks:
+            stream.owe_ack(self._commit.written_generation, source, sequence)
+            stream.release(self._commit.synced_generation)
+
+    async def configure(self, changes: Mapping[str, Any]) -> OrdererConfig:
+        """A live change of parameters (checked first: ``ConfigError`` names the parameter),
+        recorded in the arrival log; returns once durable."""
+        self._check_open()
+        new = self._orderer.config.with_changes(**changes)
+        self.take_intake()
+        now = self._tick()
+        self._orderer.configure(new, now=now)
+        self._commit.stage(now, ArrivalRecords.configure(changes))
+        self._after_call()
+        await self._durable(self._commit.written_generation)
+        log.info("configured %s", dict(changes))
+        return new
+
+    async def end_run(self) -> int:
+        """The spec's end of run: drain every queue now; returns the offset after the run's last
+        fragment once everything is durable."""
+        self._check_open()
+        self.take_intake()
+        now = self._tick()
+        self._orderer.end_run(now=now)
+        self._commit.stage(now, ArrivalRecords.marker(ArrivalKind.END_RUN))
+        self._run_ended = True
+        self._after_call()
+        await self._durable(self._commit.written_generation)
+        return self._commit.durable_offset
+
+    def _after_call(self) -> None:
+        """After every orderer call: note what it emitted (the output stays in the core until
+        the next write round takes it all at once), relay flow control, re-arm the timer, and
+        have the new state written and made durable."""
+        self._orderer.take_barrier_log()  # the counters keep the totals; don't let it grow
+        self._commit.advance(self._orderer.emitted_seq)
+        for flow in self._orderer.take_flow_signals():
+            self._paused[flow.source] = flow.paused
+            for stream in self._streams:
+                if flow.source in stream.sources:
+                    stream.signal(flow.source, flow.paused)
+        self._rearm()
+        self._commit.start()
+
+    # ------------------------------------------------------------------ durability
+
+    @property
+    def degraded(self) -> OSError | None:
+        """The log volume refuses writes (full): input is refused until a retry succeeds."""
+        return self._commit.degraded
+
+    def _on_durable(self, generation: int, advanced: bool) -> None:
+        """A write round made everything up to ``generation`` durable: acks go out, and new
+        output to the subscribers."""
+        if advanced:
+            self._output.notify()
+        for stream in self._streams:
+            stream.release(generation)
+        self._output.apply_retention()
+
+    def _on_refused(self) -> None:
+        """The log volume refused a write: open streams end UNAVAILABLE (clients back off and
+        resend what was not acknowledged; what the service already holds is deduplicated, then
+        acknowledged once written)."""
+        for stream in self._streams:
+            stream.finish(self._unavailable())
+
+    def _unavailable(self) -> ServiceUnavailable:
+        if self.failed is not None:
+            return ServiceUnavailable(f"the orderer's storage failed ({self.failed}); retry later")
+        if self.degraded is not None:
+            return ServiceUnavailable(
+                f"the log volume of {self.arrivals.directory.parent} refuses writes"
+                f" ({self.degraded}); nothing more is acknowledged"
+                " until it has space again; retry later"
+            )
+        return ServiceUnavailable("the orderer is shutting down; reconnect and resend")
+
+    async def _durable(self, generation: int) -> None:
+        if self._commit.is_durable(generation):
+            return
+        self._check_open()
+        await self._commit.durable(generation)
+
+    def _fail(self, error: BaseException) -> None:
+        """The storage failed for good: stop taking input (what was acked is safe; the rest
+        will be resent to a restarted service)."""
+        if self.failed is not None:
+            return
+        log.error("storage failed, no more input is taken: %r", error)
+        self.failed = error
+        self.failure.set()
+        self._commit.fail(error)
+        self.health_changed.set()
+        self._rearm()
+        for stream in self._streams:
+            stream.abandon()
+        self._output.fail()
+
+    # ------------------------------------------------------------------ output
+
+    def subscribe(
+        self, from_offset: int, max_fragments: int = 0, *, payload: bool = True
+    ) -> AsyncIterator[tuple[EmittedBatch, int]]:
+        """``(batch, durable offset)`` from ``from_offset``: what is in the log, then live
+        (:meth:`.Subscriptions.subscribe`)."""
+        return self._output.subscribe(from_offset, max_fragments, payload=payload)
+
+    def commit(self, consumer: str, offset: int) -> tuple[int, int]:
+        """A consumer processed every offset below ``offset``: ``(its offset now, lowest over
+        every consumer)``."""
+        return self._output.commit(consumer, offset)
+
+    # ------------------------------------------------------------------ inspection
+
+    def stats(self) -> pb.Stats:
+        now = self._peek()
+        durable = self._commit.durable_offset
+        return convert.stats_to_pb(
+            counters=self._orderer.counters(),
+            states=self._orderer.source_states(now=now),
+            next_offset=durable,
+            high_water_mark=self._orderer.high_water_mark,
+            queued=self._orderer.queued,
+            now=now,
+            # ended only once the run's last output is durable: a consumer that sees run_ended
+            # and next_offset has the whole run (the Spark source closes its last event there)
+            run_ended=self._run_ended and durable == self._commit.written_offset,
+            config=self._orderer.config,
+        )
+
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        now = self._peek()
+        return MetricsSnapshot(
+            counters=self._orderer.counters(),
+            states=self._orderer.source_states(now=now),
+            output_offset=self._commit.durable_offset,
+            high_water_mark=self._orderer.high_water_mark,
+            ingest_rate=self._ingest.rate(now),
+            submit_streams=len(self._streams),
+            subscribers=self._output.subscribers,
+        )
+
+    def next_sequence(self, source: int) -> int:
+        return self._next_sequence.get(source, 0)
+
+    # ------------------------------------------------------------------ shutdown
+
+    def begin_shutdown(self) -> None:
+        """Stop taking input: Submit streams finish (their owed acks still go out once durable,
+        then they end UNAVAILABLE so clients reconnect elsewhere or later); subscribers end."""
+        if not self._closed:
+            self.take_intake()
+        self._closed = True
+        self._commit.shut()
+        for stream in self._streams:
+            stream.finish(ServiceUnavailable("the orderer is shutting down; reconnect and resend"))
+        self._rearm()
+        self._output.close()
+
+    async def close(self) -> None:
+        """Make everything durable and close the logs."""
+        self.begin_shutdown()
+        await self._commit.settle()
+        try:
+            await self._commit.close()
+        except Exception:
+            log.exception("closing the logs failed; the next start recovers from what is on disk")
+        finally:
+            if self._lock is not None:
+                os.close(self._lock)  # releases the directory lock
+                self._lock = None

@@ -1,0 +1,148 @@
+"""The gRPC edge of the service: :class:`OrdererServicer` (the grpc.aio servicer of
+``evb.v1.Orderer``) and ``_status``, the one translation of errors into status codes.
+
+Why so thin: each method only converts between protobuf messages and API types
+(:mod:`orderer.wire.convert`), calls the :class:`~orderer.service.orderer_service.OrdererService`,
+and translates what it raises, once, here: a refused input (``InterfaceError``, ``ConfigError``)
+is INVALID_ARGUMENT, a service that cannot take it now (``ServiceUnavailable``) is UNAVAILABLE
+(clients retry), anything else INTERNAL. A late fragment is data, never an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+import grpc
+
+from orderer._proto.evb.v1 import orderer_pb2 as pb
+from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
+from orderer.errors import ConfigError, EvbError, InterfaceError, ServiceUnavailable
+from orderer.service.orderer_service import OrdererService
+from orderer.service.submit_stream import ACK, SubmitStream
+from orderer.wire import convert
+
+__all__ = ["OrdererServicer"]
+
+log = logging.getLogger("evb.service")
+
+
+def _status(error: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The status code and details a call ends with when ``error`` stops it."""
+    if isinstance(error, InterfaceError | ConfigError):
+        return grpc.StatusCode.INVALID_ARGUMENT, str(error)
+    if isinstance(error, ServiceUnavailable):
+        return grpc.StatusCode.UNAVAILABLE, str(error)
+    return grpc.StatusCode.INTERNAL, f"internal error: {error!r}"
+
+
+class OrdererServicer(pb_grpc.OrdererServicer):
+    """The gRPC edge: converts messages, calls :class:`OrdererService`, maps errors to codes."""
+
+    def __init__(self, service: OrdererService) -> None:
+        self._service = service
+
+    async def _read_submissions(
+        self, requests: AsyncIterator[pb.SubmitRequest], stream: SubmitStream
+    ) -> None:
+        service = self._service
+        try:
+            async for request in requests:
+                await service.room_for_input()
+                if not stream.reading:
+                    return
+                item = request.WhichOneof("item")
+                if item == "batch":
+                    service.submit(stream, convert.batch_from_pb(request.batch, service.limits))
+                elif item == "watermark":
+                    source, watermark = convert.watermark_from_pb(request.watermark, service.limits)
+                    service.watermark(stream, source, watermark)
+                elif item == "end_of_source":
+                    source = convert.end_of_source_from_pb(request.end_of_source, service.limits)
+                    service.end_source(stream, source)
+                else:
+                    raise InterfaceError("item: an empty SubmitRequest")
+            service.finish_stream(stream)
+        except asyncio.CancelledError:
+            stream.finish()
+            raise
+        except EvbError as error:
+            log.warning("Submit stream refused: %s", error)
+            stream.finish(error)
+        except Exception as error:
+            log.exception("Submit stream failed")
+            stream.finish(error)
+
+    async def Submit(
+        self,
+        request_iterator: AsyncIterator[pb.SubmitRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[pb.SubmitReply]:
+        stream = self._service.open_stream()
+        reader = asyncio.create_task(self._read_submissions(request_iterator, stream))
+        try:
+            async for kind, source, value in stream.replies():
+                if kind == ACK:
+                    yield pb.SubmitReply(ack=pb.Ack(source=source, durable_sequence=value))
+                else:
+                    yield pb.SubmitReply(flow_control=pb.FlowControl(source=source, paused=value))
+        finally:
+            reader.cancel()
+            self._service.close_stream(stream)
+        if stream.error is not None:
+            code, details = _status(stream.error)
+            await context.abort(code, details)
+
+    async def Subscribe(
+        self, request: pb.SubscribeRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.OrderedBatch]:
+        service = self._service
+        try:
+            async for batch, durable in service.subscribe(
+                request.from_offset, request.max_fragments, payload=not request.omit_payload
+            ):
+                yield convert.emitted_to_pb(
+                    batch,
+                    next_offset=durable,
+                    high_water_mark=service.orderer.high_water_mark,
+                    payload=not request.omit_payload,
+                )
+        except EvbError as error:
+            code, details = _status(error)
+            await context.abort(code, details)
+
+    async def GetStats(
+        self, request: pb.GetStatsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Stats:
+        return self._service.stats()
+
+    async def Configure(
+        self, request: pb.ConfigureRequest, context: grpc.aio.ServicerContext
+    ) -> pb.OrdererConfig:
+        try:
+            config = await self._service.configure(convert.configure_changes_from_pb(request))
+        except EvbError as error:
+            code, details = _status(error)
+            await context.abort(code, details)
+        return convert.config_to_pb(config)
+
+    async def Commit(
+        self, request: pb.CommitRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CommitReply:
+        try:
+            offset, lowest = self._service.commit(request.consumer, request.offset)
+        except EvbError as error:
+            code, details = _status(error)
+            await context.abort(code, details)
+        return pb.CommitReply(offset=offset, lowest=lowest)
+
+    async def EndRun(
+        self, request: pb.EndRunRequest, context: grpc.aio.ServicerContext
+    ) -> pb.EndRunReply:
+        try:
+            next_offset = await self._service.end_run()
+        except EvbError as error:
+            code, details = _status(error)
+            await context.abort(code, details)
+        return pb.EndRunReply(next_offset=next_offset)

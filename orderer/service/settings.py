@@ -1,0 +1,131 @@
+"""How the service runs: :class:`ServiceConfig` (address, data directory, durability, limits,
+retention, TLS) and :func:`configs_from_mapping`, which splits one YAML or CR-style mapping into
+the orderer's parameters (:class:`~orderer.config.OrdererConfig`) and these settings.
+
+Why a module of its own: ``evb serve`` builds these settings from its flags and config file
+before anything starts, and every check of a setting happens here, once, before the service
+opens a file or a port (a wrong value is a :class:`~orderer.errors.ConfigError` naming it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from orderer.config import OrdererConfig, snake_case
+from orderer.errors import ConfigError
+from orderer.service.storage import FsyncPolicy
+from orderer.wire import convert
+
+__all__ = ["ServiceConfig", "configs_from_mapping"]
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """How the service runs (the orderer's own parameters are an ``OrdererConfig``)."""
+
+    listen: str = "[::]:50051"
+    """Address the gRPC server binds, ``host:port``; port 0 picks a free port."""
+    data_dir: Path = Path("evb-data")
+    """Directory of the arrival log and the ordered log; a restart on it resumes the run."""
+    fsync: FsyncPolicy = FsyncPolicy.BATCH
+    """When logs are forced to disk: ``always``, ``batch`` (group commit before acks), ``never``."""
+    metrics_port: int | None = None
+    """Port of the Prometheus ``/metrics`` endpoint; None: no endpoint; 0: any free port."""
+    metrics_address: str = "0.0.0.0"
+    """Address the metrics endpoint binds."""
+    max_payload_bytes: int = 1 << 20
+    """Largest payload of one fragment; a larger one is refused (INVALID_ARGUMENT). At most
+    :data:`~orderer.wire.convert.MAX_PAYLOAD_BYTES` (4 MiB less 116 bytes), so that a reply
+    holding one such fragment still fits a reader with gRPC's default 4 MiB limit."""
+    strict_sources: bool = False
+    """Refuse fragments, watermarks and ends of sources not declared in ``sources``."""
+    stop_grace: float = 10.0
+    """Seconds calls get to finish on shutdown; keep it below terminationGracePeriodSeconds."""
+    max_message_bytes: int = 64 << 20
+    """Largest gRPC message received or sent."""
+    subscribe_max_fragments: int = 65536
+    """Most fragments per ``OrderedBatch``."""
+    subscribe_max_bytes: int = convert.REPLY_MAX_BYTES
+    """Most bytes of one encoded ``OrderedBatch``: payloads, per-fragment columns and framing
+    (at least one fragment is always sent). The default, 3.5 MiB, leaves headroom under gRPC's
+    default 4 MiB receive limit, so a reader with a plain generated stub can subscribe; above
+    4 MiB only readers that raise their limit can."""
+    segment_bytes: int = 64 << 20
+    """Size at which a log segment file is closed and a new one started."""
+    retention_bytes: int | None = None
+    """Ordered-log retention: delete the oldest sealed segments while the log is larger.
+    None keeps everything. Until consumers commit offsets (the Spark source), retention only
+    spares the segment being written, so size it well above what a consumer lags."""
+    retention_seconds: float | None = None
+    """Ordered-log retention: delete sealed segments older than this; None keeps everything."""
+    tls_cert: Path | None = None
+    """PEM certificate chain of the server; with ``tls_key`` the service speaks TLS only
+    (:mod:`orderer.service.security`)."""
+    tls_key: Path | None = None
+    """PEM private key of ``tls_cert``."""
+    tls_client_ca: Path | None = None
+    """PEM CA bundle: mutual TLS, every client must present a certificate it signed."""
+    token: str | None = field(default=None, repr=False)
+    """Bearer token every call but health checking must carry (needs TLS)."""
+    token_file: Path | None = None
+    """File holding the bearer token (a mounted Secret), instead of ``token``."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data_dir", Path(self.data_dir))
+        for name in ("tls_cert", "tls_key", "tls_client_ca", "token_file"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, Path(getattr(self, name)))
+        try:
+            object.__setattr__(self, "fsync", FsyncPolicy(self.fsync))
+        except ValueError:
+            raise ConfigError("fsync", self.fsync, "must be always, batch or never") from None
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ConfigError("metrics_port", self.metrics_port, "must be a port number")
+        for name in (
+            "max_payload_bytes",
+            "max_message_bytes",
+            "subscribe_max_fragments",
+            "subscribe_max_bytes",
+            "segment_bytes",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(name, value, "must be a positive integer")
+        if self.max_payload_bytes > convert.MAX_PAYLOAD_BYTES:
+            raise ConfigError(
+                "max_payload_bytes",
+                self.max_payload_bytes,
+                f"must be at most {convert.MAX_PAYLOAD_BYTES} (4 MiB less a reply's framing), so"
+                " that a reply holding one such fragment fits gRPC's default 4 MiB limit of"
+                " the readers",
+            )
+        if not math.isfinite(self.stop_grace) or self.stop_grace < 0:
+            raise ConfigError("stop_grace", self.stop_grace, "must be >= 0 seconds")
+        if self.retention_bytes is not None and (
+            isinstance(self.retention_bytes, bool)
+            or not isinstance(self.retention_bytes, int)
+            or self.retention_bytes <= 0
+        ):
+            raise ConfigError("retention_bytes", self.retention_bytes, "must be a positive integer")
+        if self.retention_seconds is not None and not (
+            isinstance(self.retention_seconds, int | float) and self.retention_seconds > 0
+        ):
+            raise ConfigError("retention_seconds", self.retention_seconds, "must be > 0 seconds")
+
+
+def configs_from_mapping(mapping: Mapping[str, Any]) -> tuple[OrdererConfig, ServiceConfig]:
+    """Split a YAML/CR-style mapping (camelCase or snake_case keys) into the orderer's parameters
+    and the service's settings; unknown keys are an error naming the key."""
+    service_names = {f.name for f in fields(ServiceConfig)}
+    service: dict[str, Any] = {}
+    ordering: dict[str, Any] = {}
+    for key, value in mapping.items():
+        if snake_case(key) in service_names:
+            service[snake_case(key)] = value
+        else:
+            ordering[key] = value
+    return OrdererConfig.from_mapping(ordering), ServiceConfig(**service)

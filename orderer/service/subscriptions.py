@@ -1,0 +1,176 @@
+"""What readers of the ordered output get: the durable part of the ordered log from any offset,
+in replies that fit a reader's message limit; their committed offsets; and the retention that
+deletes old segments of the log without taking what a known consumer has not processed.
+
+Why apart from the service's input side: readers see only what :mod:`~orderer.service.group_commit`
+made durable, and never touch the orderer or the arrival log; a slow reader costs one reply of
+memory, since the log is read on demand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+
+import numpy as np
+
+from orderer.batch import EmittedBatch
+from orderer.errors import InterfaceError, ServiceUnavailable
+from orderer.service.group_commit import GroupCommit
+from orderer.service.storage import ConsumerOffsets
+from orderer.wire import convert
+
+__all__ = ["Retention", "Subscriptions"]
+
+log = logging.getLogger("evb.service")
+
+
+class Retention:
+    """Ordered-log retention by size and age: applied when a segment was sealed, and at most
+    once a second otherwise (age). None for both keeps everything."""
+
+    __slots__ = ("_next", "_sealed_seen", "max_age_seconds", "max_bytes")
+
+    def __init__(self, max_bytes: int | None = None, max_age_seconds: float | None = None) -> None:
+        self.max_bytes = max_bytes
+        self.max_age_seconds = max_age_seconds
+        self._next = 0.0
+        self._sealed_seen = 0
+
+    def due(self, sealed_segments: int) -> bool:
+        """Whether to look at the log now (``sealed_segments``: how many it sealed so far)."""
+        if self.max_bytes is None and self.max_age_seconds is None:
+            return False
+        now = time.monotonic()
+        if now < self._next and sealed_segments == self._sealed_seen:
+            return False
+        self._next = now + 1.0
+        self._sealed_seen = sealed_segments
+        return True
+
+
+class Subscriptions:
+    """The readers of one service's ordered log: subscribers, consumers, retention."""
+
+    def __init__(
+        self,
+        commit: GroupCommit,
+        *,
+        max_fragments: int = 65536,
+        max_bytes: int = convert.REPLY_MAX_BYTES,
+        consumers: ConsumerOffsets | None = None,
+        retention: Retention | None = None,
+    ) -> None:
+        self._commit = commit
+        self._max_fragments = max_fragments
+        self._max_bytes = max_bytes
+        self._consumers = consumers
+        self._retention = retention if retention is not None else Retention()
+        self.subscribers = 0
+        """Subscriptions open now."""
+        self._changed = asyncio.Event()
+        self._closed = False
+        self._failed = False
+
+    def notify(self) -> None:
+        """The durable output grew, or the service stops: wake every subscriber."""
+        event, self._changed = self._changed, asyncio.Event()
+        event.set()
+
+    def close(self) -> None:
+        """The service shuts down: subscriptions end (UNAVAILABLE: resubscribe elsewhere)."""
+        self._closed = True
+        self.notify()
+
+    def fail(self) -> None:
+        """The storage failed: subscriptions end once they have read what is durable."""
+        self._failed = True
+        self.notify()
+
+    async def subscribe(
+        self, from_offset: int, max_fragments: int = 0, *, payload: bool = True
+    ) -> AsyncIterator[tuple[EmittedBatch, int]]:
+        """``(batch, durable offset)`` from ``from_offset``: what is in the log, then live. Reads
+        the log on demand, so a slow subscriber costs one batch of memory. Each batch encodes
+        (with its payloads, or without when ``payload`` is false) to at most
+        ``subscribe_max_bytes``."""
+        limit = self._max_fragments
+        if max_fragments:
+            limit = min(limit, max_fragments)
+        offset = from_offset
+        self.subscribers += 1
+        try:
+            while True:
+                if self._closed:
+                    raise ServiceUnavailable("the orderer is shutting down; resubscribe")
+                durable = self._commit.durable_offset
+                if offset < durable:
+                    batch = self._commit.ordered.read(offset, min(limit, durable - offset))
+                    if not len(batch):
+                        raise ServiceUnavailable(f"offset {offset} is not readable yet")
+                    # A read is a view into a whole record batch (up to 65,536 fragments with
+                    # their payloads); a subscriber that stops reading holds its reply while it
+                    # waits for flow control, and must pin only that reply
+                    # (tests/e2e/test_stalled_subscriber.py).
+                    batch = self._cut_bytes(batch, payload).copy()
+                    offset += len(batch)
+                    yield batch, durable
+                else:
+                    if self._failed:
+                        raise ServiceUnavailable("the orderer's storage failed")
+                    await self._changed.wait()
+        finally:
+            self.subscribers -= 1
+
+    def _cut_bytes(self, batch: EmittedBatch, payload: bool) -> EmittedBatch:
+        """The longest head of ``batch`` whose reply encodes to at most ``subscribe_max_bytes``
+        (at least one fragment), whatever the payload sizes. Why the encoded size and not the
+        payload alone: the per-fragment columns add 25-33 bytes a fragment, and a reply of
+        4 MiB of payload plus those went past the 4 MiB a default gRPC reader accepts."""
+        n = len(batch)
+        sizes = np.zeros(n + 1, np.int64)  # payload bytes of the first k fragments
+        if payload:
+            sizes = batch.payload_offsets.astype(np.int64) - np.int64(batch.payload_offsets[0])
+        if convert.ordered_batch_bytes(n, int(sizes[-1]), payload=payload) <= self._max_bytes:
+            return batch
+        # reply size of the first k fragments, for k = 0..n (increasing in k)
+        bound = convert.ordered_batch_bytes(0, 0, payload=payload)
+        per_fragment = convert.ordered_batch_bytes(1, 0, payload=payload) - bound
+        sizes = sizes + per_fragment * np.arange(n + 1, dtype=np.int64) + bound
+        fits = int(np.searchsorted(sizes, self._max_bytes, "right")) - 1
+        return batch.slice(0, max(fits, 1))
+
+    def commit(self, consumer: str, offset: int) -> tuple[int, int]:
+        """A consumer processed every offset below ``offset``: ``(its offset now, lowest over
+        every consumer)``. Retention keeps everything from the lowest; an offset beyond the
+        durable output is refused (the consumer cannot have processed it)."""
+        if self._consumers is None:
+            raise ServiceUnavailable("this orderer keeps no consumer offsets")
+        durable = self._commit.durable_offset
+        if offset > durable:
+            raise InterfaceError(
+                f"offset: {offset} is beyond the durable output (next offset {durable})"
+            )
+        now = self._consumers.commit(consumer, offset)
+        lowest = self._consumers.lowest()
+        return now, now if lowest is None else lowest
+
+    def apply_retention(self) -> None:
+        """Drop old sealed segments of the ordered log (size, age), keeping what is not durable
+        yet and what a known consumer has not committed."""
+        ordered = self._commit.ordered
+        if not self._retention.due(ordered.sealed_segments):
+            return
+        keep_from = self._commit.durable_offset
+        lowest = self._consumers.lowest() if self._consumers is not None else None
+        if lowest is not None:  # output a known consumer has not committed stays
+            keep_from = min(keep_from, lowest)
+        deleted = ordered.apply_retention(
+            keep_from_offset=keep_from,
+            max_bytes=self._retention.max_bytes,
+            max_age_seconds=self._retention.max_age_seconds,
+        )
+        for path in deleted:
+            log.info("retention removed %s", path.name)
