@@ -78,9 +78,9 @@ def spark() -> Iterator[object]:
 
 def source_rows(target: str, until: int) -> pa.Table:
     """What the orderer emitted, read with the client library, as the source's rows."""
-    from orderer.spark.source import _fragments_of
+    from orderer.spark.source import fragment_rows
 
-    batches = [_fragments_of(b) for b in OrderedStreamReader(target, 0, until=until)]
+    batches = [fragment_rows(b) for b in OrderedStreamReader(target, 0, until=until)]
     return pa.Table.from_batches(batches)
 
 
