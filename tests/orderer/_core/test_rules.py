@@ -4,6 +4,8 @@ check_fragment_rules)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -68,33 +70,8 @@ def test_each_rule_has_one_message(ts: np.ndarray, offsets: np.ndarray, message:
     assert str(caught.value).startswith(message), caught.value
 
 
-def test_the_core_raises_the_same_messages() -> None:
-    with pytest.raises(InterfaceError) as direct:
-        check_fragment_rules(np.array([1, 2**64 - 1], dtype=U64), NO_PAYLOADS, 10)
-    with pytest.raises(InterfaceError) as submitted:
-        _submit(_core(), np.array([1, 2**64 - 1], dtype=U64), np.zeros(3, dtype=U64))
-    assert str(submitted.value) == str(direct.value)
-    core = _core()
-    kind = np.zeros(2, np.uint8)
-    with pytest.raises(InterfaceError) as replayed:
-        core.replay(
-            kind,
-            np.zeros(2),
-            np.ones(2, np.uint32),
-            np.array([1, 2**64 - 1], U64),
-            np.zeros(2, np.uint32),
-            np.zeros(3, U64),
-            np.zeros(0, np.uint8),
-        )
-    assert str(replayed.value) == str(direct.value)
-    with pytest.raises(InterfaceError) as backwards:
-        _submit(_core(), np.array([1, 2], dtype=U64), np.array([0, 5, 3], dtype=U64))
-    assert str(backwards.value) == "payload_offsets: fragment 1 ends at 3, before it starts at 5"
-
-
-def test_the_reserved_timestamp_is_a_watermark_in_a_replay() -> None:
-    core = _core()
-    kind = np.array([0, 1], np.uint8)
+def _replay_two(core: Any, kind: np.ndarray) -> None:
+    """Replay two records of source 1 at t=0 with timestamps 1 and 2**64-1."""
     core.replay(
         kind,
         np.zeros(2),
@@ -104,4 +81,23 @@ def test_the_reserved_timestamp_is_a_watermark_in_a_replay() -> None:
         np.zeros(3, U64),
         np.zeros(0, np.uint8),
     )
+
+
+def test_the_core_raises_the_same_messages() -> None:
+    with pytest.raises(InterfaceError) as direct:
+        check_fragment_rules(np.array([1, 2**64 - 1], dtype=U64), NO_PAYLOADS, 10)
+    with pytest.raises(InterfaceError) as submitted:
+        _submit(_core(), np.array([1, 2**64 - 1], dtype=U64), np.zeros(3, dtype=U64))
+    assert str(submitted.value) == str(direct.value)
+    with pytest.raises(InterfaceError) as replayed:
+        _replay_two(_core(), kind=np.zeros(2, np.uint8))
+    assert str(replayed.value) == str(direct.value)
+    with pytest.raises(InterfaceError) as backwards:
+        _submit(_core(), np.array([1, 2], dtype=U64), np.array([0, 5, 3], dtype=U64))
+    assert str(backwards.value) == "payload_offsets: fragment 1 ends at 3, before it starts at 5"
+
+
+def test_the_reserved_timestamp_is_a_watermark_in_a_replay() -> None:
+    core = _core()
+    _replay_two(core, kind=np.array([0, 1], np.uint8))
     assert core.counters()["totals"]["received"] == 1
