@@ -140,9 +140,12 @@ cdef class OrdererCore:
         cdef double now
         cdef Source *s
         cdef const uint8_t *pay = &payload[0] if payload.shape[0] else <const uint8_t *>NULL
-        _check_batch(source, value, barrier, payload_offsets, payload, kind=kind)
+        # the columns' lengths before any of them is read (no bounds checks below)
         if kind.shape[0] != n:
             raise InterfaceError(f"kind has {kind.shape[0]} entries, t has {n}")
+        if value.shape[0] != n:
+            raise InterfaceError(f"value has {value.shape[0]} entries, t has {n}")
+        _check_batch(source, value, barrier, payload_offsets, payload, kind=kind)
         for i in range(1, n):
             if t[i] < t[i - 1]:
                 raise InterfaceError(f"record {i}: t={t[i]} is before the previous t={t[i - 1]}")

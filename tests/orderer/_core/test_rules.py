@@ -101,3 +101,22 @@ def test_the_reserved_timestamp_is_a_watermark_in_a_replay() -> None:
     core = _core()
     _replay_two(core, kind=np.array([0, 1], np.uint8))
     assert core.counters()["totals"]["received"] == 1
+
+
+@pytest.mark.parametrize(("kinds", "times", "values"), [(1, 2, 2), (2, 2, 1), (2, 3, 2)])
+def test_a_replay_with_columns_of_different_lengths_is_refused_before_it_is_read(
+    kinds: int, times: int, values: int
+) -> None:
+    """The core reads the columns without bounds checks: a short one must be refused first."""
+    core = _core()
+    with pytest.raises(InterfaceError, match="entries, t has"):
+        core.replay(
+            np.zeros(kinds, np.uint8),
+            np.zeros(times),
+            np.ones(values, np.uint32),
+            np.arange(values, dtype=U64),
+            np.zeros(values, np.uint32),
+            np.zeros(values + 1, U64),
+            np.zeros(0, np.uint8),
+        )
+    assert core.counters()["totals"]["received"] == 0
