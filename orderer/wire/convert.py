@@ -1,13 +1,15 @@
 """Conversions between the gRPC messages of ``proto/evb/v1`` and the orderer's API types.
 
-Why a module of its own: the servicer methods only convert (STYLE "For evb" 10), so every check
-of what a client sent happens once, here, in pure functions that raise
+Why a module of its own: the servicer methods only convert between messages and API types, so
+every check of what a client sent happens once, here, in pure functions that raise
 :class:`~orderer.errors.InterfaceError` naming the proto field; the service turns that into
 ``INVALID_ARGUMENT``. Arrays travel as packed little-endian bytes and are read with
 ``numpy.frombuffer``, never one Python object per fragment. The client library
 (:mod:`orderer.client`) uses the same functions the other way round.
 
-Callers: :mod:`orderer.service.server`, :mod:`orderer.client`, ``evb stats``.
+Callers: the service (:mod:`orderer.service.servicer`, :mod:`orderer.service.orderer_service`,
+:mod:`orderer.service.subscriptions`, :mod:`orderer.service.settings`), the client library
+(:mod:`orderer.client`) and ``evb stats``.
 """
 
 from __future__ import annotations

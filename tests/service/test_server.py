@@ -1,6 +1,7 @@
-"""The service (orderer/service/server.py) in-process over loopback gRPC: deduplication by
-sequence, acks only after durability, the deadline timer, live configuration, end of run,
-subscriptions, restart, health, reflection, metrics, and a storage failure."""
+"""The service (orderer/service/: server, servicer, orderer_service) in-process over loopback
+gRPC: deduplication by sequence, acks only after durability, the deadline timer, live
+configuration, end of run, subscriptions, restart, health, reflection, metrics, and a storage
+failure."""
 
 from __future__ import annotations
 
