@@ -23,12 +23,14 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 
 from orderer.api import Orderer
 from orderer.batch import ArrivalRecords, EmittedBatch
 from orderer.errors import InternalOrdererError, ServiceUnavailable
+from orderer.service.metrics import FSYNC_BUCKETS, Histogram
 from orderer.service.storage import ArrivalLog, OrderedLog
 
 __all__ = ["MAX_UNWRITTEN", "STORAGE_RETRY", "GroupCommit"]
@@ -95,6 +97,8 @@ class GroupCommit:
         self._caught_up.set()
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._task: asyncio.Task[None] | None = None
+        self.fsync_seconds = {name: Histogram(FSYNC_BUCKETS) for name in ("arrival", "ordered")}
+        """Each round's sync of each log, in seconds (``evb_fsync_duration_seconds``)."""
 
     # ------------------------------------------------------------------ staging
 
@@ -160,8 +164,10 @@ class GroupCommit:
             self.ordered.append(output[0])  # after a failed try: appends only what it lacks
             output.popleft()
         try:
-            self.arrivals.sync()
-            self.ordered.sync()
+            for name, written in (("arrival", self.arrivals), ("ordered", self.ordered)):
+                began = time.perf_counter()
+                written.sync()
+                self.fsync_seconds[name].observe(time.perf_counter() - began)
         except OSError as error:  # never retried: after a failed fsync nothing is known
             raise InternalOrdererError(f"fsync of a log failed: {error}") from error
 

@@ -29,6 +29,7 @@ import logging
 import math
 import os
 from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,7 +43,7 @@ from orderer.errors import InterfaceError, ServiceUnavailable
 from orderer.service import data_dir
 from orderer.service.group_commit import GroupCommit
 from orderer.service.intake import Intake
-from orderer.service.metrics import MetricsSnapshot, RateMeter
+from orderer.service.metrics import ArrivalLatency, BarrierTally, MetricsSnapshot, directory_bytes
 from orderer.service.settings import ServiceConfig
 from orderer.service.storage import ArrivalLog, ConsumerOffsets, OrderedLog, Recovered
 from orderer.service.submit_stream import END_OF_STREAM, SubmitStream
@@ -109,12 +110,13 @@ class OrdererService:
             consumers=consumers,
             retention=Retention(retention_bytes, retention_seconds),
         )
-        self._ingest = RateMeter()
+        self._latency = ArrivalLatency(self._orderer.queued)
+        self._barriers = BarrierTally()
         self._intake = Intake()
         self._intake_scheduled = False
         for flow in self._orderer.take_flow_signals():
             self._paused[flow.source] = flow.paused
-        self._orderer.take_barrier_log()
+        self._barriers.add(self._orderer.take_barrier_log())  # those the recovery resolved
         self._rearm()
 
     @classmethod
@@ -292,7 +294,7 @@ class OrdererService:
             taken.run(self._orderer, now)
             self._commit.stage_input(now, taken.arrival_rows())
         if taken.fragments:
-            self._ingest.add(now, taken.fragments)
+            self._latency.arrived(now, taken.fragments)
             self._run_ended = False
         self._after_call()
         for stream, source, sequence in taken.acks:
@@ -330,7 +332,8 @@ class OrdererService:
         """After every orderer call: note what it emitted (the output stays in the core until
         the next write round takes it all at once), relay flow control, re-arm the timer, and
         have the new state written and made durable."""
-        self._orderer.take_barrier_log()  # the counters keep the totals; don't let it grow
+        self._barriers.add(self._orderer.take_barrier_log())  # taken, or it grows
+        self._latency.left(self._last_time, self._orderer.queued)
         self._commit.advance(self._orderer.emitted_seq)
         for flow in self._orderer.take_flow_signals():
             self._paused[flow.source] = flow.paused
@@ -434,9 +437,19 @@ class OrdererService:
             states=self._orderer.source_states(now=now),
             output_offset=self._commit.durable_offset,
             high_water_mark=self._orderer.high_water_mark,
-            ingest_rate=self._ingest.rate(now),
             submit_streams=len(self._streams),
             subscribers=self._output.subscribers,
+            now=now,
+            barriers=self._barriers.counts(),
+            latency=self._latency.histogram.data(),
+            fsync={name: h.data() for name, h in self._commit.fsync_seconds.items()},
+            log_bytes={
+                "arrival": directory_bytes(self.arrivals.directory),
+                "ordered": directory_bytes(self.ordered.directory),
+            },
+            volume=_volume(self.arrivals.directory),
+            degraded=self.degraded is not None,
+            consumers=self._output.committed(),
         )
 
     def next_sequence(self, source: int) -> int:
@@ -468,3 +481,12 @@ class OrdererService:
             if self._lock is not None:
                 os.close(self._lock)  # releases the directory lock
                 self._lock = None
+
+
+def _volume(directory: Path) -> tuple[int, int] | None:
+    """(free bytes for an unprivileged writer, size) of the volume holding ``directory``."""
+    try:
+        stat = os.statvfs(directory)
+    except OSError:
+        return None
+    return stat.f_bavail * stat.f_frsize, stat.f_blocks * stat.f_frsize

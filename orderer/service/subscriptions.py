@@ -157,6 +157,10 @@ class Subscriptions:
         lowest = self._consumers.lowest()
         return now, now if lowest is None else lowest
 
+    def committed(self) -> dict[str, int]:
+        """Committed offset per known consumer (the ``evb_consumer_committed_offset`` metric)."""
+        return self._consumers.as_dict() if self._consumers is not None else {}
+
     def apply_retention(self) -> None:
         """Drop old sealed segments of the ordered log (size, age), keeping what is not durable
         yet and what a known consumer has not committed."""
