@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,12 +100,14 @@ class CertificateAuthority:
 
 def make_pki(directory: Path, token: str) -> dict[str, Path]:
     """The files the TLS tests need: a CA with a server and a client certificate, a stranger
-    certificate from another CA, that CA, and a token file."""
+    certificate from another CA, that CA, a server certificate of that CA (a renewal that
+    changed CA: clients trusting only the first CA refuse it), and a token file."""
     ca = CertificateAuthority(directory / "ca")
     other = CertificateAuthority(directory / "other", name="some other CA")
     server = ca.issue("server", server=True)
     client = ca.issue("client", server=False)
     stranger = other.issue("stranger", server=False)
+    renewed = other.issue("renewed-server", server=True)
     token_file = directory / "token"
     token_file.write_text(token + "\n")
     return {
@@ -115,5 +119,39 @@ def make_pki(directory: Path, token: str) -> dict[str, Path]:
         "stranger_cert": stranger.cert,
         "stranger_key": stranger.key,
         "other_ca": other.cert,
+        "other_server_cert": renewed.cert,
+        "other_server_key": renewed.key,
         "token_file": token_file,
     }
+
+
+class MountedSecret:
+    """A Secret volume as the kubelet writes it, to rotate files under a running server: each
+    version of the files in a directory of its own, ``..data`` a symlink to the current one,
+    and each key a symlink through ``..data``; an update writes a new directory and swaps
+    ``..data`` atomically (a new symlink renamed over it), so a reader sees the old files or
+    the new ones, never a mix."""
+
+    def __init__(self, directory: Path, files: Mapping[str, bytes | Path]) -> None:
+        self.directory = directory
+        self._versions = 0
+        directory.mkdir(parents=True, exist_ok=True)
+        self.update(files)
+        for name in files:
+            (directory / name).symlink_to(Path("..data") / name)
+
+    def path(self, name: str) -> Path:
+        """The file as the server is told it (``/etc/evb/tls/tls.crt``)."""
+        return self.directory / name
+
+    def update(self, files: Mapping[str, bytes | Path]) -> None:
+        """Write a new version of every file and swap it in at once."""
+        self._versions += 1
+        version = self.directory / f"..version_{self._versions}"
+        version.mkdir()
+        for name, content in files.items():
+            data = content.read_bytes() if isinstance(content, Path) else content
+            (version / name).write_bytes(data)
+        swap = self.directory / "..data_tmp"
+        swap.symlink_to(version.name)
+        os.replace(swap, self.directory / "..data")

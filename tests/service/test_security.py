@@ -188,6 +188,7 @@ def test_bad_security_settings_name_the_setting(tmp_path: Path, pki: dict[str, P
         ({"token": TOKEN}, "token"),  # a token without TLS would travel in clear
         ({**_tls(pki), "tls_cert": tmp_path / "absent.crt"}, "tls_cert"),
         ({**_tls(pki), "tls_key": pki["server_cert"]}, "tls_key"),  # not a key
+        ({**_tls(pki), "tls_key": pki["client_key"]}, "tls_key"),  # not the cert's key
         ({**_tls(pki), "token_file": tmp_path / "absent"}, "token_file"),
         ({**_tls(pki), "token": TOKEN, "token_file": pki["token_file"]}, "token"),
     ]
