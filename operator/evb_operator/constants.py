@@ -39,6 +39,16 @@ SPARK_JOB_FILE = "local:///opt/evb/orderer/spark/job.py"
 SPARK_CONNECT_TIMEOUT_SECONDS = 300
 """How long the Spark job waits for the orderer at its start: the operator creates both at once,
 and the orderer's volume may still be provisioning when the driver starts."""
+ENV_AWS_ACCESS_KEY_ID = "AWS_ACCESS_KEY_ID"
+ENV_AWS_SECRET_ACCESS_KEY = "AWS_SECRET_ACCESS_KEY"
+ENV_AWS_SESSION_TOKEN = "AWS_SESSION_TOKEN"
+"""The variables the AWS SDK reads (and s3a through it), set in the Spark pods from the Secret
+``spec.spark.objectStorage.credentialsSecret``."""
+S3A_ENV_CREDENTIALS_PROVIDER = (
+    "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider"
+)
+"""s3a's credential provider (AWS SDK v2, as hadoop-aws 3.4 and later use) reading those
+variables."""
 STOP_GRACE_SECONDS = 10.0
 TERMINATION_GRACE_SECONDS = 30
 """The pod's terminationGracePeriodSeconds; the server's stop grace stays below it."""

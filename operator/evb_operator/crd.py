@@ -13,6 +13,7 @@ object.
 
 The orderer's parameters are named as :meth:`orderer.config.OrdererConfig.to_mapping` spells them
 with ``camel=True``; ``tests/operator/test_crd.py`` checks the schema against the dataclass fields.
+The status schema and the printer columns come from :mod:`evb_operator.crd_status`.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from evb_operator.phases import REQUESTED_STATES, RunPhase, describe
+from evb_operator.crd_status import PRINTER_COLUMNS, STATUS_SCHEMA
+from evb_operator.phases import REQUESTED_STATES, RunPhase
 
 __all__ = [
+    "BUILDING_FIELDS",
     "GROUP",
     "KIND",
     "LIVE_FIELDS",
@@ -56,6 +59,12 @@ _QUANTITY_PATTERN = (
     r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
 _SPARK_MEMORY_PATTERN = r"^[0-9]+([kKmMgGtT][bB]?)?$"
+MAX_PARTITIONS = 65536
+"""Upper bound of spec.spark.partitions, above the largest default (1000 executors x 64 cores)."""
+MAX_FRAGMENTS_PER_TRIGGER = 10**12
+"""Upper bound of spec.spark.maxFragmentsPerTrigger: more in one micro-batch is a typo."""
+MAX_TICK_RATE = 1e15
+"""Upper bound of spec.spark.tickRate (femtosecond ticks): more is a typo."""
 
 
 # ----------------------------------------------------------------------------- schema helpers
@@ -174,6 +183,9 @@ class Rule:
     (they read ``oldSelf``, which only the API server has)."""
     field_path: str | None = None
     """The CEL ``fieldPath`` (relative to ``path``, ``.barrierTimeout``) a failure names."""
+    changed: Callable[[Mapping[str, Any], Mapping[str, Any]], str | None] | None = None
+    """A transition rule's twin, for whoever holds the old object too (the operator's last
+    handled spec): ``(old, new)`` -> the first offending field (relative to ``path``), or None."""
 
     @property
     def field(self) -> str:
@@ -203,6 +215,51 @@ def _compare(path: tuple[str, ...], field: str, op: str, other: str, message: st
             field not in obj or other not in obj or _COMPARE[op](obj[field], obj[other])
         ),
         field_path=f".{field}",
+    )
+
+
+BUILDING_FIELDS = ("dt", "noBuild", "maxFragments", "timestampPolicy", "output.format")
+"""How the Spark job builds a run's events, under ``spec.spark``: the job records them at the
+run's start and refuses to resume its checkpoint with others (``orderer/spark/job.py``,
+``BUILDING_FLAGS``; a test holds the two together)."""
+
+
+def _get(obj: Mapping[str, Any], dotted: str) -> Any:
+    for name in dotted.split("."):
+        obj = obj.get(name, {}) if isinstance(obj, Mapping) else {}
+    return obj if obj != {} else None
+
+
+def _building_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
+    if _get(old, "output.path") != _get(new, "output.path"):
+        return None  # a new place: a new checkpoint, the whole run built again there
+    return next((f".{f}" for f in BUILDING_FIELDS if _get(old, f) != _get(new, f)), None)
+
+
+def _same(field: str) -> str:
+    """CEL: ``self.<field>`` equals ``oldSelf.<field>``, set or unset alike."""
+    *parents, leaf = field.split(".")
+    here, before = ".".join(["self", *parents]), ".".join(["oldSelf", *parents])
+    return (
+        f"(has({here}.{leaf}) == has({before}.{leaf})"
+        f" && (!has({here}.{leaf}) || {here}.{leaf} == {before}.{leaf}))"
+    )
+
+
+def _building_rule() -> Rule:
+    """A SparkApplication rolled with another building would resume its checkpoint and be
+    refused by the job (exit status 2, then Spark's retries, then FAILED): the API server
+    refuses the change instead, and says what to do."""
+    return Rule(
+        path=("spark",),
+        cel="self.output.path != oldSelf.output.path || ("
+        + " && ".join(_same(f) for f in BUILDING_FIELDS)
+        + ")",
+        message="the event building (" + ", ".join(BUILDING_FIELDS) + ") cannot change while"
+        " output.path stays: the Spark job resumes the run from its checkpoint there, and a run"
+        " is built one way; change output.path too (the whole run is built again there) or"
+        " create a new EventBuilder",
+        changed=_building_changed,
     )
 
 
@@ -247,6 +304,21 @@ RULES: tuple[Rule, ...] = (
         message="an ended run cannot be resumed; create a new EventBuilder",
     ),
     _immutable("storage", "storage cannot change (a StatefulSet's volume claims are immutable)"),
+    Rule(
+        path=("spark",),
+        cel="has(self.dt) || self.noBuild",
+        message="dt is required unless noBuild (one event per fragment)",
+        check=lambda spark: "dt" in spark or bool(spark.get("noBuild")),
+        field_path=".dt",
+    ),
+    Rule(
+        path=("spark",),
+        cel="!has(self.dt) || !self.noBuild",
+        message="dt has no meaning with noBuild (one event per fragment): unset one of them",
+        check=lambda spark: "dt" not in spark or not spark.get("noBuild"),
+        field_path=".noBuild",
+    ),
+    _building_rule(),
 )
 
 
@@ -391,13 +463,49 @@ def _spec_schema() -> dict[str, Any]:
             ),
             "dt": _integer(
                 "Glom window in timestamp ticks: fragments within dt of an event's first one"
-                " are built into it.",
+                " are built into it. Required unless noBuild. Building.",
                 minimum=1,
             ),
+            "noBuild": {
+                "type": "boolean",
+                "description": "One event per fragment (no glom); dt must then be unset. Building.",
+                "default": False,
+            },
+            "maxFragments": _integer(
+                "Most fragments in one event; a longer one is cut there. Building.",
+                minimum=1,
+                maximum=2**31 - 1,
+                default=1000,  # orderer.spark.glom.GlomConfig's (a test checks)
+            ),
             "timestampPolicy": _string(
-                "Timestamp of a built event: its earliest, latest or average fragment's.",
+                "Timestamp of a built event: its earliest, latest or average fragment's. Building.",
                 enum=["earliest", "latest", "average"],
                 default="earliest",
+            ),
+            "partitions": _integer(
+                "Partitions of a micro-batch: how many executor cores build events at once;"
+                " unset: executors.instances x executors.cores (one partition per core).",
+                minimum=1,
+                maximum=MAX_PARTITIONS,
+            ),
+            "maxFragmentsPerTrigger": _integer(
+                "Cap on a micro-batch, in fragments (an event longer than the cap still goes"
+                " whole); unset: everything available.",
+                minimum=1,
+                maximum=MAX_FRAGMENTS_PER_TRIGGER,
+            ),
+            "triggerInterval": _number(
+                "Seconds between the starts of two micro-batches; 0: the next one starts as"
+                " soon as the last is done (Spark's default).",
+                minimum=0,
+                default=0.0,
+            ),
+            "tickRate": _number(
+                "Timestamp ticks per second: the run summary's and the report's times and rates.",
+                minimum=0,
+                exclusive=True,
+                maximum=MAX_TICK_RATE,
+                default=1e8,
             ),
             "driver": _object(
                 "Spark driver size.",
@@ -426,18 +534,57 @@ def _spec_schema() -> dict[str, Any]:
                         minLength=1,
                     ),
                     "format": _string(
-                        "Output format.", enum=["parquet", "json"], default="parquet"
+                        "Output format. Building.", enum=["parquet", "json"], default="parquet"
                     ),
                 },
                 required=["path"],
             ),
+            "objectStorage": _object(
+                "S3-compatible object storage for an s3a:// output.path (the Spark image carries"
+                " hadoop-aws). Credentials come from a Secret, as environment variables of the"
+                " driver and the executors: never in sparkConf or a ConfigMap.",
+                {
+                    "credentialsSecret": _string(
+                        "Secret holding the access key id and the secret access key (and a"
+                        " session token, if temporary); unset: s3a's default credential chain"
+                        " (e.g. a pod identity).",
+                        minLength=1,
+                    ),
+                    "accessKeyIdKey": _string(
+                        "Key of the access key id in the Secret.",
+                        minLength=1,
+                        default="AWS_ACCESS_KEY_ID",
+                    ),
+                    "secretAccessKeyKey": _string(
+                        "Key of the secret access key in the Secret.",
+                        minLength=1,
+                        default="AWS_SECRET_ACCESS_KEY",
+                    ),
+                    "sessionTokenKey": _string(
+                        "Key of a session token in the Secret; unset: none.", minLength=1
+                    ),
+                    "endpoint": _string(
+                        "Endpoint URL (MinIO, Ceph: http://minio.storage.svc:9000); unset: AWS S3.",
+                        pattern=r"^https?://[^\s/]+(/.*)?$",
+                    ),
+                    "region": _string("Region of the bucket; unset: s3a's default.", minLength=1),
+                    "pathStyleAccess": {
+                        "type": "boolean",
+                        "description": "Path-style requests (endpoint/bucket/key), as MinIO"
+                        " and most S3-compatible stores need.",
+                        "default": False,
+                    },
+                },
+            ),
             "sparkConf": {
                 "type": "object",
-                "description": "Spark configuration passed through as is (spark.* keys).",
+                "description": "Spark configuration passed through as is (spark.* keys); it"
+                " wins over what objectStorage sets. No credentials: they belong in"
+                " objectStorage.credentialsSecret.",
                 "additionalProperties": {"type": "string"},
             },
         },
-        required=["dt", "output"],
+        required=["output"],
     )
     properties: dict[str, Any] = {
         "state": _string(
@@ -583,86 +730,7 @@ def _attach_rules(spec_schema: dict[str, Any]) -> None:
         node.setdefault("x-kubernetes-validations", []).append(rule.entry())
 
 
-def _status_schema() -> dict[str, Any]:
-    counter = {"type": "integer", "format": "int64", "minimum": 0}
-    condition = {
-        "type": "object",
-        "required": ["type", "status"],
-        "properties": {
-            "type": {"type": "string"},
-            "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
-            "reason": {"type": "string"},
-            "message": {"type": "string"},
-            "lastTransitionTime": {"type": "string", "format": "date-time"},
-        },
-    }
-    return {
-        "type": "object",
-        "description": "What the operator observed (from the orderer's GetStats and the"
-        " SparkApplication).",
-        "properties": {
-            "phase": {
-                "type": "string",
-                "enum": [phase.value for phase in RunPhase],
-                "description": describe(),
-            },
-            "endpoint": {"type": "string", "description": "gRPC address of the orderer."},
-            "window": {"type": "number", "description": "buildWindow in force in the orderer."},
-            "fragments": {**counter, "description": "Fragments received."},
-            "emitted": {**counter, "description": "Fragments emitted."},
-            "late": {**counter, "description": "Late fragments (emitted flagged or dropped)."},
-            "dropped": {**counter, "description": "Late fragments dropped (latePolicy drop)."},
-            "queued": {**counter, "description": "Fragments waiting in the orderer's queues."},
-            "nextOffset": {**counter, "description": "Offset of the next ordered fragment."},
-            "highWaterMark": {
-                "type": "string",
-                "description": "Largest timestamp emitted (uint64, as a string).",
-            },
-            "sources": {**counter, "description": "Sources known to the orderer."},
-            "deadSources": {**counter, "description": "Sources declared dead."},
-            "pausedSources": {**counter, "description": "Sources paused by flow control."},
-            "barriers": {
-                "type": "object",
-                "properties": {
-                    name: counter
-                    for name in ("complete", "incomplete", "homogeneous", "heterogeneous")
-                },
-            },
-            "missing": {
-                "type": "object",
-                "description": "Per source id: barriers it missed.",
-                "additionalProperties": counter,
-            },
-            "runEnded": {"type": "boolean", "description": "The orderer ended the run."},
-            "spark": {
-                "type": "object",
-                "properties": {
-                    "name": {"type": "string"},
-                    "state": {"type": "string"},
-                    "errorMessage": {"type": "string"},
-                },
-            },
-            "lastUpdate": {"type": "string", "format": "date-time"},
-            "conditions": {
-                "type": "array",
-                "items": condition,
-                "x-kubernetes-list-type": "map",
-                "x-kubernetes-list-map-keys": ["type"],
-            },
-        },
-    }
-
-
 SPEC_SCHEMA: dict[str, Any] = _spec_schema()
-STATUS_SCHEMA: dict[str, Any] = _status_schema()
-
-PRINTER_COLUMNS: list[dict[str, Any]] = [
-    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-    {"name": "Window", "type": "number", "jsonPath": ".status.window"},
-    {"name": "Fragments", "type": "integer", "jsonPath": ".status.fragments"},
-    {"name": "Late", "type": "integer", "jsonPath": ".status.late"},
-    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-]
 
 
 def build_crd() -> dict[str, Any]:

@@ -20,8 +20,9 @@ What happens when:
   is patched, which rolls the pod (the orderer recovers its run from its logs);
 - ``spec.spark`` changes: the SparkApplication's spec is patched;
 - ``spec.state`` becomes ``Ended``: ``EndRun``; the Spark job reads to the end and finishes;
-- every ``EVB_STATS_INTERVAL`` seconds: status from ``GetStats`` and the SparkApplication, and
-  Events for incomplete barriers, bursts of late data, an unreachable orderer, Spark's end;
+- every ``EVB_STATS_INTERVAL`` seconds: status from ``GetStats``, the orderer's StatefulSet and
+  the SparkApplication (the ``Ready`` condition sums them up), and Events for incomplete
+  barriers, bursts of late data, an unreachable orderer, Spark's end;
 - delete: the SparkApplication first (it stops reading), then the orderer's children (the
   garbage collector would too, through the owner references, in no particular order).
 """
@@ -76,15 +77,30 @@ def _endpoint(name: str, namespace: str, annotations: Mapping[str, str]) -> str:
     return specs.orderer_endpoint(name, namespace)
 
 
+def _generation(body: Mapping[str, Any]) -> int | None:
+    """``metadata.generation``: what ``observedGeneration`` reports as acted on or seen."""
+    generation = body.get("metadata", {}).get("generation")
+    return None if generation is None else int(generation)
+
+
 def _validate(
-    spec: Mapping[str, Any], patch: kopf.Patch, old_status: Mapping[str, Any]
+    spec: Mapping[str, Any],
+    patch: kopf.Patch,
+    old_status: Mapping[str, Any],
+    generation: int | None,
 ) -> validation.ValidSpec:
     """The valid spec, or the Invalid status and a PermanentError (reported once)."""
     try:
         return validation.validate(spec)
     except validation.InvalidSpec as error:
         patch.status.update(
-            evb_status.invalid(old_status, field=error.field, message=error.message, now=_now())
+            evb_status.invalid(
+                old_status,
+                field=error.field,
+                message=error.message,
+                generation=generation,
+                now=_now(),
+            )
         )
         raise kopf.PermanentError(f"invalid spec: {error}") from None
 
@@ -238,7 +254,7 @@ async def reconcile(
 ) -> None:
     """Validate, build, adopt, create what is absent; the children are never replaced."""
     namespace = _namespaced(namespace)
-    valid = _validate(spec, patch, status)
+    valid = _validate(spec, patch, status, _generation(body))
     children = _children(name, namespace, valid, dict(labels))
     kopf.adopt(children, owner=body)
     for child in children:
@@ -249,7 +265,9 @@ async def reconcile(
         if created:
             logger.info("created %s %s", child["kind"], child["metadata"]["name"])
     endpoint = _endpoint(name, namespace, annotations)
-    patch.status.update(evb_status.accepted(status, endpoint=endpoint, now=_now()))
+    patch.status.update(
+        evb_status.accepted(status, endpoint=endpoint, generation=_generation(body), now=_now())
+    )
 
 
 @kopf.on.field(*RESOURCE, field="spec.buildWindow", param="buildWindow")
@@ -329,11 +347,17 @@ async def roll_orderer(**kwargs: Any) -> None:
 
 
 @kopf.on.field(*RESOURCE, field="spec.spark")
-async def update_spark(old: Any, **kwargs: Any) -> None:
+async def update_spark(old: Any, new: Any, **kwargs: Any) -> None:
     """The Spark section changed: patch the SparkApplication (created by ``reconcile`` when the
-    section appears; deleted when it goes)."""
+    section appears; deleted when it goes). Another event building at the same output.path is
+    refused, the SparkApplication untouched: the job would resume its checkpoint and refuse it
+    (the API server's CEL rule refuses it first; this holds where none did)."""
     if old is None:
         return
+    try:
+        validation.validate_change({"spark": old}, {"spark": new})
+    except validation.InvalidSpec as error:
+        raise kopf.PermanentError(f"SparkApplication not changed: {error}") from None
     await _reapply(specs.SPARKAPPLICATION, "/spec", **kwargs)
 
 
@@ -345,7 +369,12 @@ async def update_network_policy(**kwargs: Any) -> None:
 
 @kopf.on.field(*RESOURCE, field="spec.state")
 async def end_run(
-    new: Any, status: kopf.Status, patch: kopf.Patch, logger: kopf.Logger, **kwargs: Any
+    new: Any,
+    body: kopf.Body,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    logger: kopf.Logger,
+    **kwargs: Any,
 ) -> None:
     """``state: Ended``: the orderer's end of run (drain every queue); the Spark job then reads
     to the last offset and finishes."""
@@ -354,14 +383,17 @@ async def end_run(
     orderer = _orderer(**kwargs)
     last = await _control(orderer_client.end_run_async, orderer)
     logger.info("ended the run at %s: %d fragments in order", orderer.endpoint, last)
-    patch.status.update(evb_status.ended(status, offset=last, now=_now()))
+    patch.status.update(
+        evb_status.ended(status, offset=last, generation=_generation(body), now=_now())
+    )
 
 
 @kopf.timer(*RESOURCE, interval=STATS_INTERVAL, initial_delay=min(STATS_INTERVAL, 2.0))
 async def refresh_status(
     body: kopf.Body, status: kopf.Status, patch: kopf.Patch, logger: kopf.Logger, **kwargs: Any
 ) -> None:
-    """Status from ``GetStats`` and the SparkApplication; Events for what needs attention."""
+    """Status from ``GetStats``, the orderer's StatefulSet (its pod ready?) and the
+    SparkApplication; Events for what needs attention."""
     orderer = _orderer(**kwargs)
     valid = orderer.valid
     if valid is None:
@@ -376,22 +408,24 @@ async def refresh_status(
         )
     except EvbError as failure:
         error = str(failure)
-    spark = None
-    if valid.has_spark:
-        app = specs.SPARKAPPLICATION
+    children: dict[str, dict[str, Any] | None] = {}
+    read = [specs.STATEFULSET, specs.SPARKAPPLICATION] if valid.has_spark else [specs.STATEFULSET]
+    for child in read:
         try:
-            spark = await kube.current().get(
-                app.api_version, app.kind, orderer.namespace, app.name(orderer.owner)
+            children[child.kind] = await kube.current().get(
+                child.api_version, child.kind, orderer.namespace, child.name(orderer.owner)
             )
         except kube.KubeError as failure:
-            logger.warning("cannot read the SparkApplication: %s", failure)
+            logger.warning("cannot read the %s: %s", child.kind, failure)
     new, notices = evb_status.observe(
         status,
         valid=valid,
         endpoint=orderer.endpoint,
         stats=stats,
         error=error,
-        spark=spark,
+        spark=children.get(specs.SPARKAPPLICATION.kind),
+        statefulset=children.get(specs.STATEFULSET.kind),
+        generation=_generation(body),
         now=_now(),
     )
     patch.status.update(new)

@@ -1,4 +1,4 @@
-"""The phases of an EventBuilder's run (``status.phase``), spelled once.
+"""The phases of an EventBuilder's run (``status.phase``) and its condition types, spelled once.
 
 The CRD's schema (:mod:`evb_operator.crd`: the status enum, its description, the values of
 ``spec.state``), the status the operator computes (:mod:`evb_operator.status`) and the handlers
@@ -7,13 +7,26 @@ is renamed everywhere, and one misspelt is an ``AttributeError``, not a status n
 
 A run goes Pending -> Running -> Ended -> Completed or Failed (the last two only with a Spark
 job); Invalid stands for a refused spec until the spec is accepted again (then Pending).
+
+The conditions (``status.conditions``, :class:`ConditionType`) follow the Kubernetes API
+conventions (each has ``type``, ``status`` True/False/Unknown, a CamelCase ``reason``, a
+``message``, ``lastTransitionTime`` and the ``observedGeneration`` it was computed from):
+``Ready`` sums the others up for ``kubectl wait --for=condition=Ready`` and GitOps health checks,
+as a Pod's or a cert-manager Certificate's does; the others say which part is not ready.
 """
 
 from __future__ import annotations
 
 import enum
 
-__all__ = ["FINAL_PHASES", "REQUESTED_STATES", "RunPhase", "describe"]
+__all__ = [
+    "FINAL_PHASES",
+    "REQUESTED_STATES",
+    "ConditionType",
+    "RunPhase",
+    "describe",
+    "describe_conditions",
+]
 
 
 class RunPhase(enum.StrEnum):
@@ -51,3 +64,31 @@ def describe() -> str:
         )
         + "."
     )
+
+
+class ConditionType(enum.StrEnum):
+    """``status.conditions[].type`` of an EventBuilder."""
+
+    READY = "Ready"
+    VALID = "Valid"
+    ORDERER_REACHABLE = "OrdererReachable"
+    CONFIGURED = "Configured"
+    RUN_ENDED = "RunEnded"
+    TLS = "TLS"
+
+
+_CONDITION_MEANINGS = {
+    ConditionType.READY: "the spec is accepted and acted on, the orderer's pod is ready and"
+    " answers GetStats, and the Spark job runs (or the spec has no Spark stage)",
+    ConditionType.VALID: "the operator accepted the spec",
+    ConditionType.ORDERER_REACHABLE: "the orderer answered the last GetStats",
+    ConditionType.CONFIGURED: "the orderer runs the spec's live parameters",
+    ConditionType.RUN_ENDED: "the orderer ended the run",
+    ConditionType.TLS: "the orderer answered over the TLS the spec asks for",
+}
+
+
+def describe_conditions() -> str:
+    """Every condition type with what its ``True`` means, for the CRD's description of
+    ``status.conditions``."""
+    return "; ".join(f"{kind}: {_CONDITION_MEANINGS[kind]}" for kind in ConditionType) + "."

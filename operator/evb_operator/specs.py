@@ -30,6 +30,7 @@ are TCP probes: its gRPC probe cannot speak TLS.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +38,8 @@ from typing import Any
 import yaml
 
 from evb_operator import constants as c
-from evb_operator.validation import ValidSpec
+from evb_operator.crd import SPEC_SCHEMA
+from evb_operator.validation import ValidSpec, with_defaults
 
 __all__ = [
     "CONFIGMAP",
@@ -54,12 +56,17 @@ __all__ = [
     "build_sparkapplication_spec",
     "build_statefulset_spec",
     "labels_for",
+    "object_storage_conf",
+    "object_storage_env",
     "orderer_endpoint",
     "serve_args",
     "serve_config",
+    "spark_arguments",
+    "spark_partitions",
 ]
 
 SPARK_API_VERSION = "sparkoperator.k8s.io/v1beta2"
+SPARK_SCHEMA = SPEC_SCHEMA["properties"]["spark"]
 
 ExtraLabels = Mapping[str, str] | None
 """The EventBuilder's own labels, which its children carry too (None: none)."""
@@ -399,21 +406,77 @@ def build_networkpolicy_spec(
 # ----------------------------------------------------------------------------- spark
 
 
+def spark_partitions(spark: Mapping[str, Any]) -> int:
+    """Partitions of a micro-batch: ``spec.spark.partitions``, else one per executor core
+    (instances x cores), so that every core the SparkApplication asks for builds events."""
+    if "partitions" in spark:
+        return int(spark["partitions"])
+    executors = spark["executors"]
+    return int(executors["instances"]) * int(executors["cores"])
+
+
 def spark_arguments(name: str, namespace: str, spark: Mapping[str, Any]) -> list[str]:
-    """Arguments of the Spark job (issue 4): where to read, how to build, where to write."""
-    return [
+    """Arguments of the Spark job (``orderer/spark/job.py``): where to read, how to build, how
+    to cut micro-batches, where to write. Every field of ``spec.spark`` that the job reads is a
+    flag here (a test parses them with the job's own parser). ``spark`` is completed with
+    the CRD's defaults first (a raw section will do)."""
+    spark = with_defaults(SPARK_SCHEMA, spark)
+    building = ["--no-build"] if spark["noBuild"] else ["--dt", str(spark["dt"])]
+    arguments = [
         "--target",
         orderer_endpoint(name, namespace),
-        "--dt",
-        str(spark["dt"]),
+        *building,
+        "--max-fragments",
+        str(spark["maxFragments"]),
         "--timestamp-policy",
         spark["timestampPolicy"],
+        "--partitions",
+        str(spark_partitions(spark)),
+        "--trigger-seconds",
+        repr(float(spark["triggerInterval"])),
+        "--tick-rate",
+        repr(float(spark["tickRate"])),
         "--output",
         spark["output"]["path"],
         "--format",
         spark["output"]["format"],
         "--connect-timeout",
         str(c.SPARK_CONNECT_TIMEOUT_SECONDS),
+    ]
+    if "maxFragmentsPerTrigger" in spark:
+        arguments += ["--max-fragments-per-trigger", str(spark["maxFragmentsPerTrigger"])]
+    return arguments
+
+
+def object_storage_conf(storage: Mapping[str, Any]) -> dict[str, str]:
+    """The s3a settings of ``spec.spark.objectStorage`` (no credentials: those are environment
+    variables from the Secret, :func:`object_storage_env`)."""
+    conf = {"spark.hadoop.fs.s3a.path.style.access": str(storage["pathStyleAccess"]).lower()}
+    if "endpoint" in storage:
+        conf["spark.hadoop.fs.s3a.endpoint"] = storage["endpoint"]
+    if "region" in storage:
+        conf["spark.hadoop.fs.s3a.endpoint.region"] = storage["region"]
+    if "credentialsSecret" in storage:  # those variables only: no instance-metadata fallback
+        conf["spark.hadoop.fs.s3a.aws.credentials.provider"] = c.S3A_ENV_CREDENTIALS_PROVIDER
+    return conf
+
+
+def object_storage_env(storage: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY`` (and ``AWS_SESSION_TOKEN``) of the
+    driver and the executors, each a ``secretKeyRef`` to the Secret: the values never appear in
+    an object the operator writes."""
+    secret = storage.get("credentialsSecret")
+    if secret is None:
+        return []
+    keys = [
+        (c.ENV_AWS_ACCESS_KEY_ID, storage["accessKeyIdKey"]),
+        (c.ENV_AWS_SECRET_ACCESS_KEY, storage["secretAccessKeyKey"]),
+    ]
+    if "sessionTokenKey" in storage:
+        keys.append((c.ENV_AWS_SESSION_TOKEN, storage["sessionTokenKey"]))
+    return [
+        {"name": variable, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+        for variable, key in keys
     ]
 
 
@@ -466,10 +529,23 @@ def build_sparkapplication_spec(
     }
     if "imagePullPolicy" in spark:
         spec["imagePullPolicy"] = spark["imagePullPolicy"]
+    storage = spark.get("objectStorage")
+    if storage is not None:
+        _add_env(spec, object_storage_env(storage))
     _spark_security(spec, valid)
-    if spark.get("sparkConf"):
-        spec["sparkConf"] = dict(spark["sparkConf"])
+    conf = {**(object_storage_conf(storage) if storage else {}), **spark.get("sparkConf", {})}
+    if conf:
+        spec["sparkConf"] = conf
     return _manifest(SPARKAPPLICATION, name, namespace, pod_labels, spec=spec)
+
+
+def _add_env(spec: dict[str, Any], env: list[dict[str, Any]]) -> None:
+    """``env`` for the driver and the executors alike (deep copies: a dumped manifest has no
+    YAML anchors, and a change to one pod's variables is not the other's)."""
+    if not env:
+        return
+    for role in ("driver", "executor"):
+        spec[role].setdefault("env", []).extend(copy.deepcopy(env))
 
 
 def _spark_security(spec: dict[str, Any], valid: ValidSpec) -> None:
@@ -514,7 +590,7 @@ def _spark_security(spec: dict[str, Any], valid: ValidSpec) -> None:
     spec["volumes"] += volumes
     for role in ("driver", "executor"):
         spec[role]["volumeMounts"] += [dict(m) for m in mounts]
-        spec[role]["env"] = [dict(e) for e in env]
+    _add_env(spec, env)
 
 
 # ----------------------------------------------------------------------------- all of them

@@ -1,10 +1,17 @@
 """An EventBuilder's status, and the Events worth posting, from what the operator observed.
 
 Called by the status timer in :mod:`evb_operator.handlers` with the orderer's ``GetStats`` answer
-(:func:`orderer.client.get_stats_async`, the ``evb replay --stats`` layout) and the
-SparkApplication. Pure: the previous status comes in (counters from one update to the next are
-compared through it, so the operator keeps no memory of its own and survives restarts), the new
-status fields and the :class:`Notice` list go out; the caller patches and posts.
+(:func:`orderer.client.get_stats_async`, the ``evb replay --stats`` layout), the orderer's
+StatefulSet and the SparkApplication. Pure: the previous status comes in (counters from one update
+to the next are compared through it, so the operator keeps no memory of its own and survives
+restarts), the new status fields and the :class:`Notice` list go out; the caller patches and posts.
+
+Generations, as Kubernetes users read them (a Deployment's status works the same way):
+``status.observedGeneration`` is the ``metadata.generation`` the operator last acted on (accepted
+or refused; only the create/update handlers move it, never the status timer), and every condition
+carries the ``observedGeneration`` it was computed from. ``Ready`` stays False (``Reconciling``)
+while the spec's generation is newer than the one acted on, so ``kubectl wait
+--for=condition=Ready`` after an ``apply`` does not return on the previous spec's readiness.
 """
 
 from __future__ import annotations
@@ -13,11 +20,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from evb_operator.phases import FINAL_PHASES, RunPhase
+from evb_operator.phases import FINAL_PHASES, ConditionType, RunPhase
 from evb_operator.validation import ValidSpec
 from orderer.config import LIVE_PARAMETERS
 
-__all__ = ["Notice", "accepted", "ended", "invalid", "observe", "set_condition"]
+__all__ = ["Notice", "accepted", "ended", "invalid", "observe", "ready", "set_condition"]
 
 SPARK_DONE = {
     "COMPLETED": RunPhase.COMPLETED,
@@ -25,6 +32,9 @@ SPARK_DONE = {
     "SUBMISSION_FAILED": RunPhase.FAILED,
 }
 """The SparkApplication's final states (the Spark operator's names) and the phase each means."""
+
+SPARK_RUNNING = "RUNNING"
+"""The Spark operator's state of a job whose driver runs (the one state in which it builds)."""
 
 
 @dataclass(frozen=True)
@@ -38,110 +48,181 @@ class Notice:
     message: str
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """One condition's value: what :func:`set_condition` writes under a type."""
+
+    status: bool
+    reason: str
+    """CamelCase, as the Kubernetes API conventions ask (a machine reads it)."""
+    message: str
+    """For a human: what is (not) ready and why."""
+
+
 def set_condition(
     conditions: Sequence[Mapping[str, Any]] | None,
+    type: ConditionType,
+    verdict: Verdict,
     *,
-    type: str,
-    status: bool,
-    reason: str,
-    message: str,
     now: str,
+    generation: int | None,
 ) -> list[dict[str, Any]]:
-    """``conditions`` with ``type`` set; ``lastTransitionTime`` moves only when the status
-    does."""
-    value = "True" if status else "False"
+    """``conditions`` with ``type`` set to ``verdict``, computed from the spec of
+    ``generation`` (``observedGeneration``; left out when unknown); ``lastTransitionTime`` moves
+    only when the status does, as the conventions ask."""
+    value = "True" if verdict.status else "False"
+    since = now
     out: list[dict[str, Any]] = []
-    found = False
     for condition in conditions or ():
         if condition.get("type") != type:
             out.append(dict(condition))
-            continue
-        found = True
-        since = condition.get("lastTransitionTime", now)
-        if condition.get("status") != value:
-            since = now
-        out.append(
-            {
-                "type": type,
-                "status": value,
-                "reason": reason,
-                "message": message,
-                "lastTransitionTime": since,
-            }
-        )
-    if not found:
-        out.append(
-            {
-                "type": type,
-                "status": value,
-                "reason": reason,
-                "message": message,
-                "lastTransitionTime": now,
-            }
-        )
-    return out
-
-
-def _valid(conditions: Sequence[Mapping[str, Any]] | None, now: str) -> list[dict[str, Any]]:
-    return set_condition(
-        conditions,
-        type="Valid",
-        status=True,
-        reason="Accepted",
-        message="the spec is valid",
-        now=now,
-    )
-
-
-def _run_ended(
-    conditions: Sequence[Mapping[str, Any]] | None, offset: int, now: str
-) -> list[dict[str, Any]]:
-    return set_condition(
-        conditions,
-        type="RunEnded",
-        status=True,
-        reason="EndRun",
-        message=f"the run ended at offset {offset}",
-        now=now,
-    )
-
-
-def accepted(previous: Mapping[str, Any], *, endpoint: str, now: str) -> dict[str, Any]:
-    """The status of a spec the operator accepted (its children exist): a ``Valid=True``
-    condition, the endpoint, and Pending unless the run already has a phase of its own."""
-    new: dict[str, Any] = {
-        "conditions": _valid(previous.get("conditions"), now),
-        "endpoint": endpoint,
+        elif condition.get("status") == value:
+            since = condition.get("lastTransitionTime", now)
+    entry: dict[str, Any] = {
+        "type": str(type),
+        "status": value,
+        "reason": verdict.reason,
+        "message": verdict.message,
+        "lastTransitionTime": since,
     }
+    if generation is not None:
+        entry["observedGeneration"] = generation
+    return sorted([*out, entry], key=lambda c: _ORDER.get(c.get("type", ""), len(_ORDER)))
+
+
+_ORDER = {str(kind): index for index, kind in enumerate(ConditionType)}
+"""Conditions in :class:`ConditionType` order (Ready first): a stable list, so a status update
+that changes nothing patches nothing."""
+
+_VALID = Verdict(True, "Accepted", "the spec is valid")
+
+
+def _run_ended(offset: int) -> Verdict:
+    return Verdict(True, "EndRun", f"the run ended at offset {offset}")
+
+
+def _generation_of(status: Mapping[str, Any]) -> int | None:
+    value = status.get("observedGeneration")
+    return None if value is None else int(value)
+
+
+def accepted(
+    previous: Mapping[str, Any], *, endpoint: str, generation: int | None, now: str
+) -> dict[str, Any]:
+    """The status of a spec the operator accepted (its children exist): a ``Valid=True``
+    condition, the endpoint, ``observedGeneration``, and Pending unless the run already has a
+    phase of its own. ``Ready`` turns False (``Reconciling``) only when there is none yet or it
+    said the spec was invalid: otherwise the next status update judges it."""
+    conditions = set_condition(
+        previous.get("conditions"), ConditionType.VALID, _VALID, now=now, generation=generation
+    )
+    was = _find(conditions, ConditionType.READY)
+    if was is None or was.get("reason") == "InvalidSpec":
+        waiting = Verdict(
+            False, "Reconciling", "the children exist; waiting for the orderer's pod to answer"
+        )
+        conditions = set_condition(
+            conditions, ConditionType.READY, waiting, now=now, generation=generation
+        )
+    new: dict[str, Any] = {"conditions": conditions, "endpoint": endpoint}
+    if generation is not None:
+        new["observedGeneration"] = generation
     if previous.get("phase") in (None, RunPhase.INVALID):
         new["phase"] = RunPhase.PENDING
     return new
 
 
-def ended(previous: Mapping[str, Any], *, offset: int, now: str) -> dict[str, Any]:
+def ended(
+    previous: Mapping[str, Any], *, offset: int, generation: int | None, now: str
+) -> dict[str, Any]:
     """The status once ``EndRun`` answered with the run's last ``offset``: Ended, unless the
     Spark job already finished (Completed or Failed say more)."""
     new: dict[str, Any] = {"runEnded": True, "nextOffset": offset}
+    if generation is not None:
+        new["observedGeneration"] = generation
     if previous.get("phase") not in (RunPhase.COMPLETED, RunPhase.FAILED):
         new["phase"] = RunPhase.ENDED
-    new["conditions"] = _run_ended(previous.get("conditions"), offset, now)
+    new["conditions"] = set_condition(
+        previous.get("conditions"),
+        ConditionType.RUN_ENDED,
+        _run_ended(offset),
+        now=now,
+        generation=generation,
+    )
     return new
 
 
-def invalid(previous: Mapping[str, Any], *, field: str, message: str, now: str) -> dict[str, Any]:
-    """The status of a spec the operator refuses: phase Invalid and a ``Valid=False`` condition
-    saying which field and why."""
-    return {
+def invalid(
+    previous: Mapping[str, Any], *, field: str, message: str, generation: int | None, now: str
+) -> dict[str, Any]:
+    """The status of a spec the operator refuses: phase Invalid, ``Valid=False`` and
+    ``Ready=False`` saying which field and why; the generation counts as acted on (refused)."""
+    refused = Verdict(False, "InvalidSpec", f"{field}: {message}")
+    conditions = set_condition(
+        previous.get("conditions"), ConditionType.VALID, refused, now=now, generation=generation
+    )
+    new: dict[str, Any] = {
         "phase": RunPhase.INVALID,
         "conditions": set_condition(
-            previous.get("conditions"),
-            type="Valid",
-            status=False,
-            reason="InvalidSpec",
-            message=f"{field}: {message}",
-            now=now,
+            conditions, ConditionType.READY, refused, now=now, generation=generation
         ),
     }
+    if generation is not None:
+        new["observedGeneration"] = generation
+    return new
+
+
+def _find(conditions: Sequence[Mapping[str, Any]] | None, type: ConditionType) -> Any:
+    return next((c for c in conditions or () if c.get("type") == type), None)
+
+
+def ready(
+    *,
+    acted: int | None,
+    generation: int | None,
+    statefulset: Mapping[str, Any] | None,
+    unreachable: str | None,
+    spark_required: bool,
+    spark_state: str | None,
+) -> Verdict:
+    """The ``Ready`` condition: True when the spec of ``generation`` was acted on (``acted`` is
+    ``status.observedGeneration``), the orderer's StatefulSet has its pod ready, the orderer
+    answers (``unreachable`` is None; else why not), and the Spark job is RUNNING or the spec
+    has none. False otherwise, with the first reason in that order: what a user must look at
+    first."""
+    if generation is not None and acted != generation:
+        return Verdict(
+            False,
+            "Reconciling",
+            f"generation {generation} is not acted on yet (last acted on: {acted})",
+        )
+    pods = _pods_not_ready(statefulset)
+    if pods is not None:
+        return Verdict(False, "OrdererPodNotReady", pods)
+    if unreachable is not None:
+        return Verdict(False, "OrdererUnreachable", unreachable)
+    if spark_required and spark_state != SPARK_RUNNING:
+        if spark_state in SPARK_DONE:
+            failed = SPARK_DONE[spark_state] == RunPhase.FAILED
+            reason = "SparkFailed" if failed else "SparkCompleted"
+            return Verdict(False, reason, f"the Spark job is {spark_state}")
+        return Verdict(False, "SparkNotRunning", f"the Spark job is {spark_state or 'absent'}")
+    job = "the Spark job is RUNNING" if spark_required else "the spec has no Spark stage"
+    return Verdict(True, "Serving", f"the orderer's pod is ready and answers; {job}")
+
+
+def _pods_not_ready(statefulset: Mapping[str, Any] | None) -> str | None:
+    """Why the StatefulSet's pods are not all ready, or None when they are."""
+    if statefulset is None:
+        return "the orderer's StatefulSet does not exist or cannot be read"
+    name = statefulset.get("metadata", {}).get("name", "")
+    wanted = int((statefulset.get("spec") or {}).get("replicas", 1))
+    ready_pods = int((statefulset.get("status") or {}).get("readyReplicas") or 0)
+    if wanted < 1:
+        return f"StatefulSet {name} is scaled to {wanted} pods"
+    if ready_pods < wanted:
+        return f"StatefulSet {name}: {ready_pods}/{wanted} pods ready"
+    return None
 
 
 def _count(mapping: Mapping[str, Any] | None, *path: str) -> int:
@@ -171,112 +252,114 @@ def observe(
     stats: Mapping[str, Any] | None,
     error: str | None,
     spark: Mapping[str, Any] | None,
+    statefulset: Mapping[str, Any] | None,
+    generation: int | None,
     now: str,
 ) -> tuple[dict[str, Any], list[Notice]]:
     """New status fields and the Events they call for.
 
     ``stats`` is None when the orderer could not be reached (``error`` says why); ``spark`` is
-    the SparkApplication's body, or None when there is none (yet).
+    the SparkApplication's body, or None when there is none (yet); ``statefulset`` the
+    orderer's StatefulSet, or None when it cannot be read; ``generation`` the
+    ``metadata.generation`` of the spec ``valid`` comes from.
     """
     notices: list[Notice] = []
-    conditions = _valid(previous.get("conditions"), now)
+    verdicts: dict[ConditionType, Verdict] = {ConditionType.VALID: _VALID}
     new: dict[str, Any] = {"endpoint": endpoint, "lastUpdate": now}
     phase = previous.get("phase")
 
     if stats is None:
-        conditions = set_condition(
-            conditions,
-            type="OrdererReachable",
-            status=False,
-            reason="Unreachable",
-            message=error or "GetStats failed",
-            now=now,
+        verdicts[ConditionType.ORDERER_REACHABLE] = Verdict(
+            False, "Unreachable", error or "GetStats failed"
         )
         if phase not in FINAL_PHASES:
             phase = RunPhase.PENDING
-        was_reachable = any(
-            c.get("type") == "OrdererReachable" and c.get("status") == "True"
-            for c in previous.get("conditions") or ()
-        )
-        if was_reachable:
+        was = _find(previous.get("conditions"), ConditionType.ORDERER_REACHABLE)
+        if was is not None and was.get("status") == "True":
             notices.append(Notice("Warning", "OrdererUnreachable", error or "GetStats failed"))
     else:
-        conditions = set_condition(
-            conditions,
-            type="OrdererReachable",
-            status=True,
-            reason="GetStats",
-            message=f"the orderer answers at {endpoint}",
-            now=now,
+        verdicts[ConditionType.ORDERER_REACHABLE] = Verdict(
+            True, "GetStats", f"the orderer answers at {endpoint}"
         )
-        totals = stats.get("totals", {})
-        barriers = {
-            k: _count(stats, "barriers", k)
-            for k in ("complete", "incomplete", "homogeneous", "heterogeneous")
-        }
-        sources = stats.get("sources", {})
-        new.update(
-            window=float(stats["config"]["build_window"]),
-            fragments=_count(totals, "received"),
-            emitted=_count(totals, "emitted"),
-            late=_count(totals, "late"),
-            dropped=_count(totals, "dropped"),
-            queued=_count(stats, "queued"),
-            nextOffset=_count(stats, "next_offset"),
-            sources=len(sources),
-            deadSources=sum(1 for s in sources.values() if s.get("dead")),
-            pausedSources=sum(1 for s in sources.values() if s.get("paused")),
-            barriers=barriers,
-            missing={str(k): int(v) for k, v in (stats.get("missing") or {}).items()},
-            runEnded=bool(stats.get("run_ended")),
-        )
-        if stats.get("high_water_mark") is not None:
-            new["highWaterMark"] = str(stats["high_water_mark"])
+        new.update(_counters(stats))
         drift = _drift(valid, stats["config"])
-        conditions = set_condition(
-            conditions,
-            type="Configured",
-            status=not drift,
-            reason="InSync" if not drift else "Drift",
-            message="the orderer runs the spec's live parameters"
-            if not drift
-            else "; ".join(drift),
-            now=now,
+        verdicts[ConditionType.CONFIGURED] = (
+            Verdict(False, "Drift", "; ".join(drift))
+            if drift
+            else Verdict(True, "InSync", "the orderer runs the spec's live parameters")
         )
         if new["runEnded"]:
-            conditions = _run_ended(conditions, new["nextOffset"], now)
+            verdicts[ConditionType.RUN_ENDED] = _run_ended(new["nextOffset"])
         phase = RunPhase.ENDED if new["runEnded"] else RunPhase.RUNNING
         notices += _counter_notices(previous, new, valid)
 
+    spark_state = None
     if spark is not None:
         state = (spark.get("status") or {}).get("applicationState") or {}
+        spark_state = state.get("state")
         new["spark"] = {
             "name": spark.get("metadata", {}).get("name", ""),
-            "state": state.get("state", "PENDING"),
+            "state": spark_state or "PENDING",
         }
         if state.get("errorMessage"):
             new["spark"]["errorMessage"] = state["errorMessage"]
-        if state.get("state") in SPARK_DONE and phase != RunPhase.PENDING:
-            phase = SPARK_DONE[state["state"]]
-        if state.get("state") in SPARK_DONE and previous.get("spark", {}).get("state") != state.get(
-            "state"
-        ):
-            failed = SPARK_DONE[state["state"]] == RunPhase.FAILED
+        if spark_state in SPARK_DONE and phase != RunPhase.PENDING:
+            phase = SPARK_DONE[spark_state]
+        if spark_state in SPARK_DONE and previous.get("spark", {}).get("state") != spark_state:
+            failed = SPARK_DONE[spark_state] == RunPhase.FAILED
             notices.append(
                 Notice(
                     "Warning" if failed else "Normal",
                     "SparkFailed" if failed else "SparkCompleted",
-                    state.get("errorMessage") or f"the Spark job is {state['state']}",
+                    state.get("errorMessage") or f"the Spark job is {spark_state}",
                 )
             )
     if "tls" in valid.spec:
-        conditions = set_condition(conditions, **_tls_condition(valid, stats is not None), now=now)
+        verdicts[ConditionType.TLS] = _tls_condition(valid, stats is not None)
+    verdicts[ConditionType.READY] = ready(
+        acted=_generation_of(previous),
+        generation=generation,
+        statefulset=statefulset,
+        unreachable=None if stats is not None else error or "GetStats failed",
+        spark_required=valid.has_spark,
+        spark_state=spark_state,
+    )
+    conditions: list[dict[str, Any]] = list(previous.get("conditions") or ())
+    for kind, verdict in verdicts.items():
+        conditions = set_condition(conditions, kind, verdict, now=now, generation=generation)
     new["phase"] = phase or RunPhase.PENDING
     new["conditions"] = conditions
     return new, notices
 
 
-def _tls_condition(valid: ValidSpec, served: bool) -> dict[str, Any]:
+def _counters(stats: Mapping[str, Any]) -> dict[str, Any]:
+    """The status fields a ``GetStats`` answer fills."""
+    totals = stats.get("totals", {})
+    sources = stats.get("sources", {})
+    new: dict[str, Any] = {
+        "window": float(stats["config"]["build_window"]),
+        "fragments": _count(totals, "received"),
+        "emitted": _count(totals, "emitted"),
+        "late": _count(totals, "late"),
+        "dropped": _count(totals, "dropped"),
+        "queued": _count(stats, "queued"),
+        "nextOffset": _count(stats, "next_offset"),
+        "sources": len(sources),
+        "deadSources": sum(1 for s in sources.values() if s.get("dead")),
+        "pausedSources": sum(1 for s in sources.values() if s.get("paused")),
+        "barriers": {
+            k: _count(stats, "barriers", k)
+            for k in ("complete", "incomplete", "homogeneous", "heterogeneous")
+        },
+        "missing": {str(k): int(v) for k, v in (stats.get("missing") or {}).items()},
+        "runEnded": bool(stats.get("run_ended")),
+    }
+    if stats.get("high_water_mark") is not None:
+        new["highWaterMark"] = str(stats["high_water_mark"])
+    return new
+
+
+def _tls_condition(valid: ValidSpec, served: bool) -> Verdict:
     """TLS=True once the orderer answered the operator over TLS (the operator never falls back
     to plaintext, so an answer proves the endpoint serves TLS); False until then."""
     tls = valid.spec["tls"]
@@ -284,19 +367,12 @@ def _tls_condition(valid: ValidSpec, served: bool) -> dict[str, Any]:
     if "auth" in valid.spec:
         how += " with a bearer token"
     if served:
-        return {
-            "type": "TLS",
-            "status": True,
-            "reason": "Served",
-            "message": f"the orderer serves {how} with the certificate of Secret"
-            f" {tls['secretName']}",
-        }
-    return {
-        "type": "TLS",
-        "status": False,
-        "reason": "NotVerified",
-        "message": f"the orderer has not answered over {how} yet",
-    }
+        return Verdict(
+            True,
+            "Served",
+            f"the orderer serves {how} with the certificate of Secret {tls['secretName']}",
+        )
+    return Verdict(False, "NotVerified", f"the orderer has not answered over {how} yet")
 
 
 def _counter_notices(

@@ -23,7 +23,20 @@ from evb_operator import crd
 from orderer.config import OrdererConfig
 from orderer.errors import ConfigError
 
-__all__ = ["InvalidSpec", "ValidSpec", "orderer_config", "validate", "with_defaults"]
+__all__ = [
+    "SPARK_CREDENTIAL_SUFFIXES",
+    "InvalidSpec",
+    "ValidSpec",
+    "orderer_config",
+    "validate",
+    "validate_change",
+    "with_defaults",
+]
+
+SPARK_CREDENTIAL_SUFFIXES = (".access.key", ".secret.key", ".session.token")
+"""s3a's credential settings (``spark.hadoop.fs.s3a[.bucket.B].secret.key``): refused in
+``spec.spark.sparkConf``, which every reader of the SparkApplication sees; they belong in the
+Secret ``spec.spark.objectStorage.credentialsSecret`` names."""
 
 
 class InvalidSpec(ValueError):
@@ -119,9 +132,44 @@ def validate(spec: Mapping[str, Any] | None) -> ValidSpec:
     for rule in crd.RULES:
         if rule.check is None:
             continue
-        node: Any = full
-        for name in rule.path:
-            node = node.get(name) if isinstance(node, Mapping) else None
-        if isinstance(node, Mapping) and not rule.check(node):
+        node = _at(full, rule.path)
+        if node is not None and not rule.check(node):
             raise InvalidSpec(rule.field, rule.message)
+    _check_spark_conf(full.get("spark", {}).get("sparkConf", {}))
     return ValidSpec(spec=full, orderer=orderer_config(full))
+
+
+def _check_spark_conf(conf: Mapping[str, str]) -> None:
+    """No credentials in sparkConf. Checked here only, not by a CEL rule: a rule over every key
+    of a map whose keys have no length bound can exceed the API server's cost budget."""
+    for key in conf:
+        if key.startswith("spark.hadoop.fs.s3a.") and key.endswith(SPARK_CREDENTIAL_SUFFIXES):
+            raise InvalidSpec(
+                f"spec.spark.sparkConf[{key}]",
+                "credentials do not belong in sparkConf (every reader of the SparkApplication"
+                " sees it): name a Secret in spec.spark.objectStorage.credentialsSecret",
+            )
+
+
+def validate_change(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
+    """The transition rules' twins on two specs (the last handled one and the new one), for
+    where no API server held the line (it refuses such a change with the CEL rule); the first
+    failure raises, naming the field that changed."""
+    before = with_defaults(crd.SPEC_SCHEMA, dict(old or {}))
+    after = with_defaults(crd.SPEC_SCHEMA, dict(new or {}))
+    for rule in crd.RULES:
+        if rule.changed is None:
+            continue
+        here, there = _at(before, rule.path), _at(after, rule.path)
+        if here is None or there is None:  # a transition rule sees only an object in both
+            continue
+        field = rule.changed(here, there)
+        if field is not None:
+            raise InvalidSpec(".".join(("spec", *rule.path)) + field, rule.message)
+
+
+def _at(spec: Mapping[str, Any], path: tuple[str, ...]) -> Mapping[str, Any] | None:
+    node: Any = spec
+    for name in path:
+        node = node.get(name) if isinstance(node, Mapping) else None
+    return node if isinstance(node, Mapping) else None

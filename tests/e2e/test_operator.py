@@ -4,8 +4,10 @@ the EventBuilder's endpoint (annotation ``evb.io/endpoint-override``, honoured b
 sets ``EVB_ALLOW_ENDPOINT_OVERRIDE=1``).
 
 One scenario, in order: create -> the children exist with owner references; data sent ->
-the status shows the orderer's counters and a LateDataBurst Event is posted; buildWindow
-patched -> the live orderer reports the new window and no child was recreated; an invalid
+the status shows the orderer's counters and a LateDataBurst Event is posted; the StatefulSet's
+pod made ready and the Spark job RUNNING (by the test, as their controllers would) -> Ready=True
+with observedGeneration; buildWindow patched -> the live orderer reports the new window, no
+child was recreated, and Ready and observedGeneration follow the new generation; an invalid
 EventBuilder -> phase Invalid with the field named, no children, no retry loop; state Ended ->
 EndRun (the orderer's stats say the run ended); delete -> children deleted, finalizer released.
 Finally every call the operator made is one the chart's RBAC allows.
@@ -57,9 +59,9 @@ _T = TypeVar("_T")
 
 class KubernetesAPI(kmock.KubernetesEmulator):
     """KMock's emulator plus what a real API server adds by itself: ``metadata.uid``,
-    ``creationTimestamp``, ``generation``, a new ``resourceVersion`` on every write, a name from
-    ``generateName`` (kopf names its Events that way), and 422 for a JSON patch whose ``test``
-    fails."""
+    ``creationTimestamp``, ``generation`` (1, then one more for each write of the spec), a new
+    ``resourceVersion`` on every write, a name from ``generateName`` (kopf names its Events that
+    way), and 422 for a JSON patch whose ``test`` fails."""
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -85,6 +87,9 @@ class KubernetesAPI(kmock.KubernetesEmulator):
             elif request.action == kmock.action.UPDATE:
                 meta = data.setdefault("metadata", {})
                 meta["resourceVersion"] = str(next(self._versions))
+                if "spec" in data and request.subresource is None:
+                    stored = self.objects[(request.resource, request.namespace, request.name)]
+                    meta["generation"] = stored.raw["metadata"].get("generation", 1) + 1
         try:
             return await super()._handle(request)
         except jsonpatch.JsonPatchException as error:
@@ -368,8 +373,31 @@ async def _scenario(api: KubernetesAPI, operator: Operator, orderer: ServerProce
     assert status["window"] == 5.0
     assert status["endpoint"] == orderer.target
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
-    assert conditions == {"Valid": "True", "OrdererReachable": "True", "Configured": "True"}
+    assert conditions == {
+        "Ready": "False",  # KMock runs no StatefulSet controller: no pod is ready yet
+        "Valid": "True",
+        "OrdererReachable": "True",
+        "Configured": "True",
+    }
     await until(lambda: _events(api, name, "LateDataBurst"), "a LateDataBurst Event")
+
+    # the pod ready and the Spark job running (what their controllers would report) -> Ready
+    for path, body in (
+        (f"/apis/apps/v1/namespaces/{NAMESPACE}/statefulsets/{name}-orderer", {"readyReplicas": 1}),
+        (
+            f"/apis/sparkoperator.k8s.io/v1beta2/namespaces/{NAMESPACE}/sparkapplications/"
+            f"{name}-spark",
+            {"applicationState": {"state": "RUNNING"}},
+        ),
+    ):
+        response = await api.patch(
+            f"{path}/status",
+            json={"status": body},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        assert response.status == 200, await response.text()
+    status = await until(lambda: _ready(api, name, generation=1), "Ready=True at generation 1")
+    assert status["observedGeneration"] == 1
 
     # patch buildWindow -> the live orderer runs the new window; no child recreated
     await _merge_patch(api, name, {"spec": {"buildWindow": 7.5}})
@@ -383,6 +411,8 @@ async def _scenario(api: KubernetesAPI, operator: Operator, orderer: ServerProce
         ),
         "status.window 7.5",
     )
+    status = await until(lambda: _ready(api, name, generation=2), "Ready=True at generation 2")
+    assert status["observedGeneration"] == 2
     now = _children(api, name)
     assert now is not None
     assert {kind: child["metadata"]["uid"] for kind, child in now.items()} == uids
@@ -471,6 +501,21 @@ async def _scenario(api: KubernetesAPI, operator: Operator, orderer: ServerProce
     }
     assert operator_calls, "no call recorded"
     assert operator_calls <= allowed, sorted(operator_calls - allowed)
+
+
+def _ready(api: KubernetesAPI, name: str, *, generation: int) -> dict[str, Any] | None:
+    """The status once Ready is True and computed from ``generation`` (what ``kubectl wait
+    --for=condition=Ready`` reads), with the generation acted on."""
+    status = (_object(api, "evb.io/v1alpha1/eventbuilders", name) or {}).get("status", {})
+    ready = [c for c in status.get("conditions", ()) if c["type"] == "Ready"]
+    if (
+        ready
+        and ready[0]["status"] == "True"
+        and ready[0]["observedGeneration"] == generation
+        and status.get("observedGeneration") == generation
+    ):
+        return status
+    return None
 
 
 async def _stats_received(target: str, count: int) -> bool:

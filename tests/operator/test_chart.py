@@ -38,7 +38,11 @@ NAMESPACED_RULES = [
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     {"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": ["create", "delete"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
-    {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["create", "patch", "delete"]},
+    {
+        "apiGroups": ["apps"],
+        "resources": ["statefulsets"],
+        "verbs": ["get", "create", "patch", "delete"],
+    },
     {
         "apiGroups": ["networking.k8s.io"],
         "resources": ["networkpolicies"],
@@ -52,9 +56,10 @@ NAMESPACED_RULES = [
 ]
 """Exactly what the operator does: kopf watches and patches EventBuilders (finalizer, progress
 annotations, status) and posts Events; the handlers create, patch and delete the children and
-read the SparkApplication's state. update on eventbuilders/finalizers is what an owner reference
-with blockOwnerDeletion requires. Secrets are only read (get), those spec.tls/spec.auth name;
-nothing reads Pods. tests/operator/test_rbac.py derives the same set from the code."""
+read the StatefulSet's ready pods and the SparkApplication's state. update on
+eventbuilders/finalizers is what an owner reference with blockOwnerDeletion requires. Secrets
+are only read (get), those spec.tls/spec.auth name; nothing reads Pods.
+tests/operator/test_rbac.py derives the same set from the code."""
 CRD_RULE = {
     "apiGroups": ["apiextensions.k8s.io"],
     "resources": ["customresourcedefinitions"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import json
 import re
 from dataclasses import fields
 from typing import Any
@@ -13,7 +14,7 @@ import jsonschema
 import pytest
 import yaml
 
-from evb_operator import crd
+from evb_operator import crd, status, validation
 from orderer.config import LIVE_PARAMETERS, FlowControl, OrdererConfig
 from tests.operator.conftest import REPO
 
@@ -72,18 +73,109 @@ def test_the_crd_has_the_names_status_and_printer_columns() -> None:
     assert body["spec"]["scope"] == "Namespaced"
     (version,) = body["spec"]["versions"]
     assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
-    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
-    assert columns == {
-        "Phase": ".status.phase",
-        "Window": ".status.window",
-        "Fragments": ".status.fragments",
-        "Late": ".status.late",
-        "Age": ".metadata.creationTimestamp",
+    columns = {
+        c["name"]: (c["jsonPath"], c.get("priority", 0))
+        for c in version["additionalPrinterColumns"]
     }
-    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
-    for column in columns.values():
-        if column.startswith(".status."):
-            assert column.removeprefix(".status.") in status
+    assert columns == {
+        "Phase": (".status.phase", 0),
+        "Ready": ('.status.conditions[?(@.type=="Ready")].status', 0),
+        "Window (s)": (".status.window", 0),
+        "Fragments": (".status.fragments", 0),
+        "Late": (".status.late", 0),
+        "Output (offset)": (".status.nextOffset", 0),
+        "Age": (".metadata.creationTimestamp", 0),
+        "Queued (fragments)": (".status.queued", 1),
+        "Dead sources": (".status.deadSources", 1),
+        "Spark": (".status.spark.state", 1),
+        "Reason": ('.status.conditions[?(@.type=="Ready")].reason', 1),
+    }
+
+
+_SEGMENT = re.compile(r"\.(\w+)(\[\?\(@\.(\w+)==\"(\w+)\"\)\])?")
+
+
+def test_every_printer_column_names_a_status_field_of_its_type() -> None:
+    """A column whose JSONPath misses the schema shows <none> forever: each path is walked
+    through the status schema (a filter ``[?(@.type=="Ready")]`` steps into the items, whose
+    key it names), and the column's type is the field's."""
+    status = crd.STATUS_SCHEMA
+    for column in crd.PRINTER_COLUMNS:
+        path = column["jsonPath"]
+        if path == ".metadata.creationTimestamp":
+            assert column["type"] == "date"
+            continue
+        assert path.startswith(".status."), path
+        node = {"properties": {"status": status}}
+        for name, selector, key, _ in _SEGMENT.findall(path):
+            node = node["properties"][name]
+            if selector:
+                node = node["items"]
+                assert key in node["properties"] and key in node["required"], path
+        assert "".join(m.group(0) for m in _SEGMENT.finditer(path)) == path, path
+        assert node["type"] == column["type"], path
+    assert {c.get("priority", 0) for c in crd.PRINTER_COLUMNS} == {0, 1}
+
+
+def test_kubectl_wait_finds_the_ready_condition_by_its_type() -> None:
+    """``kubectl wait --for=condition=Ready`` reads ``status.conditions[]`` by ``type``: a map
+    list keyed on it (server-side apply merges per type), and every field of the conventions."""
+    conditions = crd.STATUS_SCHEMA["properties"]["conditions"]
+    assert conditions["x-kubernetes-list-type"] == "map"
+    assert conditions["x-kubernetes-list-map-keys"] == ["type"]
+    item = conditions["items"]
+    assert set(item["required"]) == {"type", "status", "reason", "message", "lastTransitionTime"}
+    assert item["properties"]["observedGeneration"]["type"] == "integer"
+    assert crd.STATUS_SCHEMA["properties"]["observedGeneration"]["type"] == "integer"
+    assert "Ready:" in conditions["description"]
+
+
+def test_the_status_the_operator_writes_validates_against_the_status_schema() -> None:
+    """The API server drops what the schema does not declare and refuses what breaks it: every
+    status :mod:`evb_operator.status` computes must pass, or Ready would never reach kubectl."""
+    valid = validation.validate({"spark": {"dt": 100, "output": {"path": "file:///tmp/e"}}})
+    stats = {
+        "totals": {"received": 10, "emitted": 9, "late": 1, "dropped": 0},
+        "barriers": {"complete": 1, "incomplete": 1, "homogeneous": 1, "heterogeneous": 1},
+        "missing": {"2": 1},
+        "sources": {"1": {"dead": False, "paused": False}, "2": {"dead": True, "paused": True}},
+        "next_offset": 9,
+        "high_water_mark": 2**64 - 1,
+        "queued": 1,
+        "run_ended": True,
+        "config": {"build_window": 9.0},  # drift: the Configured condition is False
+    }
+    statefulset = {"metadata": {"name": "r-orderer"}, "spec": {}, "status": {"readyReplicas": 1}}
+    app = {"metadata": {"name": "r-spark"}, "status": {"applicationState": {"state": "RUNNING"}}}
+    now = "2026-01-01T00:00:00Z"
+    written = [
+        status.invalid({}, field="spec.x", message="bad", generation=1, now=now),
+        status.accepted({}, endpoint="e:50051", generation=2, now=now),
+        status.ended({}, offset=9, generation=3, now=now),
+    ]
+    for stats_or_none, spark in ((stats, app), (None, None)):
+        observed, _ = status.observe(
+            {"observedGeneration": 3},
+            valid=valid,
+            endpoint="e:50051",
+            stats=stats_or_none,
+            error="UNAVAILABLE",
+            spark=spark,
+            statefulset=statefulset,
+            generation=3,
+            now=now,
+        )
+        written.append(observed)
+    checker = jsonschema.Draft4Validator(
+        crd.STATUS_SCHEMA, format_checker=jsonschema.FormatChecker()
+    )
+    for new in written:
+        errors = list(checker.iter_errors(json.loads(json.dumps(new))))
+        assert not errors, f"{errors[0].json_path}: {errors[0].message}"
+    ready = [c for c in written[-2]["conditions"] if c["type"] == "Ready"]
+    assert ready and ready[0]["status"] == "True"
+    bad = {"conditions": [{"type": "Ready", "status": "True", "reason": "not camel"}]}
+    assert list(checker.iter_errors(bad))  # the schema does refuse: reason, message, time
 
 
 def _nodes(schema: dict[str, Any], path: str = "spec") -> list[tuple[str, dict[str, Any]]]:
@@ -127,6 +219,10 @@ RULE_CASES = [
     ({"flowControl": {"globalXon": 11, "globalXoff": 10}}, False),
     ({"flowControl": {"queueXon": 2, "queueXoff": 1}}, False),
     ({"flowControl": {"queueXon": 1}}, True),
+    ({"spark": {"dt": 5, "noBuild": False}}, True),
+    ({"spark": {"noBuild": True}}, True),
+    ({"spark": {"noBuild": False}}, False),
+    ({"spark": {"dt": 5, "noBuild": True}}, False),
 ]
 
 
@@ -168,3 +264,36 @@ def test_build_crd_returns_a_fresh_copy() -> None:
     first["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"].clear()
     assert crd.build_crd() == copy.deepcopy(crd.build_crd())
     assert crd.SPEC_SCHEMA["properties"]
+
+
+def test_the_building_guard_covers_what_the_job_refuses_to_change_on_resume() -> None:
+    """The job records BUILDING_FLAGS at a run's start and refuses others on resume; each must
+    be a field the transition rule holds (noBuild is dt's absence in the record)."""
+    from orderer.spark.job import BUILDING_FLAGS
+
+    leaves = {field.rsplit(".", 1)[-1] for field in crd.BUILDING_FIELDS}
+    assert set(BUILDING_FLAGS) <= leaves
+    (rule,) = [r for r in crd.RULES if r.changed is not None]
+    assert rule.check is None and "oldSelf" in rule.cel
+    spark = crd.SPEC_SCHEMA["properties"]["spark"]
+    for field in crd.BUILDING_FIELDS:
+        node = spark
+        for name in field.split("."):
+            node = node["properties"][name]
+        assert f"self.{field} == oldSelf.{field}" in rule.cel
+        assert "Building." in node["description"]  # the fields table says so
+
+
+def test_the_spark_defaults_are_the_jobs() -> None:
+    from orderer.spark.glom import GlomConfig
+    from orderer.spark.job import build_parser
+
+    spark = crd.SPEC_SCHEMA["properties"]["spark"]["properties"]
+    job = build_parser().parse_args(["--target", "h:1", "--output", "o"])
+    assert spark["maxFragments"]["default"] == job.max_fragments == GlomConfig(None).max_fragments
+    assert spark["tickRate"]["default"] == job.tick_rate
+    assert spark["triggerInterval"]["default"] == job.trigger_seconds
+    assert spark["timestampPolicy"]["default"] == job.timestamp_policy
+    executors = spark["executors"]["properties"]
+    largest = executors["instances"]["maximum"] * executors["cores"]["maximum"]
+    assert largest <= spark["partitions"]["maximum"]  # every computed default validates

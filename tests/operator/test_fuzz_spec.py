@@ -224,6 +224,12 @@ def test_every_cel_rule_agrees_with_its_python_twin(data: st.DataObject, index: 
     assert verdict == rule.check(node), (rule.cel, node)
 
 
+def _spark(path: str = "s3a://b/1", format: str = "parquet", **fields: Any) -> dict[str, Any]:
+    """A defaulted spec.spark (the API server defaults old and new alike)."""
+    spark = {**fields, "output": {"path": path, "format": format}}
+    return validation.with_defaults(_schema_at(("spark",)), spark)  # type: ignore[no-any-return]
+
+
 def test_the_transition_rules_refuse_what_they_should() -> None:
     cases = [
         (("sources",), [1, 2], [1, 2], True),
@@ -234,6 +240,12 @@ def test_the_transition_rules_refuse_what_they_should() -> None:
         (("flowControl",), {"queueXoff": 10}, {"queueXoff": 11}, False),
         (("storage",), {"size": "1Gi"}, {"size": "1Gi"}, True),
         (("storage",), {"size": "2Gi"}, {"size": "1Gi"}, False),
+        (("spark",), _spark(dt=5), _spark(dt=5), True),
+        (("spark",), _spark(dt=6), _spark(dt=5), False),
+        (("spark",), _spark(dt=6, path="s3a://b/2"), _spark(dt=5), True),
+        (("spark",), _spark(noBuild=True), _spark(dt=5), False),
+        (("spark",), _spark(dt=5, format="json"), _spark(dt=5), False),
+        (("spark",), _spark(dt=5, partitions=9), _spark(dt=5), True),
     ]
     rules = {
         path: entry["rule"] for path, entry in _rules(SPEC_SCHEMA) if "oldSelf" in entry["rule"]

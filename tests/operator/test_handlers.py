@@ -23,10 +23,11 @@ def test_the_endpoint_override_needs_the_operators_consent(monkeypatch: pytest.M
 def test_an_invalid_spec_is_a_permanent_error_with_a_status() -> None:
     patch = kopf.Patch()
     with pytest.raises(kopf.PermanentError, match=r"spec\.buildWindow"):
-        handlers._validate({"buildWindow": -1}, patch, {})
+        handlers._validate({"buildWindow": -1}, patch, {}, 2)
     assert patch["status"]["phase"] == "Invalid"
-    (condition,) = patch["status"]["conditions"]
-    assert condition["type"] == "Valid" and condition["status"] == "False"
+    assert patch["status"]["observedGeneration"] == 2  # refused is acted on
+    conditions = {c["type"]: c["status"] for c in patch["status"]["conditions"]}
+    assert conditions == {"Ready": "False", "Valid": "False"}
 
 
 def test_errors_are_translated_once() -> None:

@@ -49,7 +49,19 @@ FULL_SPEC: dict[str, Any] = {
         "imagePullPolicy": "IfNotPresent",
         "dt": 100,
         "timestampPolicy": "average",
+        "maxFragments": 64,
+        "partitions": 12,
+        "maxFragmentsPerTrigger": 500_000,
+        "triggerInterval": 2.5,
+        "tickRate": 1e9,
         "output": {"path": "s3a://bucket/run", "format": "json"},
+        "objectStorage": {
+            "credentialsSecret": "run-s3",
+            "sessionTokenKey": "token",
+            "endpoint": "http://minio.storage.svc:9000",
+            "region": "eu-west-1",
+            "pathStyleAccess": True,
+        },
         "sparkConf": {"spark.ui.enabled": "false"},
     },
 }
@@ -200,13 +212,13 @@ def test_the_full_spec_reaches_the_orderer_and_the_job() -> None:
     app = _by_kind(_children(FULL_SPEC))["SparkApplication"]["spec"]
     assert app["mainApplicationFile"] == "local:///opt/evb/orderer/spark/job.py"
     assert app["arguments"][app["arguments"].index("--dt") + 1] == "100"
-    assert app["arguments"][-6:-2] == ["--output", "s3a://bucket/run", "--format", "json"]
     # the job's own parser takes every argument the operator gives it
     from orderer.spark.job import build_parser as job_parser
 
     job = job_parser().parse_args(app["arguments"])
+    assert (job.output, job.format) == ("s3a://bucket/run", "json")
     assert job.connect_timeout == c.SPARK_CONNECT_TIMEOUT_SECONDS
-    assert app["sparkConf"] == {"spark.ui.enabled": "false"}
+    assert app["sparkConf"]["spark.ui.enabled"] == "false"
     assert app["image"] == "registry.example/evb-spark:1.2"
 
 
@@ -285,7 +297,7 @@ def test_tls_and_the_token_reach_the_orderer_and_the_spark_pods() -> None:
     assert spark_volumes["orderer-ca"]["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
     assert spark_volumes["client-tls"]["secret"]["secretName"] == "run-client"
     for role in ("driver", "executor"):
-        env = {e["name"]: e["value"] for e in app[role]["env"]}
+        env = {e["name"]: e["value"] for e in app[role]["env"] if e["name"].startswith("EVB_")}
         where = {m["name"]: m["mountPath"] for m in app[role]["volumeMounts"]}
         assert env == {
             "EVB_TLS_CA": f"{where['orderer-ca']}/ca.crt",
@@ -301,3 +313,116 @@ def test_tls_and_the_token_reach_the_orderer_and_the_spark_pods() -> None:
 def test_building_is_pure() -> None:
     assert _children(FULL_SPEC) == _children(FULL_SPEC)
     assert FULL_SPEC["spark"]["output"] == {"path": "s3a://bucket/run", "format": "json"}
+
+
+# ----------------------------------------------------------------------------- the Spark stage
+
+
+def _job_args(spark: dict[str, Any]) -> Any:
+    """The SparkApplication's arguments as the job's own parser and checks take them."""
+    from orderer.spark import job
+
+    spec = {"spark": {"output": {"path": "s3a://bucket/run"}, **spark}}
+    app = _by_kind(_children(spec))["SparkApplication"]["spec"]
+    args = job.build_parser().parse_args(app["arguments"])
+    job.check_arguments(args)  # what the job would refuse before Spark starts
+    return args
+
+
+def test_every_spark_field_reaches_the_job_as_its_flag() -> None:
+    args = _job_args(FULL_SPEC["spark"])
+    assert (args.dt, args.no_build, args.max_fragments) == (100, False, 64)
+    assert (args.timestamp_policy, args.format) == ("average", "json")
+    assert (args.partitions, args.max_fragments_per_trigger) == (12, 500_000)
+    assert (args.trigger_seconds, args.tick_rate) == (2.5, 1e9)
+    assert args.target == specs.orderer_endpoint("run1", "daq")
+
+
+def test_the_job_gets_the_crd_defaults_which_are_its_own() -> None:
+    from orderer.spark import job
+
+    given = _job_args({"dt": 5})
+    defaults = job.build_parser().parse_args(["--target", "h:1", "--output", "o"])
+    for flag in ("max_fragments", "timestamp_policy", "trigger_seconds", "tick_rate", "format"):
+        assert getattr(given, flag) == getattr(defaults, flag), flag
+    assert given.max_fragments_per_trigger is None  # unset: no cap
+
+
+@pytest.mark.parametrize(
+    ("executors", "partitions", "expected"),
+    [
+        ({}, None, 2),  # 2 executors x 1 core
+        ({"instances": 4, "cores": 2}, None, 8),
+        ({"instances": 1000, "cores": 64}, None, 64_000),
+        ({"instances": 4, "cores": 2}, 3, 3),
+    ],
+)
+def test_partitions_default_to_one_per_executor_core(
+    executors: dict[str, int], partitions: int | None, expected: int
+) -> None:
+    """Executors added beyond one core pair must build: the job gets a partition per core."""
+    spark: dict[str, Any] = {"dt": 5, "executors": executors}
+    if partitions is not None:
+        spark["partitions"] = partitions
+    assert _job_args(spark).partitions == expected
+
+
+def test_no_build_gives_one_event_per_fragment() -> None:
+    args = _job_args({"noBuild": True})
+    assert args.no_build and args.dt is None
+
+
+def test_object_storage_credentials_come_from_the_secret_only() -> None:
+    kinds = _by_kind(_children(FULL_SPEC))
+    app = kinds["SparkApplication"]["spec"]
+    secret = {
+        "AWS_ACCESS_KEY_ID": {"name": "run-s3", "key": "AWS_ACCESS_KEY_ID"},
+        "AWS_SECRET_ACCESS_KEY": {"name": "run-s3", "key": "AWS_SECRET_ACCESS_KEY"},
+        "AWS_SESSION_TOKEN": {"name": "run-s3", "key": "token"},
+    }
+    for role in ("driver", "executor"):
+        env = app[role]["env"]
+        refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in env if "valueFrom" in e}
+        assert refs == secret
+        assert "EVB_TLS_CA" in {e["name"] for e in env}  # TLS variables kept alongside
+    assert app["driver"]["env"] is not app["executor"]["env"]
+    assert app["sparkConf"] == {
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.endpoint": "http://minio.storage.svc:9000",
+        "spark.hadoop.fs.s3a.endpoint.region": "eu-west-1",
+        "spark.hadoop.fs.s3a.aws.credentials.provider": c.S3A_ENV_CREDENTIALS_PROVIDER,
+        "spark.ui.enabled": "false",
+    }
+    # the operator never holds a credential: no object it writes names one but by reference
+    text = yaml.safe_dump(list(kinds.values()))
+    assert "run-s3" not in yaml.safe_dump(kinds["ConfigMap"])
+    assert text.count("run-s3") == 6  # three references, driver and executors
+
+
+def test_object_storage_without_a_secret_uses_the_default_chain_and_sparkconf_wins() -> None:
+    spark = {
+        "dt": 5,
+        "output": {"path": "s3a://b/r"},
+        "objectStorage": {},
+        "sparkConf": {"spark.hadoop.fs.s3a.path.style.access": "true"},
+    }
+    app = _by_kind(_children({"spark": spark}))["SparkApplication"]["spec"]
+    assert app["sparkConf"] == {"spark.hadoop.fs.s3a.path.style.access": "true"}
+    assert "env" not in app["driver"] and "env" not in app["executor"]
+
+
+def test_a_spark_change_changes_the_sparkapplication_spec() -> None:
+    """update_spark patches the SparkApplication's /spec with the rebuilt one (the Spark operator
+    then resubmits the job): every new field must change it."""
+    base = {"dt": 5, "output": {"path": "s3a://b/r"}}
+    before = _by_kind(_children({"spark": base}))["SparkApplication"]["spec"]
+    for change in (
+        {"partitions": 7},
+        {"maxFragmentsPerTrigger": 10},
+        {"triggerInterval": 1},
+        {"tickRate": 1e6},
+        {"objectStorage": {"credentialsSecret": "s"}},
+        {"objectStorage": {"endpoint": "http://m:9000"}},
+    ):
+        after = _by_kind(_children({"spark": {**base, **change}}))["SparkApplication"]["spec"]
+        assert after != before, change

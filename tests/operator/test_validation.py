@@ -76,7 +76,7 @@ def test_source_timeout_zero_is_off() -> None:
             {"orderer": {"resources": {"limits": {"memory": "a lot"}}}},
             "spec.orderer.resources.limits.memory",
         ),
-        ({"spark": {"output": {"path": "x"}}}, "spec.spark"),
+        ({"spark": {"output": {"path": "x"}}}, "spec.spark.dt"),  # dt, unless noBuild
         ({"spark": {"dt": 0, "output": {"path": "x"}}}, "spec.spark.dt"),
         ({"spark": {"dt": 5, "output": {"path": ""}}}, "spec.spark.output.path"),
         (
@@ -84,6 +84,38 @@ def test_source_timeout_zero_is_off() -> None:
             "spec.spark.executors.memory",
         ),
         ({"tls": {}}, "spec.tls"),
+        *[
+            ({"spark": {"dt": 5, "output": {"path": "x"}, **spark}}, field)
+            for spark, field in [
+                ({"partitions": 0}, "spec.spark.partitions"),
+                ({"partitions": 65537}, "spec.spark.partitions"),
+                ({"partitions": "8"}, "spec.spark.partitions"),
+                ({"maxFragments": 0}, "spec.spark.maxFragments"),
+                ({"maxFragmentsPerTrigger": 0}, "spec.spark.maxFragmentsPerTrigger"),
+                ({"triggerInterval": -1}, "spec.spark.triggerInterval"),
+                ({"triggerInterval": 86401}, "spec.spark.triggerInterval"),
+                ({"tickRate": 0}, "spec.spark.tickRate"),
+                ({"noBuild": "yes"}, "spec.spark.noBuild"),
+                ({"noBuild": True}, "spec.spark.noBuild"),  # with dt
+                ({"output": {"path": "x", "format": "csv"}}, "spec.spark.output.format"),
+                (
+                    {"objectStorage": {"credentialsSecret": ""}},
+                    "spec.spark.objectStorage.credentialsSecret",
+                ),
+                (
+                    {"objectStorage": {"endpoint": "minio:9000"}},
+                    "spec.spark.objectStorage.endpoint",
+                ),
+                (
+                    {"sparkConf": {"spark.hadoop.fs.s3a.secret.key": "s3cr3t"}},
+                    "spec.spark.sparkConf[spark.hadoop.fs.s3a.secret.key]",
+                ),
+                (
+                    {"sparkConf": {"spark.hadoop.fs.s3a.bucket.b.access.key": "AKIA"}},
+                    "spec.spark.sparkConf[spark.hadoop.fs.s3a.bucket.b.access.key]",
+                ),
+            ]
+        ],
     ],
 )
 def test_an_invalid_spec_names_its_field(spec: dict[str, Any], field: str) -> None:
@@ -114,3 +146,55 @@ def test_the_examples_are_valid(path: Path) -> None:
     for companion in example_companions(path):  # e.g. the quickstart's volume claim
         validate_builtin(companion)
         assert companion["metadata"]["namespace"] == example["metadata"]["namespace"]
+
+
+def test_no_build_needs_no_dt_and_the_spark_defaults() -> None:
+    spark = validation.validate({"spark": {"noBuild": True, "output": {"path": "x"}}}).spec["spark"]
+    assert "dt" not in spark
+    assert (spark["maxFragments"], spark["triggerInterval"], spark["tickRate"]) == (1000, 0, 1e8)
+    assert "partitions" not in spark  # computed from the executors (specs.spark_partitions)
+    storage = validation.validate(
+        {"spark": {"dt": 1, "output": {"path": "s3a://b/r"}, "objectStorage": {}}}
+    ).spec["spark"]["objectStorage"]
+    assert storage == {
+        "accessKeyIdKey": "AWS_ACCESS_KEY_ID",
+        "secretAccessKeyKey": "AWS_SECRET_ACCESS_KEY",
+        "pathStyleAccess": False,
+    }
+
+
+def _spark(**fields: Any) -> dict[str, Any]:
+    output = {"path": fields.pop("path", "s3a://b/run"), "format": fields.pop("format", "parquet")}
+    return {"spark": {"dt": 5, **fields, "output": output}}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        (_spark(), _spark(dt=6), "spec.spark.dt"),
+        (_spark(), _spark(maxFragments=10), "spec.spark.maxFragments"),
+        (_spark(), _spark(timestampPolicy="latest"), "spec.spark.timestampPolicy"),
+        (_spark(), _spark(format="json"), "spec.spark.output.format"),
+        (
+            _spark(),
+            {"spark": {"noBuild": True, "output": {"path": "s3a://b/run"}}},
+            "spec.spark.dt",
+        ),
+        (_spark(maxFragments=1000), _spark(), None),  # the default is the same value
+        (_spark(), _spark(dt=6, path="s3a://b/run-again"), None),  # a new place: built anew
+        (_spark(), _spark(partitions=9, triggerInterval=3, tickRate=1e6), None),
+        ({}, _spark(dt=6), None),  # a Spark stage added: nothing to resume
+        (_spark(), {}, None),
+    ],
+)
+def test_a_change_of_the_event_building_is_refused_unless_the_output_moves(
+    old: dict[str, Any], new: dict[str, Any], field: str | None
+) -> None:
+    """The Spark job resumes its checkpoint and refuses another building (exit status 2): the
+    operator must not roll the SparkApplication into that refusal."""
+    if field is None:
+        validation.validate_change(old, new)
+        return
+    with pytest.raises(InvalidSpec, match=r"cannot change while output\.path stays") as caught:
+        validation.validate_change(old, new)
+    assert caught.value.field == field
