@@ -5,6 +5,11 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.evb-installed
+# checkov (static checks of the chart, the manifests, the generated objects and the Dockerfiles)
+# pins its own versions of packaging, pydantic and more: it gets an environment of its own so
+# that evb's is never downgraded to suit it.
+TOOLS   := .venv-tools
+CHECKOV := $(TOOLS)/bin/checkov
 export OPENBLAS_NUM_THREADS ?= 1
 
 .PHONY: demo test lint bench soak clean manifests
@@ -25,7 +30,12 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports --no-logo
 	$(VENV)/bin/mypy
 
-test: $(STAMP) lint
+$(CHECKOV):
+	test -x $(TOOLS)/bin/python || $(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/python -m pip install --quiet --upgrade pip
+	$(TOOLS)/bin/python -m pip install --quiet 'checkov>=3.2'
+
+test: $(STAMP) $(CHECKOV) lint
 	$(PY) -m pytest -q tests
 
 bench: $(STAMP)
@@ -46,4 +56,4 @@ manifests: $(STAMP)
 	$(PY) tools/generate_manifests.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info orderer/_core/*.c orderer/_core/*.so demo-output bench-output
+	rm -rf $(VENV) $(TOOLS) build *.egg-info orderer/_core/*.c orderer/_core/*.so demo-output bench-output

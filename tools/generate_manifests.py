@@ -31,6 +31,7 @@ NAMESPACE = "evb-system"
 
 INSTALL_ORDER = [
     "Namespace",
+    "NetworkPolicy",
     "CustomResourceDefinition",
     "ServiceAccount",
     "Secret",

@@ -283,7 +283,7 @@ def build_statefulset_spec(
     }
     if "storageClassName" in storage:
         claim["spec"]["storageClassName"] = storage["storageClassName"]
-    return _manifest(
+    statefulset = _manifest(
         STATEFULSET,
         name,
         namespace,
@@ -312,6 +312,24 @@ def build_statefulset_spec(
             "volumeClaimTemplates": [claim],
         },
     )
+    statefulset["metadata"]["annotations"] = _orderer_check_skips(valid)
+    return statefulset
+
+
+def _orderer_check_skips(valid: ValidSpec) -> dict[str, str]:
+    """The checks of the field (checkov reads these annotations) that do not apply to the
+    orderer's StatefulSet, each with its reason, where the object is made."""
+    reasons = [
+        "CKV_K8S_11=no CPU limit by default: CFS throttling would delay flushes and acks; "
+        "spec.orderer.resources may set one",
+        "CKV_K8S_43=the image is named by its version tag (spec.orderer.image may give a digest)",
+        "CKV_K8S_15=a versioned tag never changes (spec.orderer.imagePullPolicy may say Always)",
+    ]
+    if not valid.spec["networkPolicy"]["enabled"]:
+        reasons.append(
+            "CKV2_K8S_6=this EventBuilder turned its NetworkPolicy off (spec.networkPolicy.enabled)"
+        )
+    return {f"checkov.io/skip{n}": reason for n, reason in enumerate(reasons, start=1)}
 
 
 def build_service_spec(name: str, namespace: str, *, labels: ExtraLabels = None) -> dict[str, Any]:

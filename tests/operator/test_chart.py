@@ -153,6 +153,19 @@ def test_the_operator_is_a_locked_down_singleton() -> None:
     assert (REPO / "operator" / "evb_operator" / "handlers.py").is_file()
 
 
+def test_the_operators_pod_takes_connections_only_on_its_health_port() -> None:
+    deployment, container = _operator_container(_objects())
+    (policy,) = _kinds(_objects(), "NetworkPolicy")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert selector.items() <= pod_labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]  # its own connections stay open
+    assert policy["spec"]["ingress"] == [{"ports": [{"port": "health", "protocol": "TCP"}]}]
+    assert {p["name"] for p in container["ports"]} == {"health"}
+    assert container["readinessProbe"]["httpGet"]["port"] == "health"
+    assert not _kinds(_objects({"networkPolicy": {"enabled": False}}), "NetworkPolicy")
+
+
 def test_values_reach_the_deployment() -> None:
     values = {
         **WATCHED,
