@@ -14,7 +14,7 @@ export OPENBLAS_NUM_THREADS ?= 1
 
 .PHONY: demo test lint bench soak clean manifests
 
-$(STAMP): pyproject.toml setup.py $(wildcard orderer/_core/*.pyx orderer/_core/*.pxd orderer/_core/*.h)
+$(STAMP): pyproject.toml setup.py $(wildcard orderer/_core/*.pyx orderer/_core/*.pxd orderer/_core/*.h proto/evb/v1/*.proto)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet --editable '.[test,operator,spark]'

@@ -102,6 +102,12 @@ def _status_schema() -> dict[str, Any]:
             "sources": {**counter, "description": "Sources known to the orderer."},
             "deadSources": {**counter, "description": "Sources declared dead."},
             "pausedSources": {**counter, "description": "Sources paused by flow control."},
+            "consumerLag": {
+                **counter,
+                "description": "Ordered fragments the slowest consumer (e.g. the Spark job) has "
+                "not committed yet: nextOffset less the lowest committed offset. Absent until a "
+                "consumer commits.",
+            },
             "barriers": {
                 "type": "object",
                 "properties": {
@@ -191,6 +197,13 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "priority": 1,
         "jsonPath": ".status.deadSources",
         "description": "Sources declared dead.",
+    },
+    {
+        "name": "Consumer lag (fragments)",
+        "type": "integer",
+        "priority": 1,
+        "jsonPath": ".status.consumerLag",
+        "description": "Ordered fragments the slowest consumer has not committed yet.",
     },
     {
         "name": "Spark",

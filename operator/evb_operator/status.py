@@ -356,6 +356,9 @@ def _counters(stats: Mapping[str, Any]) -> dict[str, Any]:
     }
     if stats.get("high_water_mark") is not None:
         new["highWaterMark"] = str(stats["high_water_mark"])
+    committed = (stats.get("consumers") or {}).values()
+    if committed:
+        new["consumerLag"] = max(0, new["nextOffset"] - min(int(o) for o in committed))
     return new
 
 

@@ -428,6 +428,7 @@ class OrdererService:
             # and next_offset has the whole run (the Spark source closes its last event there)
             run_ended=self._run_ended and durable == self._commit.written_offset,
             config=self._orderer.config,
+            consumers=self._output.committed(),
         )
 
     def metrics_snapshot(self) -> MetricsSnapshot:

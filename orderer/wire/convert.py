@@ -373,8 +373,10 @@ def stats_to_pb(
     now: float,
     run_ended: bool,
     config: OrdererConfig,
+    consumers: Mapping[str, int] | None = None,
 ) -> pb.Stats:
-    """``GetStats`` from ``Orderer.counters()`` and ``Orderer.source_states()``."""
+    """``GetStats`` from ``Orderer.counters()`` and ``Orderer.source_states()``, with the
+    committed offset of each known consumer."""
     missing = counters.get("missing", {})
     sources = []
     per_source = counters.get("sources", {})
@@ -402,6 +404,10 @@ def stats_to_pb(
         now=now,
         run_ended=run_ended,
         config=config_to_pb(config),
+        consumers=[
+            pb.ConsumerOffset(consumer=name, offset=int(offset))
+            for name, offset in sorted((consumers or {}).items())
+        ],
     )
     if high_water_mark is not None:
         stats.high_water_mark = high_water_mark
@@ -433,4 +439,5 @@ def stats_to_mapping(stats: pb.Stats) -> dict[str, Any]:
         "now": stats.now,
         "run_ended": stats.run_ended,
         "config": config_to_mapping(stats.config),
+        "consumers": {entry.consumer: entry.offset for entry in stats.consumers},
     }

@@ -87,6 +87,7 @@ def test_the_crd_has_the_names_status_and_printer_columns() -> None:
         "Age": (".metadata.creationTimestamp", 0),
         "Queued (fragments)": (".status.queued", 1),
         "Dead sources": (".status.deadSources", 1),
+        "Consumer lag (fragments)": (".status.consumerLag", 1),
         "Spark": (".status.spark.state", 1),
         "Reason": ('.status.conditions[?(@.type=="Ready")].reason', 1),
     }

@@ -96,6 +96,13 @@ def test_the_counters_come_from_the_orderer() -> None:
     assert notices == []
 
 
+def test_the_consumer_lag_is_what_the_slowest_consumer_has_not_committed() -> None:
+    new, _ = _observe({}, _stats())
+    assert "consumerLag" not in new  # no consumer has committed yet
+    new, _ = _observe({}, _stats(consumers={"spark": 60, "tail": 85}))
+    assert new["consumerLag"] == 90 - 60
+
+
 def test_an_unreachable_orderer_is_pending_then_a_warning() -> None:
     new, notices = _observe({}, None, error="UNAVAILABLE: no route")
     assert new["phase"] == "Pending" and notices == []

@@ -66,8 +66,11 @@ def test_commits_are_durable_forward_only_and_checked(tmp_path: Path) -> None:
                 await commit_async(address, "a", 101)
             with pytest.raises(Exception, match="consumer: '' must be 1 to 253"):
                 await commit_async(address, "", 5)
+            # GetStats shows every consumer's committed offset (the operator's consumer lag)
+            assert (await get_stats_async(address))["consumers"] == {"a": 80, "b": 20}
         # a restarted orderer knows its consumers
         async with serving(tmp_path, OrdererConfig(startup_delay=0.0)) as running:
+            assert (await get_stats_async(target(running)))["consumers"] == {"a": 80, "b": 20}
             assert await commit_async(target(running), "b", 30) == (30, 30)
         assert ConsumerOffsets(tmp_path / "consumers.json").as_dict() == {"a": 80, "b": 30}
 
