@@ -221,17 +221,17 @@ def configure_operator(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 
 @kopf.on.login()
-def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """In-cluster service account, else the kubeconfig; the children's client uses the same."""
-    info = kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
-    if info is not None:
-        kube.connect(info)
+def login(settings: kopf.OperatorSettings, **kwargs: Any) -> kopf.ConnectionInfo | None:
+    """In-cluster service account, else the kubeconfig, loaded by the ``kubernetes`` package;
+    the children's client takes the same configuration and runs in kopf's executor."""
+    info = kopf.login_via_client(settings=settings, **kwargs)
+    kube.connect(executor=settings.execution.executor)
     return info
 
 
 @kopf.on.cleanup()
-async def close_sessions(**_: Any) -> None:
-    await kube.disconnect()
+def close_sessions(**_: Any) -> None:
+    kube.disconnect()
 
 
 # ----------------------------------------------------------------------------- lifecycle

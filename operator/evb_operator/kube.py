@@ -1,40 +1,83 @@
-"""The few Kubernetes API calls the operator makes on its children: create, get, patch, delete.
+"""The few Kubernetes API calls the operator makes on its children: create, get, patch, delete,
+through the official ``kubernetes`` client package; the only module of the operator that talks
+to the API server (kopf talks for itself about the EventBuilders).
 
-Why not a client library: kopf already speaks to the API server over aiohttp with the credentials
-of its login handlers (:class:`kopf.ConnectionInfo`), and the operator needs four verbs on five
-kinds. :func:`connect` is called by the login handler in :mod:`evb_operator.handlers` with the
-same credentials kopf uses; :func:`current` gives the client to the other handlers.
+Why the synchronous client in kopf's executor, not an asyncio client: the operator makes a
+handful of calls per reconciliation and two per status tick, so a thread per call costs nothing
+measurable, while the synchronous client is the one every ``kubernetes`` release since 30 ships
+with the same call signatures (``kubernetes_asyncio`` is a separate port with its own release
+cycle; the asyncio client inside the package is new in 37). Each call runs in
+``settings.execution.executor``, the pool kopf runs synchronous handlers in, so the operator
+has one place to size its threads.
+
+Why typed APIs (``CoreV1Api``, ``AppsV1Api``, ``NetworkingV1Api``; ``CustomObjectsApi`` for the
+SparkApplication) and not the DynamicClient: the kinds are known (:data:`KINDS`), so no
+discovery call and no discovery cache file (the operator's root filesystem is read-only).
+Bodies go in and come out as plain mappings (``_preload_content=False``): the specs are built
+as mappings, and a typed model would refuse a status a controller has only half written.
+
+Why create + JSON patch and not server-side apply: the test API server (KMock, which the end-to-
+end test runs the real ``kopf run`` against) implements no apply: it ignores the content type
+(an apply body becomes a merge patch, which keeps fields the operator dropped) and answers 404 to
+an apply of an absent object, which a real server creates. Ownership stays simple without it:
+the children are created once under fixed names, and a spec change replaces one whole subtree
+(a JSON patch ``replace``, fields removed included). Every write names the field manager
+``evb-operator``, so ``managedFields`` attributes the operator's fields to it on a real server.
+
+Configuration: the in-cluster service account, else the kubeconfig (``KUBECONFIG``), loaded by
+the ``kubernetes`` package once per login (:func:`kopf.login_via_client` in
+:mod:`evb_operator.handlers`), so kopf and these calls use the same credentials;
+:func:`connect` takes them at every login (a rotated token included), :func:`current` gives the
+client to the handlers.
 
 Every failure is a :class:`KubeError` with the HTTP status (0: no answer); the handlers translate
-it once into ``kopf.TemporaryError``/``PermanentError``. A patch is a JSON merge patch (a mapping)
-or a JSON patch (a list of operations: ``replace`` swaps a whole subtree, fields removed
-included).
+it once into ``kopf.TemporaryError``/``PermanentError``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import functools
+import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-import kopf
+import urllib3
+from kubernetes import client
 
 from evb_operator import __version__
 
-__all__ = ["Kube", "KubeError", "connect", "current", "disconnect", "resource_path"]
+__all__ = ["KINDS", "Kube", "KubeError", "connect", "current", "disconnect", "resource"]
 
 USER_AGENT = f"evb-operator/{__version__}"
+FIELD_MANAGER = "evb-operator"
+"""Who wrote the operator's fields, in the children's ``managedFields``."""
+TIMEOUT = 30.0
+"""Seconds one call may take (connect and read)."""
 
-PLURALS: dict[str, str] = {
-    "ConfigMap": "configmaps",
-    "Service": "services",
-    "StatefulSet": "statefulsets",
-    "NetworkPolicy": "networkpolicies",
-    "SparkApplication": "sparkapplications",
-    "Secret": "secrets",
-    "EventBuilder": "eventbuilders",
+
+@dataclass(frozen=True)
+class Kind:
+    """How the client package reaches one kind: a typed API and its method suffix, or the custom
+    objects API (``api`` None) with the plural."""
+
+    plural: str
+    api: type[Any] | None = None
+    suffix: str = ""
+
+
+KINDS: dict[str, Kind] = {
+    "ConfigMap": Kind("configmaps", client.CoreV1Api, "config_map"),
+    "Service": Kind("services", client.CoreV1Api, "service"),
+    "Secret": Kind("secrets", client.CoreV1Api, "secret"),
+    "StatefulSet": Kind("statefulsets", client.AppsV1Api, "stateful_set"),
+    "NetworkPolicy": Kind("networkpolicies", client.NetworkingV1Api, "network_policy"),
+    "SparkApplication": Kind("sparkapplications"),
 }
-"""Resource names of the kinds the operator touches (no discovery needed for these)."""
+"""The kinds the operator touches (no discovery needed for these; kopf reads and patches the
+EventBuilders)."""
 
 
 class KubeError(Exception):
@@ -46,96 +89,101 @@ class KubeError(Exception):
         self.message = message
 
 
-def resource_path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
-    """``/api/v1/namespaces/ns/services[/name]`` or ``/apis/group/version/...``."""
+def resource(api_version: str, kind: str) -> tuple[str, str]:
+    """(API group, plural) of a kind the operator manages: what RBAC rules name."""
     try:
-        plural = PLURALS[kind]
+        plural = KINDS[kind].plural
     except KeyError:
         raise KubeError(0, f"the operator does not manage {kind} objects") from None
-    root = f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
-    path = f"{root}/namespaces/{namespace}/{plural}"
-    return f"{path}/{name}" if name is not None else path
+    return (api_version.rsplit("/", 1)[0] if "/" in api_version else ""), plural
+
+
+def _message(error: client.ApiException) -> str:
+    try:
+        body = json.loads(error.body or "")
+    except ValueError:
+        return str(error.body or error.reason)
+    return str(body.get("message", body)) if isinstance(body, Mapping) else str(body)
 
 
 class Kube:
-    """An aiohttp session to the API server, built from kopf's connection info."""
+    """An API client from the loaded configuration; its calls run in ``executor``."""
 
-    def __init__(self, info: kopf.ConnectionInfo, *, timeout: float = 30.0) -> None:
-        self._info = info
-        self._timeout = timeout
-        self._session: aiohttp.ClientSession | None = None
+    def __init__(
+        self,
+        configuration: client.Configuration,
+        *,
+        executor: concurrent.futures.Executor | None = None,
+    ) -> None:
+        self._client = client.ApiClient(configuration)
+        self._client.user_agent = USER_AGENT
+        self._executor = executor
 
-    @property
-    def server(self) -> str:
-        return self._info.server.rstrip("/")
+    def close(self) -> None:
+        self._client.close()
 
-    def _open(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(ssl=self._info.as_ssl_context()),
-                headers={**self._info.as_http_headers(), "User-Agent": USER_AGENT},
-                proxy=self._info.proxy_url,
-                trust_env=self._info.trust_env,
-                timeout=aiohttp.ClientTimeout(total=self._timeout),
-            )
-        return self._session
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+    def _invoke(
+        self, verb: str, api_version: str, kind: str, namespace: str, **arguments: Any
+    ) -> Any:
+        """``<verb>_namespaced_<kind>`` of the typed API, or of the custom objects API."""
+        _, plural = resource(api_version, kind)
+        known = KINDS[kind]
+        if known.api is not None:
+            typed_verb = "read" if verb == "get" else verb
+            method = getattr(known.api(self._client), f"{typed_verb}_namespaced_{known.suffix}")
+        else:
+            group, version = api_version.split("/")
+            custom = client.CustomObjectsApi(self._client)
+            method = getattr(custom, f"{verb}_namespaced_custom_object")
+            arguments.update(group=group, version=version, plural=plural)
+        response = method(
+            namespace=namespace, _preload_content=False, _request_timeout=TIMEOUT, **arguments
+        )
+        return json.loads(response.data or b"{}")
 
     async def _call(
-        self,
-        method: str,
-        path: str,
-        *,
-        body: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
-        content_type: str = "application/json",
-    ) -> tuple[int, Any]:
-        session = self._open()
+        self, verb: str, api_version: str, kind: str, namespace: str, **arguments: Any
+    ) -> Any:
+        """Run the call in the executor; every failure as a :class:`KubeError`."""
+        call = functools.partial(self._invoke, verb, api_version, kind, namespace, **arguments)
+        what = f"{verb} {kind} {arguments.get('name') or ''} in {namespace}".replace("  ", " ")
         try:
-            async with session.request(
-                method,
-                self.server + path,
-                json=body,
-                headers={"Content-Type": content_type} if body is not None else None,
-            ) as response:
-                try:
-                    data = await response.json(content_type=None)
-                except ValueError:
-                    data = {"message": await response.text()}
-                return response.status, data
-        except (TimeoutError, aiohttp.ClientError) as error:
-            raise KubeError(0, f"{method} {path}: {error!r}") from None
-
-    @staticmethod
-    def _fail(method: str, path: str, status: int, data: Any) -> KubeError:
-        message = data.get("message", "") if isinstance(data, Mapping) else str(data)
-        return KubeError(status, f"{method} {path}: {message}")
+            return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        except client.ApiException as error:
+            raise KubeError(int(error.status or 0), f"{what}: {_message(error)}") from None
+        except urllib3.exceptions.HTTPError as error:
+            raise KubeError(0, f"{what}: {error!r}") from None
+        except ValueError as error:  # refused by the client's own schema (kubernetes >= 37)
+            raise KubeError(422, f"{what}: {error}") from None
 
     async def create(self, obj: Mapping[str, Any]) -> bool:
         """Create ``obj``; False if an object of that name exists already (nothing changes)."""
         meta = obj["metadata"]
-        path = resource_path(obj["apiVersion"], obj["kind"], meta["namespace"])
-        status, data = await self._call("POST", path, body=obj)
-        if status == 409:
-            return False
-        if status >= 300:
-            raise self._fail("POST", path, status, data)
+        try:
+            await self._call(
+                "create",
+                obj["apiVersion"],
+                obj["kind"],
+                meta["namespace"],
+                body=dict(obj),
+                field_manager=FIELD_MANAGER,
+            )
+        except KubeError as error:
+            if error.status == 409:
+                return False
+            raise
         return True
 
     async def get(
         self, api_version: str, kind: str, namespace: str, name: str
     ) -> dict[str, Any] | None:
         """The object, or None if there is none."""
-        path = resource_path(api_version, kind, namespace, name)
-        status, data = await self._call("GET", path)
-        if status == 404:
-            return None
-        if status >= 300:
-            raise self._fail("GET", path, status, data)
-        return dict(data)
+        try:
+            return dict(await self._call("get", api_version, kind, namespace, name=name))
+        except KubeError as error:
+            if error.status == 404:
+                return None
+            raise
 
     async def patch(
         self,
@@ -146,29 +194,36 @@ class Kube:
         patch: Mapping[str, Any] | Sequence[Mapping[str, Any]],
     ) -> dict[str, Any] | None:
         """Patch the object (merge patch, or JSON patch if a list); None if there is none."""
-        path = resource_path(api_version, kind, namespace, name)
         kind_of_patch = "merge-patch" if isinstance(patch, Mapping) else "json-patch"
-        status, data = await self._call(
-            "PATCH", path, body=patch, content_type=f"application/{kind_of_patch}+json"
-        )
-        if status == 404:
-            return None
-        if status >= 300:
-            raise self._fail("PATCH", path, status, data)
-        return dict(data)
+        body: Any = dict(patch) if isinstance(patch, Mapping) else [dict(op) for op in patch]
+        try:
+            return dict(
+                await self._call(
+                    "patch",
+                    api_version,
+                    kind,
+                    namespace,
+                    name=name,
+                    body=body,
+                    field_manager=FIELD_MANAGER,
+                    _content_type=f"application/{kind_of_patch}+json",
+                )
+            )
+        except KubeError as error:
+            if error.status == 404:
+                return None
+            raise
 
     async def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
         """Delete the object (background propagation); False if there was none."""
-        path = resource_path(api_version, kind, namespace, name)
-        status, data = await self._call(
-            "DELETE",
-            path,
-            body={"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"},
-        )
-        if status == 404:
-            return False
-        if status >= 300:
-            raise self._fail("DELETE", path, status, data)
+        try:
+            await self._call(
+                "delete", api_version, kind, namespace, name=name, propagation_policy="Background"
+            )
+        except KubeError as error:
+            if error.status == 404:
+                return False
+            raise
         return True
 
 
@@ -177,11 +232,18 @@ class _Holder:
     retired: list[Kube] = []
 
 
-def connect(info: kopf.ConnectionInfo) -> Kube:
-    """Use ``info`` from now on (called at every login, e.g. after a token rotation)."""
+def connect(
+    configuration: client.Configuration | None = None,
+    *,
+    executor: concurrent.futures.Executor | None = None,
+) -> Kube:
+    """Use ``configuration`` (default: the one the last login loaded) from now on; called at every
+    login, e.g. after a token rotation."""
     if _Holder.client is not None:
         _Holder.retired.append(_Holder.client)
-    _Holder.client = Kube(info)
+    if configuration is None:
+        configuration = client.Configuration.get_default_copy()
+    _Holder.client = Kube(configuration, executor=executor)
     return _Holder.client
 
 
@@ -192,9 +254,9 @@ def current() -> Kube:
     return _Holder.client
 
 
-async def disconnect() -> None:
-    """Close every session (operator cleanup)."""
+def disconnect() -> None:
+    """Close every connection pool (operator cleanup)."""
     clients = [*_Holder.retired, *([_Holder.client] if _Holder.client else [])]
     _Holder.client, _Holder.retired = None, []
-    for client in clients:
-        await client.close()
+    for kube in clients:
+        kube.close()

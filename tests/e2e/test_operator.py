@@ -43,6 +43,7 @@ import yaml
 
 from orderer.client import AsyncSourceClient, get_stats_async
 from tests.e2e.conftest import REPO, ServerProcess, environment
+from tests.operator.kubernetes_api import kubeconfig as api_config
 
 pytestmark = [
     pytest.mark.asyncio,
@@ -231,20 +232,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[KubernetesAPI, Operator
     async with KubernetesAPI() as api, kmock.Server(api) as server:
         _resources(api)
         kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [{"name": "kmock", "cluster": {"server": str(server.url)}}],
-                    "users": [{"name": "test", "user": {}}],
-                    "contexts": [
-                        {"name": "kmock", "context": {"cluster": "kmock", "user": "test"}}
-                    ],
-                    "current-context": "kmock",
-                }
-            )
-        )
+        kubeconfig.write_text(yaml.safe_dump(api_config(str(server.url))))
         operator = Operator(kubeconfig, tmp_path / "kopf.log")
         try:
             yield api, operator

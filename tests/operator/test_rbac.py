@@ -1,26 +1,28 @@
 """RBAC is derived, not copied: every handler of ``evb_operator.handlers`` runs, on every path
 that calls the Kubernetes API (create, spec changes, network policy on and off, Spark section
 changed and removed, end of run, the status timer, deletion), with a spec that uses every
-feature (TLS, mutual TLS, token, NetworkPolicy, Spark), against a recording stand-in of
-:mod:`evb_operator.kube`. The (apiGroup, resource, verb) set it records, plus what kopf itself
-needs, must equal exactly the set the chart renders: a verb added to the chart without a use
-fails, and so does a new call the chart does not grant.
+feature (TLS, mutual TLS, token, NetworkPolicy, Spark), through the operator's real client
+(:mod:`evb_operator.kube` on the ``kubernetes`` package) against an in-process API emulator
+that records every request. The (apiGroup, resource, verb) set of those requests, plus what
+kopf itself needs, must equal exactly the set the chart renders: a verb added to the chart
+without a use fails, and so does a new call the chart does not grant.
 
-The stand-in replaces the operator's four-verb HTTP client (``kube.Kube``) and the orderer's
-client calls: no API server or orderer runs here (``tests/e2e/test_operator.py`` runs the real
-operator against an API emulator and checks its calls against the chart too).
+Only the orderer's client calls are stand-ins here (no orderer runs;
+``tests/e2e/test_operator.py`` runs the real operator and a real orderer and checks their calls
+against the chart too).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
+import logging
 from typing import Any
 
 import kopf
 import pytest
 
-from evb_operator import handlers, kube
+from evb_operator import handlers
+from tests.operator.kubernetes_api import calls, emulated, put_secret
 from tests.operator.test_chart import GENERATOR, WATCHED
 
 SPEC: dict[str, Any] = {
@@ -46,46 +48,7 @@ KOPF_WATCHING_NAMESPACES = {("", "namespaces", "list"), ("", "namespaces", "watc
 """kopf's namespace observer, when it runs with --namespace (a list of namespaces)."""
 
 
-def _secret(**data: bytes) -> dict[str, Any]:
-    return {"data": {key: base64.b64encode(value).decode() for key, value in data.items()}}
-
-
-class Recorder:
-    """Stands in for :class:`evb_operator.kube.Kube`: records (apiGroup, resource, verb)."""
-
-    def __init__(self) -> None:
-        self.calls: set[tuple[str, str, str]] = set()
-
-    def _record(self, api_version: str, kind: str, verb: str) -> None:
-        group = api_version.rsplit("/", 1)[0] if "/" in api_version else ""
-        path = kube.resource_path(api_version, kind, "ns")  # the kinds the client knows
-        self.calls.add((group, path.rsplit("/", 1)[1], verb))
-
-    async def create(self, obj: dict[str, Any]) -> bool:
-        self._record(obj["apiVersion"], obj["kind"], "create")
-        return True
-
-    async def get(self, api_version: str, kind: str, namespace: str, name: str) -> Any:
-        self._record(api_version, kind, "get")
-        if kind == "Secret":
-            return _secret(**{"ca.crt": b"CA", "tls.crt": b"C", "tls.key": b"K", "token": b"t"})
-        return {"metadata": {"name": name}, "status": {}}
-
-    async def patch(
-        self, api_version: str, kind: str, namespace: str, name: str, patch: Any
-    ) -> Any:
-        self._record(api_version, kind, "patch")
-        return {}
-
-    async def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
-        self._record(api_version, kind, "delete")
-        return True
-
-
 def _used_by_the_handlers(monkeypatch: pytest.MonkeyPatch) -> set[tuple[str, str, str]]:
-    recorder = Recorder()
-    monkeypatch.setattr(kube, "current", lambda: recorder)
-
     async def stats(*_: Any, **__: Any) -> dict[str, Any]:
         return {
             "totals": {},
@@ -120,24 +83,30 @@ def _used_by_the_handlers(monkeypatch: pytest.MonkeyPatch) -> set[tuple[str, str
         "annotations": {},
         "status": {},
         "patch": kopf.Patch(),
-        "logger": __import__("logging").getLogger("test"),
+        "logger": logging.getLogger("test"),
     }
     no_policy = {**SPEC, "networkPolicy": {"enabled": False}}
 
-    async def every_path() -> None:
-        await handlers.reconcile(**common)
-        await handlers.configure_live(**{**common, "param": "buildWindow", "reason": "update"})
-        await handlers.roll_orderer(**{**common, "reason": "update"})
-        await handlers.update_spark(**{**common, "reason": "update", "old": {}, "new": {}})
-        await handlers.update_spark(**{**common, "reason": "update", "old": {}, "new": None})
-        await handlers.update_network_policy(**{**common, "reason": "update"})
-        await handlers.update_network_policy(**{**common, "reason": "update", "spec": no_policy})
-        await handlers.end_run(**{**common, "new": "Ended"})
-        await handlers.refresh_status(**common)
-        await handlers.delete_children(**common)
+    async def every_path() -> set[tuple[str, str, str]]:
+        async with emulated() as (api, _):
+            material = {"ca.crt": b"CA", "tls.crt": b"C", "tls.key": b"K", "token": b"t"}
+            for secret in ("run-tls", "run-client", "run-token"):
+                put_secret(api, "daq", secret, **material)
+            await handlers.reconcile(**common)
+            await handlers.configure_live(**{**common, "param": "buildWindow", "reason": "update"})
+            await handlers.roll_orderer(**{**common, "reason": "update"})
+            await handlers.update_spark(**{**common, "reason": "update", "old": {}, "new": {}})
+            await handlers.update_spark(**{**common, "reason": "update", "old": {}, "new": None})
+            await handlers.update_network_policy(**{**common, "reason": "update"})
+            await handlers.update_network_policy(
+                **{**common, "reason": "update", "spec": no_policy}
+            )
+            await handlers.end_run(**{**common, "new": "Ended"})
+            await handlers.refresh_status(**common)
+            await handlers.delete_children(**common)
+            return calls(api)
 
-    asyncio.run(every_path())
-    return recorder.calls
+    return asyncio.run(every_path())
 
 
 def _granted(values: dict[str, Any] | None) -> set[tuple[str, str, str]]:
