@@ -123,12 +123,13 @@ def _make_data(work: Path, fragments: int) -> tuple[_Server, int]:
 
 
 def _evb_stream(
-    spark: Any, target: str, out: Path, n: int, micro_batches: int, until: int | None = None
+    spark: Any, target: str, out: Path, n: int, micro_batches: int, until: int | None = None,
+    partitions: int = 2, label: str = "evb streaming (gRPC -> Parquet)",
 ) -> dict[str, Any]:
     config = GlomConfig(DT)
     reader = (
         spark.readStream.format("evb").option("target", target).options(**config.to_options())
-        .option("numPartitions", 2).option("consumer", out.name)
+        .option("numPartitions", partitions).option("consumer", out.name)
         .option("maxFragmentsPerTrigger", -(-n // micro_batches))
     )
     if until is not None:
@@ -149,8 +150,7 @@ def _evb_stream(
     print("evb streaming, ms per phase over all micro-batches:", durations)
     query.stop()
     events = spark.read.parquet(str(out / "events")).count()
-    return _timed("evb streaming (gRPC -> Parquet)", n, seconds, micro_batches=batches,
-                  events=events)
+    return _timed(label, n, seconds, micro_batches=batches, events=events, ms_per_phase=durations)
 
 
 def _evb_batch(spark: Any, data: Path, out: Path, n: int) -> dict[str, Any]:
@@ -345,6 +345,13 @@ def run(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
     return figures
 
 
+def _write_json(path: Path | None, figures: dict[str, Any]) -> None:
+    """``--json``: the figures, for the record of a ``make bench`` run."""
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(figures, indent=2), encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     from orderer.spark.job import create_session
 
@@ -356,9 +363,7 @@ def main(argv: list[str] | None = None) -> int:
         figures = run(spark, args)
     finally:
         spark.stop()
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(figures, indent=2), encoding="utf-8")
+    _write_json(args.json, figures)
     return 0
 
 

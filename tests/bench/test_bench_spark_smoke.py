@@ -1,14 +1,20 @@
-"""Smoke test of ``tests/bench/bench_spark.py``: every phase runs end to end on a tiny input
-(real ``evb serve`` subprocesses, PySpark local mode in this process, sharing the Spark tests'
-session) and reports figures; the figures themselves depend on the machine and are not checked,
-only that evb and the baseline built the same number of events from the same fragments."""
+"""Smoke tests of ``tests/bench/bench_spark.py`` and ``bench_spark_scaling.py``: every phase
+runs end to end on a tiny input (real ``evb serve`` subprocesses, PySpark local mode in this
+process, sharing the Spark tests' session) and reports figures; the figures themselves depend on
+the machine and are not checked, only that evb and the baseline built the same number of events
+from the same fragments, and that the partitions do not change the events."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.bench import bench_spark
+import pytest
+
+from tests.bench import bench_spark, bench_spark_scaling
 from tests.spark.conftest import spark_session
 
 
@@ -30,3 +36,36 @@ def test_bench_spark_runs_on_a_tiny_input(tmp_path: Path, capsys: Any) -> None:
     latency = figures["latency"]
     assert latency["events"] > 0 and latency["p99_ms"] >= latency["p50_ms"] > 0
     assert "ratio evb streaming / baseline" in capsys.readouterr().out
+
+
+def test_bench_spark_scaling_runs_on_a_tiny_input(tmp_path: Path, capsys: Any) -> None:
+    """Both masters' phases on the Spark tests' session (its master cannot change in one JVM:
+    the partitions do, 1 then 2), the figures summarised and the cores arithmetic printed."""
+    spark = spark_session()
+
+    @contextmanager
+    def shared(master: str) -> Iterator[Any]:
+        yield spark
+
+    args = bench_spark_scaling._parser().parse_args(
+        ["--fragments", "3000", "--micro-batches", "1", "--warm-up", "0",
+         "--workdir", str(tmp_path / "w")]
+    )
+    figures = bench_spark_scaling.run(shared, args)
+    one, two = bench_spark_scaling.MASTERS
+    measured = figures["rounds"][0]
+    assert measured[one]["partitions"] == 1 and measured[two]["partitions"] == 2
+    # the partitions change where the work is done, never the events built
+    assert measured[one]["evb_stream"]["events"] == measured[two]["evb_stream"]["events"] > 0
+    for phase in ("evb_stream", "evb_source_identity", "spark_identity"):
+        assert figures[phase][one] > 0 and figures[phase][two] > 0 and figures[phase]["scaling"] > 0
+        assert measured[two][phase]["fragments"] == figures["fragments"] >= 3000
+    assert figures["executor_cores_needed"] == -(-args.orderer_ingest // figures["job_per_core"])
+    assert "scaling of the evb job local[2] / local[1]" in capsys.readouterr().out
+
+
+def test_bench_spark_scaling_masters_are_local_n() -> None:
+    assert bench_spark_scaling.cores_of("local[2]") == 2
+    for bad in ("local[*]", "yarn", "local[0]"):
+        with pytest.raises(ValueError, match=re.escape(bad)):
+            bench_spark_scaling.cores_of(bad)

@@ -1,0 +1,343 @@
+"""Benchmark of how the Spark job scales with cores: ``local[1]`` with 1 partition against
+``local[2]`` with 2, and Spark's own floor in the same conditions.
+
+Not a pytest test: run it as ``python tests/bench/bench_spark_scaling.py [--fragments N]`` (part
+of ``make bench``). Why a benchmark of its own: a SparkSession's master cannot change, so each
+master gets a session of its own (stopped before the next starts, in this one process), all on
+one data set written once:
+
+0. the data (not timed): a real ``evb serve`` takes the same synthetic run as
+   ``bench_spark.py`` (six sources, 16-byte payloads, a late backlog, sync barriers) and ends the
+   run; it stays up and serves its ordered log to every streaming read; the same fragments are
+   exported (not timed) to Parquet files, two per micro-batch;
+1. per master (``local[1]``, ``local[2]``; ``--rounds`` alternates them), after a warm-up that
+   starts the Python workers (not counted):
+
+   - evb: the job's streaming query, ``readStream.format("evb")`` from the live orderer with
+     ``numPartitions`` = the master's cores, ``mapInArrow`` of
+     :func:`orderer.spark.glom.glom_batches`, Parquet sink with a checkpoint,
+     ``--micro-batches`` micro-batches; timed from ``start()`` to the last batch committed;
+   - evb source alone: the same read with an identity ``mapInArrow`` (no building): what the
+     source costs without the glom;
+   - Spark's floor: Spark's own Parquet file stream of the exported fragments (two files a
+     micro-batch, so ``local[2]`` gets two tasks), an identity ``mapInArrow``, Parquet sink: a
+     Python stage in a streaming query with no evb code at all;
+
+2. the figures: fragments/s of each, evb / Spark's floor per master, and the scaling ratios
+   ``local[2]`` / ``local[1]`` (the issue's goal for the job: >= 1.7). The load average before and
+   after is printed: the machine may be shared.
+
+``--json PATH`` writes the figures; ``--orderer-ingest`` (fragments/s one orderer takes in, from
+README "Performance / The service") turns them into executor cores needed to keep up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.bench import bench_spark as base  # noqa: E402
+
+MASTERS = ("local[1]", "local[2]")
+GOAL = 1.7
+
+Sessions = Callable[[str], AbstractContextManager[Any]]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fragments", type=int, default=2_000_000)
+    parser.add_argument("--micro-batches", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=1, help="local[1], local[2] alternated")
+    parser.add_argument("--warm-up", type=int, default=20_000,
+                        help="fragments streamed first in each session, not counted (0: none)")
+    parser.add_argument("--orderer-ingest", type=float, default=2.3e6,
+                        help="fragments/s one orderer takes in (cores-needed arithmetic); "
+                        "default: the top of README's measured 1.2-2.3 M/s")
+    parser.add_argument("--workdir", type=Path, help="keep the data here (default: a temp dir)")
+    parser.add_argument("--json", type=Path)
+    return parser
+
+
+def cores_of(master: str) -> int:
+    """The task slots of a ``local[N]`` master: the partitions that keep them all busy."""
+    inside = master.removeprefix("local[").removesuffix("]")
+    if not master.startswith("local[") or not inside.isdigit() or int(inside) < 1:
+        raise ValueError(f"master {master!r}: the benchmark needs local[N], N >= 1")
+    return int(inside)
+
+
+def _identity(batches: Iterator[Any]) -> Iterator[Any]:
+    yield from batches
+
+
+def _evb_identity(spark: Any, target: str, out: Path, n: int, micro_batches: int,
+                  partitions: int) -> dict[str, Any]:
+    """The evb source read as the job reads it, the rows passed through unchanged."""
+    from orderer.spark.glom import FRAGMENT_SPARK_SCHEMA, GlomConfig
+
+    reader = (
+        spark.readStream.format("evb").option("target", target)
+        .options(**GlomConfig(base.DT).to_options()).option("numPartitions", partitions)
+        .option("consumer", out.name).option("maxFragmentsPerTrigger", -(-n // micro_batches))
+    )
+    return _stream(reader.load().mapInArrow(_identity, FRAGMENT_SPARK_SCHEMA), out, n,
+                   "evb source, identity mapInArrow")
+
+
+def _spark_identity(spark: Any, fragments: Path, out: Path, n: int) -> dict[str, Any]:
+    """Spark's floor: its own file stream, an identity Python stage, its Parquet sink."""
+    schema = spark.read.parquet(str(fragments)).schema
+    frame = (
+        spark.readStream.schema(schema).option("maxFilesPerTrigger", 2).parquet(str(fragments))
+        .mapInArrow(_identity, schema)
+    )
+    return _stream(frame, out, n, "Spark floor: file stream, identity mapInArrow")
+
+
+def _stream(frame: Any, out: Path, n: int, label: str) -> dict[str, Any]:
+    query = (
+        frame.writeStream.format("parquet").option("path", str(out / "rows"))
+        .option("checkpointLocation", str(out / "checkpoint")).start()
+    )
+    started = time.monotonic()
+    query.processAllAvailable()
+    seconds = time.monotonic() - started
+    batches = query.lastProgress["batchId"] + 1
+    query.stop()
+    rows = frame.sparkSession.read.parquet(str(out / "rows")).count()
+    if rows != n:
+        raise AssertionError(f"{label}: {rows} rows written, {n} expected")
+    return base._timed(label, n, seconds, micro_batches=batches)
+
+
+def _descendants(root: int) -> list[int]:
+    """``root`` and every process below it (the JVM, its Python workers, ``evb serve``)."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(parents.get(pid, []))
+    return found
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    """CPU seconds of these processes so far (``/proc/PID/stat``)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # utime, stime, and the children's it reaped (Python workers that ended in between)
+        total += sum(int(x) for x in fields[11:15])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _machine_busy() -> float:
+    """CPU seconds the whole machine spent busy so far (all processes, ours and others')."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _with_cpu(phase: Callable[[], dict[str, Any]], server: int) -> dict[str, Any]:
+    """``phase()``'s figures, with the cores it kept busy: this process tree, the orderer's
+    share of it, and the rest of the machine (other work on a shared host)."""
+    if not Path("/proc/stat").exists():
+        return phase()
+    ours, mine = _descendants(os.getpid()), [server]
+    before = (_cpu_seconds(ours), _cpu_seconds(mine), _machine_busy(), time.monotonic())
+    figures = phase()
+    ours = _descendants(os.getpid())
+    after = (_cpu_seconds(ours), _cpu_seconds(mine), _machine_busy(), time.monotonic())
+    wall = after[3] - before[3]
+    spark = after[0] - before[0] - (after[1] - before[1])
+    figures["cores_busy"] = {
+        "spark_and_driver": round(spark / wall, 2),
+        "orderer": round((after[1] - before[1]) / wall, 2),
+        "other_work": round(max(0.0, after[2] - before[2] - (after[0] - before[0])) / wall, 2),
+    }
+    busy = figures["cores_busy"]
+    print(f"{'':<44} cores busy: Spark+driver {busy['spark_and_driver']}, orderer "
+          f"{busy['orderer']}, other work on the host {busy['other_work']}")
+    return figures
+
+
+def _measure(spark: Any, master: str, server: Any, work: Path, n: int,
+             args: argparse.Namespace) -> dict[str, Any]:
+    """One master: warm-up, then the three streams; ``work`` is this round's directory."""
+    from orderer.spark.source import register
+
+    register(spark)
+    parts = cores_of(master)
+    target, pid = server.target, server.process.pid
+    micro_batches = args.micro_batches
+    warm = min(n, args.warm_up)
+    if warm:  # a new session starts its Python workers in its first query
+        print(f"{master}, {parts} partition(s): warm-up (not counted)")
+        base._evb_stream(spark, target, work / "warm", warm, 2, until=warm, partitions=parts)
+    print(f"{master}, {parts} partition(s): measured")
+    evb = _with_cpu(
+        lambda: base._evb_stream(spark, target, work / "evb", n, micro_batches,
+                                 partitions=parts, label=f"evb job, {master}"), pid
+    )
+    source = _with_cpu(
+        lambda: _evb_identity(spark, target, work / "source", n, micro_batches, parts), pid
+    )
+    floor = _with_cpu(
+        lambda: _spark_identity(spark, work.parent / "fragments", work / "floor", n), pid
+    )
+    return {
+        "master": master,
+        "partitions": parts,
+        "evb_stream": evb,
+        "evb_source_identity": source,
+        "spark_identity": floor,
+        "evb_over_spark_floor": round(evb["fragments_per_s"] / floor["fragments_per_s"], 2),
+    }
+
+
+def _median(rounds: list[dict[str, Any]], master: str, phase: str, key: str) -> float:
+    values = [r[master][phase].get("cores_busy", {}).get("spark_and_driver", 0.0)
+              if key == "cores_busy" else r[master][phase][key] for r in rounds]
+    return float(statistics.median(values))
+
+
+def summarize(rounds: list[dict[str, Any]], n: int, ingest: float,
+              cores: int | None) -> dict[str, Any]:
+    """Medians over the rounds, the scaling ratios and the executor cores one orderer needs.
+
+    Why the cores busy are kept: one task is already a pipeline of three processes (the Python
+    worker reading the source, the JVM, the Python worker of ``mapInArrow``), so ``local[1]``
+    keeps more than one core busy, and on a host of ``cores`` cores the scaling cannot pass
+    ``cores / busy(local[1])`` (``ceiling``). Fragments per busy core-second that stay level
+    from ``local[1]`` to ``local[2]`` mean the job itself has no serial part left."""
+    one, two = MASTERS
+    figures: dict[str, Any] = {"fragments": n, "rounds": rounds}
+    for phase in ("evb_stream", "evb_source_identity", "spark_identity"):
+        row: dict[str, Any] = {}
+        for master in MASTERS:
+            rate = _median(rounds, master, phase, "fragments_per_s")
+            busy = _median(rounds, master, phase, "cores_busy")
+            row[master] = rate
+            row[f"{master} cores busy"] = round(busy, 2)
+            row[f"{master} per busy core"] = round(rate / busy, 1) if busy else None
+        row["scaling"] = round(row[two] / row[one], 2)
+        busy_one = row[f"{one} cores busy"]
+        row["ceiling"] = round(cores / busy_one, 2) if cores and busy_one else None
+        figures[phase] = row
+    job = figures["evb_stream"]
+    per_slot = job[two] / cores_of(two)
+    figures["goal_scaling"] = GOAL
+    figures["evb_over_spark_floor"] = {
+        m: round(job[m] / figures["spark_identity"][m], 2) for m in MASTERS
+    }
+    figures["orderer_ingest"] = ingest
+    figures["job_per_core"] = round(per_slot, 1)
+    figures["executor_cores_needed"] = int(-(-ingest // per_slot))
+    per_busy = job[f"{two} per busy core"]
+    figures["cpu_cores_needed"] = int(-(-ingest // per_busy)) if per_busy else None
+    return figures
+
+
+def _report(figures: dict[str, Any]) -> None:
+    one, two = MASTERS
+    print(f"\n{'fragments/s (median over rounds)':<30} {one:>10} {two:>10} {'scaling':>8} "
+          f"{'ceiling':>8}   cores busy {one} / {two}")
+    for phase, label in (("evb_stream", "evb job"), ("evb_source_identity", "evb source alone"),
+                         ("spark_identity", "Spark floor (identity)")):
+        row = figures[phase]
+        print(f"{label:<30} {row[one]:>10,.0f} {row[two]:>10,.0f} {row['scaling']:>7.2f}x "
+              f"{row['ceiling'] or 0:>7.2f}x   {row[f'{one} cores busy']} / "
+              f"{row[f'{two} cores busy']}")
+    ratio = figures["evb_over_spark_floor"]
+    print(f"evb job / Spark floor: {ratio[one]} ({one}), {ratio[two]} ({two})")
+    print(f"scaling of the evb job local[2] / local[1]: {figures['evb_stream']['scaling']} "
+          f"(goal >= {GOAL}; this host allows at most {figures['evb_stream']['ceiling']})")
+    ingest = figures["orderer_ingest"]
+    print(f"executor cores to keep up with one orderer at {ingest:,.0f} fragments/s: "
+          f"{ingest:,.0f} / {figures['job_per_core']:,.0f} per task slot = "
+          f"{figures['executor_cores_needed']}; by CPU ({two}, "
+          f"{figures['evb_stream'][f'{two} per busy core'] or 0:,.0f} per busy core): "
+          f"{figures['cpu_cores_needed']}")
+
+
+def run(sessions: Sessions, args: argparse.Namespace) -> dict[str, Any]:
+    """All rounds on one data set; ``sessions(master)`` gives a SparkSession for the master."""
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="evb-bench-scaling-"))
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    load_before = os.getloadavg()
+    print(f"evb Spark scaling benchmark: {os.cpu_count()} cores, load average "
+          f"{load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}")
+    server, n = base._make_data(work, args.fragments)
+    rounds: list[dict[str, Any]] = []
+    try:
+        base._export(work / "data", work / "fragments", 2 * args.micro_batches)
+        for k in range(args.rounds):
+            measured: dict[str, Any] = {}
+            for master in MASTERS:
+                with sessions(master) as spark:
+                    measured[master] = _measure(spark, master, server,
+                                                work / f"round-{k}-{cores_of(master)}", n,
+                                                args)
+            rounds.append(measured)
+    finally:
+        server.stop()
+    figures = summarize(rounds, n, args.orderer_ingest, os.cpu_count())
+    figures["load_average"] = {"before": [round(x, 2) for x in load_before],
+                               "after": [round(x, 2) for x in os.getloadavg()]}
+    figures["cores"] = os.cpu_count()
+    _report(figures)
+    after = figures["load_average"]["after"]
+    print(f"load average after: {after[0]} {after[1]} {after[2]}")
+    if args.workdir is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return figures
+
+
+@contextmanager
+def _own_session(master: str) -> Iterator[Any]:
+    """A fresh SparkSession for ``master``, stopped afterwards (the next master needs its own)."""
+    from orderer.spark.job import create_session
+
+    spark = create_session(master, app=f"evb-bench-scaling-{master}")
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        yield spark
+    finally:
+        spark.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    figures = run(_own_session, args)
+    base._write_json(args.json, figures)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
