@@ -290,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     figures["replay"] = bench_replay(spec, args.replay_records, args.replay_repeat)
     report(figures, console)
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)  # a fresh clone has no bench-output/
         args.json.write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
     return 0
 
