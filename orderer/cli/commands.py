@@ -22,6 +22,7 @@ from orderer.errors import ConfigError
 from orderer.wire.options import security_from_args
 
 __all__ = [
+    "cmd_consumers",
     "cmd_demo",
     "cmd_end_run",
     "cmd_replay",
@@ -212,4 +213,41 @@ def cmd_end_run(args: argparse.Namespace) -> int:
 
     next_offset = end_run(args.target, timeout=args.timeout, **_connection(args))
     print(json.dumps({"next_offset": next_offset}), flush=True)
+    return 0
+
+
+def cmd_consumers(args: argparse.Namespace) -> int:
+    """``evb consumers``: each consumer's committed offset and lag (in fragments: the durable
+    output it has not committed); ``evb consumers delete NAME`` forgets one, releasing the
+    output retention kept for it. Deleting an unknown name is bad input (exit 2), naming the
+    known consumers: a typo must not look like a release that happened."""
+    from orderer.client import delete_consumer, get_stats
+
+    connection = {"timeout": args.timeout, **_connection(args)}
+    if args.action == "delete":
+        if args.name is None:
+            raise ConfigError("NAME", None, "evb consumers delete needs the consumer's name")
+        existed, lowest = delete_consumer(args.target, args.name, **connection)
+        if not existed:
+            known = sorted(get_stats(args.target, **connection)["consumers"])
+            raise ConfigError(
+                "NAME", args.name, f"is not a known consumer (known: {', '.join(known) or 'none'})"
+            )
+        print(json.dumps({"deleted": args.name, "lowest": lowest}), flush=True)
+        return 0
+    if args.name is not None:
+        raise ConfigError("NAME", args.name, "only evb consumers delete takes a name")
+    stats = get_stats(args.target, **connection)
+    rows = {
+        name: {"committed": committed, "lag": stats["next_offset"] - committed}
+        for name, committed in sorted(stats["consumers"].items())
+    }
+    if args.json:
+        print(json.dumps(rows, indent=1), flush=True)
+        return 0
+    width = max([len("CONSUMER"), *map(len, rows)])
+    print(f"{'CONSUMER':<{width}}  {'COMMITTED':>12}  {'LAG':>12}")
+    for name, row in rows.items():
+        print(f"{name:<{width}}  {row['committed']:>12}  {row['lag']:>12}")
+    sys.stdout.flush()
     return 0

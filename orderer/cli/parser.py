@@ -26,6 +26,7 @@ from orderer.cli.arguments import (
     flag,
 )
 from orderer.cli.commands import (
+    cmd_consumers,
     cmd_demo,
     cmd_end_run,
     cmd_replay,
@@ -280,6 +281,25 @@ def _add_end_run(commands: Any) -> None:
     _add_timeout(end_run, 60.0)
 
 
+def _add_consumers(commands: Any) -> None:
+    consumers = _subcommand(
+        commands,
+        "consumers",
+        "list the consumers of a live server, or delete one",
+        cmd_consumers,
+        "List the consumers (each one's committed offset and lag in fragments), or, with "
+        "'delete NAME', forget one so that retention no longer keeps the output it has not "
+        "committed. An unknown NAME is refused (exit 2).",
+        client=True,
+    )
+    consumers.add_argument(
+        "action", nargs="?", choices=("list", "delete"), default="list", help="(default: list)"
+    )
+    consumers.add_argument("name", nargs="?", metavar="NAME", help="the consumer to delete")
+    consumers.add_argument("--json", action="store_true", help="JSON instead of a table")
+    _add_timeout(consumers, 10.0)
+
+
 def _add_spark_job(commands: Any) -> None:
     """``evb spark-job``: its arguments go to the job's own parser (:mod:`orderer.spark.job`,
     also the SparkApplication's main file), which prints its help."""
@@ -309,6 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_tail,
         _add_stats,
         _add_end_run,
+        _add_consumers,
         _add_spark_job,
     ):
         add(commands)

@@ -12,7 +12,7 @@ One job a module:
 - :mod:`~orderer.client.readers`: :func:`subscribe` (asyncio) and :class:`OrderedStreamReader`
   (blocking) iterate the ordered output from an offset and resume after reconnects;
 - :mod:`~orderer.client.control`: :func:`get_stats`, :func:`configure`, :func:`end_run`,
-  :func:`commit` and their ``*_async`` twins;
+  :func:`commit`, :func:`delete_consumer` and their ``*_async`` twins;
 - :mod:`~orderer.client.connect`: channel options, the first connection bounded by
   ``connect_timeout`` (seconds, :data:`DEFAULT_CONNECT_TIMEOUT`; None waits as the call's other
   limits allow), gRPC statuses as :mod:`orderer.errors`: ``ServiceUnavailable`` naming the
@@ -33,6 +33,8 @@ from orderer.client.control import (
     commit_async,
     configure,
     configure_async,
+    delete_consumer,
+    delete_consumer_async,
     end_run,
     end_run_async,
     get_stats,
@@ -54,6 +56,8 @@ __all__ = [
     "commit_async",
     "configure",
     "configure_async",
+    "delete_consumer",
+    "delete_consumer_async",
     "end_run",
     "end_run_async",
     "get_stats",

@@ -1,5 +1,5 @@
 """Control calls of the orderer: :func:`get_stats`, :func:`configure`, :func:`end_run`,
-:func:`commit`, each blocking and as an ``*_async`` twin.
+:func:`commit`, :func:`delete_consumer`, each blocking and as an ``*_async`` twin.
 
 Why one module: each is one unary call on a channel of its own, bounded twice the same way:
 ``connect_timeout`` bounds the connection (``ServiceUnavailable`` naming the address and the
@@ -163,7 +163,29 @@ def _committed(reply: pb.CommitReply) -> tuple[int, int]:
     return int(reply.offset), int(reply.lowest)
 
 
+def _delete_consumer(
+    target: str,
+    consumer: str,
+    *,
+    timeout: float = 10.0,
+    security: ChannelSecurity | None = None,
+    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
+) -> _Exchange[tuple[bool, int | None]]:
+    """Forget ``consumer``, so that retention no longer keeps output for it (a consumer gone for
+    good holds the log forever otherwise). Returns (whether it was known, the lowest committed
+    offset over the consumers left, None when none is left)."""
+    request = pb.DeleteConsumerRequest(consumer=consumer)
+    return _Exchange(
+        target, security, connect_timeout, "DeleteConsumer", request, timeout, _deleted
+    )
+
+
+def _deleted(reply: pb.DeleteConsumerReply) -> tuple[bool, int | None]:
+    return bool(reply.existed), int(reply.lowest) if reply.HasField("lowest") else None
+
+
 get_stats, get_stats_async = _faces(_get_stats)
 configure, configure_async = _faces(_configure)
 end_run, end_run_async = _faces(_end_run)
 commit, commit_async = _faces(_commit)
+delete_consumer, delete_consumer_async = _faces(_delete_consumer)

@@ -412,6 +412,10 @@ class OrdererService:
         every consumer)``."""
         return self._output.commit(consumer, offset)
 
+    def delete_consumer(self, consumer: str) -> tuple[bool, int | None]:
+        """Forget a consumer: ``(whether it was known, lowest offset over those left)``."""
+        return self._output.delete_consumer(consumer)
+
     # ------------------------------------------------------------------ inspection
 
     def stats(self) -> pb.Stats:

@@ -137,6 +137,16 @@ class OrdererServicer(pb_grpc.OrdererServicer):
             await context.abort(code, details)
         return pb.CommitReply(offset=offset, lowest=lowest)
 
+    async def DeleteConsumer(
+        self, request: pb.DeleteConsumerRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteConsumerReply:
+        try:
+            existed, lowest = self._service.delete_consumer(request.consumer)
+        except EvbError as error:
+            code, details = _status(error)
+            await context.abort(code, details)
+        return pb.DeleteConsumerReply(existed=existed, lowest=lowest)
+
     async def EndRun(
         self, request: pb.EndRunRequest, context: grpc.aio.ServicerContext
     ) -> pb.EndRunReply:

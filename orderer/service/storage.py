@@ -562,6 +562,19 @@ class ConsumerOffsets:
         if current is not None and offset <= current:
             return current
         self._offsets[consumer] = offset
+        self._save()
+        return offset
+
+    def delete(self, consumer: str) -> bool:
+        """Forget ``consumer`` (durably): its offset no longer holds retention back. Returns
+        whether it was known; forgetting an unknown consumer writes nothing."""
+        if self._offsets.pop(consumer, None) is None:
+            return False
+        self._save()
+        return True
+
+    def _save(self) -> None:
+        """Replace the file atomically (write, fsync, rename, fsync the directory)."""
         temporary = self.path.with_suffix(".tmp")
         with temporary.open("w", encoding="utf-8") as out:
             json.dump(self._offsets, out, sort_keys=True)
@@ -569,4 +582,3 @@ class ConsumerOffsets:
             os.fsync(out.fileno())
         os.replace(temporary, self.path)
         _fsync_directory(self.path.parent)
-        return offset

@@ -50,6 +50,11 @@ class Retention:
         self._sealed_seen = sealed_segments
         return True
 
+    def rush(self) -> None:
+        """What retention may delete changed (a consumer was deleted): look at the log at the
+        next chance rather than after the once-a-second pause."""
+        self._next = 0.0
+
 
 class Subscriptions:
     """The readers of one service's ordered log: subscribers, consumers, retention."""
@@ -156,6 +161,18 @@ class Subscriptions:
         now = self._consumers.commit(consumer, offset)
         lowest = self._consumers.lowest()
         return now, now if lowest is None else lowest
+
+    def delete_consumer(self, consumer: str) -> tuple[bool, int | None]:
+        """Forget ``consumer``: ``(whether it was known, lowest offset over the consumers left)``.
+        Why: a consumer gone for good would hold the ordered log forever. Retention runs at
+        once, so the segments it alone held go now, not at the next seal."""
+        if self._consumers is None:
+            raise ServiceUnavailable("this orderer keeps no consumer offsets")
+        existed = self._consumers.delete(consumer)
+        if existed:
+            self._retention.rush()
+            self.apply_retention()
+        return existed, self._consumers.lowest()
 
     def committed(self) -> dict[str, int]:
         """Committed offset per known consumer (the ``evb_consumer_committed_offset`` metric)."""

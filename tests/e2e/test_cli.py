@@ -155,3 +155,43 @@ def test_end_run_by_hand(tmp_path: Path, server_factory: Callable[..., ServerPro
     assert len(tail.stdout.splitlines()) == received
     again = _evb("end-run", "--target", server.target)  # ending an ended run changes nothing
     assert again.returncode == 0 and json.loads(again.stdout) == {"next_offset": received}
+
+
+def test_consumers_list_and_delete(
+    tmp_path: Path, server_factory: Callable[..., ServerProcess]
+) -> None:
+    """``evb consumers`` shows each consumer's committed offset and lag; ``evb consumers delete``
+    forgets one (its retention released); an unknown name exits 2 naming the known ones."""
+    from orderer.client import commit
+
+    server = server_factory(tmp_path / "data", "--startup-delay", "0", "--build-window", "0.1")
+    sent = _evb(
+        "send", "--target", server.target, "--n-sources", "2", "--fragments", "100",
+        "--rate", "10000", "--speed", "0", "--no-progress",
+    )
+    assert sent.returncode == 0, sent.stderr
+    total = json.loads(sent.stdout)["fragments"]
+    assert commit(server.target, "spark", 150) == (150, 150)
+    assert commit(server.target, "old-job", 10) == (10, 10)
+
+    listed = _evb("consumers", "--target", server.target, "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout) == {
+        "old-job": {"committed": 10, "lag": total - 10},
+        "spark": {"committed": 150, "lag": total - 150},
+    }
+    table = _evb("consumers", "--target", server.target).stdout.splitlines()
+    assert table[0].split() == ["CONSUMER", "COMMITTED", "LAG"]
+    assert table[2].split() == ["spark", "150", str(total - 150)]
+
+    deleted = _evb("consumers", "delete", "old-job", "--target", server.target)
+    assert deleted.returncode == 0, deleted.stderr
+    assert json.loads(deleted.stdout) == {"deleted": "old-job", "lowest": 150}
+    assert list(json.loads(_evb("consumers", "--target", server.target, "--json").stdout)) == [
+        "spark"
+    ]
+    unknown = _evb("consumers", "delete", "old-job", "--target", server.target)
+    assert unknown.returncode == 2
+    assert "NAME: is not a known consumer (known: spark) (got 'old-job')" in unknown.stderr
+    nameless = _evb("consumers", "delete", "--target", server.target)
+    assert nameless.returncode == 2 and "needs the consumer's name" in nameless.stderr

@@ -10,7 +10,7 @@ import pytest
 
 from orderer import FragmentBatch, OrdererConfig
 from orderer._proto.evb.v1 import orderer_pb2 as pb
-from orderer.client import commit_async, get_stats_async, subscribe
+from orderer.client import commit_async, delete_consumer_async, get_stats_async, subscribe
 from orderer.service.storage import ConsumerOffsets
 from orderer.wire import convert
 from tests.service.harness import run, serving, serving_channel, target
@@ -50,6 +50,35 @@ def test_retention_spares_output_a_consumer_has_not_committed(tmp_path: Path) ->
             assert await commit_async(address, "spark", 2000) == (2000, 2000)
             await _send(channel, 10, start=40)
             assert _segments(tmp_path)[0] > 300
+
+    run(body())
+
+
+def test_deleting_a_consumer_releases_its_retention_durably(tmp_path: Path) -> None:
+    """A consumer gone for good held the log forever: deleting it drops the segments it alone
+    held at once (no new input needed), and the deletion survives a restart."""
+
+    async def body() -> None:
+        served = serving_channel(
+            tmp_path, OrdererConfig(startup_delay=0.0), segment_bytes=4096, retention_bytes=8192
+        )
+        async with served as (running, channel):
+            address = target(running)
+            assert await commit_async(address, "spark", 0) == (0, 0)
+            assert await commit_async(address, "gone", 0) == (0, 0)
+            await _send(channel, 20)
+            assert await commit_async(address, "spark", 1000) == (1000, 0)
+            await _send(channel, 20, start=20)
+            assert _segments(tmp_path)[0] == 0  # "gone" holds everything
+            assert await delete_consumer_async(address, "gone") == (True, 1000)
+            first = _segments(tmp_path)[0]
+            assert 0 < first <= 1000  # released up to what "spark" still needs
+            assert await delete_consumer_async(address, "gone") == (False, 1000)
+            assert (await get_stats_async(address))["consumers"] == {"spark": 1000}
+        async with serving(tmp_path, OrdererConfig(startup_delay=0.0)) as running:
+            assert (await get_stats_async(target(running)))["consumers"] == {"spark": 1000}
+            assert await delete_consumer_async(target(running), "spark") == (True, None)
+        assert ConsumerOffsets(tmp_path / "consumers.json").as_dict() == {}
 
     run(body())
 

@@ -96,6 +96,12 @@ ENTRY_POINTS: dict[str, Callable[[str, ChannelSecurity | None, float], Awaitable
     "end_run_async": lambda a, s, t: lib.end_run_async(a, security=s, connect_timeout=t),
     "commit": _sync(lambda a, s, t: lib.commit(a, "c", 0, security=s, connect_timeout=t)),
     "commit_async": lambda a, s, t: lib.commit_async(a, "c", 0, security=s, connect_timeout=t),
+    "delete_consumer": _sync(
+        lambda a, s, t: lib.delete_consumer(a, "c", security=s, connect_timeout=t)
+    ),
+    "delete_consumer_async": lambda a, s, t: lib.delete_consumer_async(
+        a, "c", security=s, connect_timeout=t
+    ),
     "remote.tail": _sync(_tail),
 }
 
@@ -124,6 +130,8 @@ def test_every_entry_point_bounds_its_first_connection_by_default() -> None:
         lib.end_run_async,
         lib.commit,
         lib.commit_async,
+        lib.delete_consumer,
+        lib.delete_consumer_async,
         tail,
     ]
     for function in functions:
