@@ -11,8 +11,10 @@ is INVALID_ARGUMENT, a service that cannot take it now (``ServiceUnavailable``) 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import grpc
 
@@ -120,39 +122,42 @@ class OrdererServicer(pb_grpc.OrdererServicer):
     async def Configure(
         self, request: pb.ConfigureRequest, context: grpc.aio.ServicerContext
     ) -> pb.OrdererConfig:
-        try:
-            config = await self._service.configure(convert.configure_changes_from_pb(request))
-        except EvbError as error:
-            code, details = _status(error)
-            await context.abort(code, details)
-        return convert.config_to_pb(config)
+        async def configure() -> Any:  # the request is read inside: a bad one is refused too
+            return await self._service.configure(convert.configure_changes_from_pb(request))
+
+        return convert.config_to_pb(await _answered(context, configure()))
 
     async def Commit(
         self, request: pb.CommitRequest, context: grpc.aio.ServicerContext
     ) -> pb.CommitReply:
-        try:
-            offset, lowest = self._service.commit(request.consumer, request.offset)
-        except EvbError as error:
-            code, details = _status(error)
-            await context.abort(code, details)
+        commit = self._service.commit
+        offset, lowest = await _answered(context, commit, request.consumer, request.offset)
         return pb.CommitReply(offset=offset, lowest=lowest)
 
     async def DeleteConsumer(
         self, request: pb.DeleteConsumerRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteConsumerReply:
-        try:
-            existed, lowest = self._service.delete_consumer(request.consumer)
-        except EvbError as error:
-            code, details = _status(error)
-            await context.abort(code, details)
+        delete = self._service.delete_consumer
+        existed, lowest = await _answered(context, delete, request.consumer)
         return pb.DeleteConsumerReply(existed=existed, lowest=lowest)
 
     async def EndRun(
         self, request: pb.EndRunRequest, context: grpc.aio.ServicerContext
     ) -> pb.EndRunReply:
-        try:
-            next_offset = await self._service.end_run()
-        except EvbError as error:
-            code, details = _status(error)
-            await context.abort(code, details)
+        next_offset = await _answered(context, self._service.end_run())
         return pb.EndRunReply(next_offset=next_offset)
+
+
+async def _answered(
+    context: grpc.aio.ServicerContext, call: Awaitable[Any] | Callable[..., Any], *args: Any
+) -> Any:
+    """What a unary call of the service gives, or the call ended with the status of its error
+    (``context.abort`` raises): the one translation of errors for the unary methods. ``call`` is
+    an awaitable already made, or a plain function to call with ``args``."""
+    try:
+        if inspect.isawaitable(call):
+            return await call
+        return call(*args)
+    except EvbError as error:
+        code, details = _status(error)
+        await context.abort(code, details)
