@@ -29,9 +29,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import grpc
+if TYPE_CHECKING:  # imported where a channel is made: the evb command's start never loads gRPC
+    import grpc
 
 from orderer.errors import ConfigError
 
@@ -171,6 +172,8 @@ class ChannelSecurity:
         """Channel credentials, or None for plaintext."""
         if not self.tls:
             return None
+        import grpc
+
         credentials = grpc.ssl_channel_credentials(
             root_certificates=self.root_certificates,
             private_key=self.private_key,
@@ -195,6 +198,8 @@ def sync_channel(
     target: str, security: ChannelSecurity | None, options: list[tuple[str, Any]]
 ) -> grpc.Channel:
     """The one place a blocking channel is made."""
+    import grpc
+
     security = security or PLAINTEXT
     credentials = security.credentials()
     options = [*options, *security.options()]
@@ -207,6 +212,8 @@ def aio_channel(
     target: str, security: ChannelSecurity | None, options: list[tuple[str, Any]]
 ) -> grpc.aio.Channel:
     """The one place an asyncio channel is made."""
+    import grpc
+
     security = security or PLAINTEXT
     credentials = security.credentials()
     options = [*options, *security.options()]

@@ -218,3 +218,13 @@ def test_the_connect_timeout_default_is_the_client_librarys() -> None:
     from orderer.client import DEFAULT_CONNECT_TIMEOUT as LIBRARY
 
     assert DEFAULT_CONNECT_TIMEOUT == LIBRARY
+
+
+def test_the_command_starts_without_loading_grpc() -> None:
+    """Every evb command parses its flags first; gRPC (~50 ms to import) loads only when a
+    command connects, so `evb replay` and `--help` never pay for it."""
+    import subprocess
+    import sys
+
+    code = "import sys, orderer.cli; sys.exit('grpc' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
