@@ -5,6 +5,7 @@ committed is never deleted; commits are durable, only move forward and are check
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,12 +30,17 @@ async def _send(channel, n_steps: int, start: int = 0) -> None:  # type: ignore[
     call.cancel()
 
 
+def _small_segments(tmp_path: Path) -> Any:
+    """A served orderer whose ordered log seals a segment every 4 KiB and keeps 8 KiB: what
+    retention drops shows after a few hundred fragments."""
+    return serving_channel(
+        tmp_path, OrdererConfig(startup_delay=0.0), segment_bytes=4096, retention_bytes=8192
+    )
+
+
 def test_retention_spares_output_a_consumer_has_not_committed(tmp_path: Path) -> None:
     async def body() -> None:
-        served = serving_channel(
-            tmp_path, OrdererConfig(startup_delay=0.0), segment_bytes=4096, retention_bytes=8192
-        )
-        async with served as (running, channel):
+        async with _small_segments(tmp_path) as (running, channel):
             address = target(running)
             # the consumer registers at 0 and commits 300: nothing from 300 on may go
             assert await commit_async(address, "spark", 0) == (0, 0)
@@ -59,10 +65,7 @@ def test_deleting_a_consumer_releases_its_retention_durably(tmp_path: Path) -> N
     held at once (no new input needed), and the deletion survives a restart."""
 
     async def body() -> None:
-        served = serving_channel(
-            tmp_path, OrdererConfig(startup_delay=0.0), segment_bytes=4096, retention_bytes=8192
-        )
-        async with served as (running, channel):
+        async with _small_segments(tmp_path) as (running, channel):
             address = target(running)
             assert await commit_async(address, "spark", 0) == (0, 0)
             assert await commit_async(address, "gone", 0) == (0, 0)
