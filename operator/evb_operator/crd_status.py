@@ -64,6 +64,46 @@ def _condition() -> dict[str, Any]:
     }
 
 
+def _barriers_schema() -> dict[str, Any]:
+    """``status.barriers``: the orderer's totals, and where the operator is in its barrier log
+    (the Events of :mod:`evb_operator.status` report each barrier after that offset once)."""
+    source_ids = {"type": "array", "items": {"type": "integer", "minimum": 0}}
+    return {
+        "type": "object",
+        "description": "Barriers resolved by the orderer in this run.",
+        "properties": {
+            **{
+                name: _COUNTER
+                for name in ("complete", "incomplete", "homogeneous", "heterogeneous")
+            },
+            "lastReportedOffset": {
+                **_COUNTER,
+                "description": "Output offset of the newest barrier the operator has reported"
+                " on (in an Event or a summary Event): a restarted operator reports only the"
+                " barriers after it.",
+            },
+            "lastIncomplete": {
+                "type": "object",
+                "description": "The newest incomplete barrier.",
+                "properties": {
+                    "offset": {**_COUNTER, "description": "Its output offset."},
+                    "missing": {**source_ids, "description": "Sources that sent no barrier."},
+                    "types": {
+                        "type": "object",
+                        "description": "Per source id: the barrier type it sent.",
+                        "additionalProperties": {"type": "integer", "format": "int64"},
+                    },
+                    "resolved": {
+                        "type": "string",
+                        "format": "date-time",
+                        "description": "When the orderer resolved it.",
+                    },
+                },
+            },
+        },
+    }
+
+
 def _status_schema() -> dict[str, Any]:
     counter = _COUNTER
     return {
@@ -108,13 +148,14 @@ def _status_schema() -> dict[str, Any]:
                 "not committed yet: nextOffset less the lowest committed offset. Absent until a "
                 "consumer commits.",
             },
-            "barriers": {
-                "type": "object",
-                "properties": {
-                    name: counter
-                    for name in ("complete", "incomplete", "homogeneous", "heterogeneous")
-                },
+            "consumerLagSeconds": {
+                "type": "number",
+                "minimum": 0,
+                "description": "Age in seconds of the oldest ordered fragment the slowest"
+                " consumer has not committed (0 when it has committed everything). Absent until"
+                " a consumer commits.",
             },
+            "barriers": _barriers_schema(),
             "missing": {
                 "type": "object",
                 "description": "Per source id: barriers it missed.",

@@ -21,8 +21,9 @@ What happens when:
 - ``spec.spark`` changes: the SparkApplication's spec is patched;
 - ``spec.state`` becomes ``Ended``: ``EndRun``; the Spark job reads to the end and finishes;
 - every ``EVB_STATS_INTERVAL`` seconds: status from ``GetStats``, the orderer's StatefulSet and
-  the SparkApplication (the ``Ready`` condition sums them up), and Events for incomplete
-  barriers, bursts of late data, an unreachable orderer, Spark's end;
+  the SparkApplication (the ``Ready`` condition sums them up), and Events for each incomplete
+  or heterogeneous barrier in the orderer's barrier log (a few per period, then a summary),
+  bursts of late data, an unreachable orderer, Spark's end;
 - delete: the SparkApplication first (it stops reading), then the orderer's children (the
   garbage collector would too, through the owner references, in no particular order).
 """
@@ -49,6 +50,13 @@ RESOURCE = (crd.GROUP, crd.VERSION, crd.PLURAL)
 STATS_INTERVAL = float(os.environ.get(c.ENV_STATS_INTERVAL, "10"))
 RPC_TIMEOUT = min(5.0, STATS_INTERVAL)
 """Seconds a GetStats may take: an unreachable orderer must not stall the status timer."""
+BARRIER_LOG_LIMIT = 1000
+"""Resolved barriers each ``GetStats`` of the status timer asks for (the newest): enough for
+every barrier of one status period. Barriers mark run control (begin, end, pause), a few per run;
+a thousand in one period would be a hundred a second at the default ten-second period. Should
+more resolve in one period, the oldest of them are not in the answer: the summary Event counts
+them from the orderer's totals, without their offsets or sources (``status._barrier_report``).
+The answer stays small (a few tens of kB)."""
 CONTROL_TIMEOUT = 30.0
 """Seconds a Configure or EndRun may take (EndRun drains every queue and syncs the logs)."""
 RETRY_DELAY = 10.0
@@ -403,6 +411,7 @@ async def refresh_status(
     try:
         stats = await orderer_client.get_stats_async(
             orderer.endpoint,
+            barrier_log_limit=BARRIER_LOG_LIMIT,
             timeout=RPC_TIMEOUT,
             security=await _security(valid, orderer.namespace),
         )

@@ -16,7 +16,8 @@ while the spec's generation is newer than the one acted on, so ``kubectl wait
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import datetime
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -291,7 +292,9 @@ def observe(
         if new["runEnded"]:
             verdicts[ConditionType.RUN_ENDED] = _run_ended(new["nextOffset"])
         phase = RunPhase.ENDED if new["runEnded"] else RunPhase.RUNNING
-        notices += _counter_notices(previous, new, valid)
+        barriers, notices = _barrier_report(previous, stats, new["barriers"])
+        new["barriers"].update(barriers)
+        notices += _late_burst(previous, new, valid)
 
     spark_state = None
     if spark is not None:
@@ -356,9 +359,10 @@ def _counters(stats: Mapping[str, Any]) -> dict[str, Any]:
     }
     if stats.get("high_water_mark") is not None:
         new["highWaterMark"] = str(stats["high_water_mark"])
-    committed = (stats.get("consumers") or {}).values()
-    if committed:
-        new["consumerLag"] = max(0, new["nextOffset"] - min(int(o) for o in committed))
+    consumers = (stats.get("consumers") or {}).values()
+    if consumers:  # the slowest consumer's, in fragments and in seconds
+        new["consumerLag"] = max(int(c.get("lag") or 0) for c in consumers)
+        new["consumerLagSeconds"] = max(float(c.get("lag_seconds") or 0.0) for c in consumers)
     return new
 
 
@@ -378,25 +382,11 @@ def _tls_condition(valid: ValidSpec, served: bool) -> Verdict:
     return Verdict(False, "NotVerified", f"the orderer has not answered over {how} yet")
 
 
-def _counter_notices(
+def _late_burst(
     previous: Mapping[str, Any], new: Mapping[str, Any], valid: ValidSpec
 ) -> list[Notice]:
+    """A Warning when more late fragments than ``alerts.lateBurst`` came since the last update."""
     notices = []
-    incomplete = new["barriers"]["incomplete"] - _count(previous, "barriers", "incomplete")
-    if incomplete > 0:
-        missing = ", ".join(
-            f"source {k}: {v}"
-            for k, v in sorted(new["missing"].items(), key=lambda item: int(item[0]))
-        )
-        notices.append(
-            Notice(
-                "Warning",
-                "IncompleteBarrier",
-                f"{incomplete} incomplete barrier(s) since the last update"
-                f" ({new['barriers']['incomplete']} in this run); barriers missed so far by"
-                f" {missing or 'no source'}",
-            )
-        )
     late = new["late"] - _count(previous, "late")
     if late >= valid.spec["alerts"]["lateBurst"]:
         notices.append(
@@ -409,3 +399,162 @@ def _counter_notices(
             )
         )
     return notices
+
+
+# ----------------------------------------------------------------------------- barriers
+
+BARRIER_EVENTS_PER_UPDATE = 5
+"""At most this many Events name one barrier each per status update; one more sums up the rest.
+A run whose sources keep missing barriers must not flood the namespace's Events."""
+
+_FLAGS = (("incomplete", "complete"), ("heterogeneous", "homogeneous"))
+"""Each counter of ``stats["barriers"]`` worth reporting and the barrier log's flag it counts
+the absence of."""
+
+
+def _barrier_report(
+    previous: Mapping[str, Any], stats: Mapping[str, Any], counters: Mapping[str, int]
+) -> tuple[dict[str, Any], list[Notice]]:
+    """What the orderer's barrier log (``stats["barrier_log"]``, oldest first) adds since the
+    last update: the status fields under ``barriers`` besides the ``counters`` (of this answer),
+    and the Events.
+
+    Each incomplete barrier is a Warning naming its output offset and the sources that sent none;
+    each heterogeneous one names the type each source sent. ``barriers.lastReportedOffset`` (the
+    newest barrier looked at) is the operator's memory, kept in the status so that a restarted
+    operator repeats nothing; an orderer whose log is shorter than that offset started a new log
+    (a new volume), and its barriers are reported from the start.
+
+    At most :data:`BARRIER_EVENTS_PER_UPDATE` barriers get an Event of their own, the oldest
+    first; one more sums up the rest. The answer holds only the newest barriers (the operator
+    asks for ``handlers.BARRIER_LOG_LIMIT``): when more resolved since the last update, the ones
+    before the oldest returned are counted from the totals (this answer's counters less the
+    previous status's) and the summary says so, without their offsets or sources."""
+    before: Mapping[str, Any] = previous.get("barriers") or {}
+    cursor = before.get("lastReportedOffset")
+    out: dict[str, Any] = {}
+    if cursor is not None and int(cursor) >= _count(stats, "next_offset"):  # a new log
+        cursor, before = None, {}
+        if "lastIncomplete" in (previous.get("barriers") or {}):
+            out["lastIncomplete"] = None  # a merge patch deletes it: it names the old log
+    log = [
+        entry
+        for entry in stats.get("barrier_log") or ()
+        if cursor is None or int(entry["offset"]) > int(cursor)
+    ]
+    notable = [entry for entry in log if not entry["complete"] or not entry["homogeneous"]]
+    shown = BARRIER_EVENTS_PER_UPDATE
+    at = _wall_clock(stats)
+    notices = [_barrier_notice(entry, at) for entry in notable[:shown]]
+    unlisted = {
+        counter: max(0, counters[counter] - _count(before, counter) - sum(not e[flag] for e in log))
+        for counter, flag in _FLAGS
+    }
+    if notable[shown:] or any(unlisted.values()):
+        start = int(cursor) + 1 if cursor is not None else 0
+        returned = len(stats.get("barrier_log") or ())
+        notices.append(_barrier_summary(notable[shown:], unlisted, start, returned))
+    if log:
+        out["lastReportedOffset"] = int(log[-1]["offset"])
+    elif cursor is not None:
+        out["lastReportedOffset"] = int(cursor)
+    incomplete = [entry for entry in log if not entry["complete"]]
+    if incomplete:
+        out["lastIncomplete"] = _incomplete(incomplete[-1], at)
+    elif before.get("lastIncomplete"):
+        out["lastIncomplete"] = before["lastIncomplete"]
+    return out, notices
+
+
+_Clock = Callable[[float], str | None]
+
+
+def _wall_clock(stats: Mapping[str, Any]) -> _Clock:
+    """Orderer time -> ``YYYY-MM-DDTHH:MM:SSZ`` (the answer's ``wall_time`` is the Unix time at
+    its orderer time ``now``); None for every time when the answer has no ``wall_time``."""
+    wall, now = stats.get("wall_time"), stats.get("now")
+
+    def clock(t: float) -> str | None:
+        if not wall or now is None:
+            return None
+        unix = float(wall) - (float(now) - float(t))
+        return datetime.datetime.fromtimestamp(unix, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    return clock
+
+
+def _types(entry: Mapping[str, Any]) -> str:
+    types = sorted((int(source), int(kind)) for source, kind in entry["types"].items())
+    return ", ".join(f"source {source}: type {kind}" for source, kind in types) or "none"
+
+
+def _sources(ids: Sequence[int]) -> str:
+    return ", ".join(str(source) for source in ids)
+
+
+def _barrier_notice(entry: Mapping[str, Any], at: _Clock) -> Notice:
+    """One barrier's Event: a Warning for an incomplete one (the sources that sent no barrier
+    fragment), Normal for a complete heterogeneous one (every source's fragment is in the output,
+    the sources disagree on the type)."""
+    when = at(entry["t"])
+    where = f"barrier at output offset {entry['offset']}" + (f" (resolved {when})" if when else "")
+    mixed = "" if entry["homogeneous"] else "heterogeneous "
+    if not entry["complete"]:
+        return Notice(
+            "Warning",
+            "IncompleteBarrier",
+            f"incomplete {mixed}{where}: no barrier from source(s) {_sources(entry['missing'])};"
+            f" sent {_types(entry)}",
+        )
+    return Notice("Normal", "HeterogeneousBarrier", f"heterogeneous {where}: {_types(entry)}")
+
+
+def _barrier_summary(
+    rest: Sequence[Mapping[str, Any]], unlisted: Mapping[str, int], start: int, returned: int
+) -> Notice:
+    """The barriers beyond the Events of this update, in one Event: how many incomplete and
+    heterogeneous since which output offset, and which sources missed them."""
+    counts = {
+        counter: unlisted[counter] + sum(not e[flag] for e in rest) for counter, flag in _FLAGS
+    }
+    if rest and not any(unlisted.values()):
+        start = int(rest[0]["offset"])
+    what = " and ".join(f"{n} more {counter}" for counter, n in counts.items() if n)
+    message = f"and {what} barrier(s) since output offset {start}"
+    if rest:
+        message += f", the newest at {rest[-1]['offset']}"
+    missed: dict[int, int] = {}
+    for entry in rest:
+        for source in entry["missing"]:
+            missed[int(source)] = missed.get(int(source), 0) + 1
+    if missed:
+        message += "; missed by " + ", ".join(
+            f"source {source}: {n}" for source, n in sorted(missed.items())
+        )
+    lost = max(unlisted.values())
+    if lost:
+        where = (
+            f"resolved before the {returned} newest the orderer returned"
+            if returned
+            else "not in the orderer's answer"
+        )
+        message += f"; {lost} of them {where} (counted from its totals)"
+    incomplete = counts["incomplete"] > 0
+    return Notice(
+        "Warning" if incomplete else "Normal",
+        "IncompleteBarriers" if incomplete else "HeterogeneousBarriers",
+        message,
+    )
+
+
+def _incomplete(entry: Mapping[str, Any], at: _Clock) -> dict[str, Any]:
+    """``status.barriers.lastIncomplete``: the newest incomplete barrier."""
+    last: dict[str, Any] = {
+        "offset": int(entry["offset"]),
+        "missing": [int(source) for source in entry["missing"]],
+        "types": {str(source): int(kind) for source, kind in entry["types"].items()},
+    }
+    when = at(entry["t"])
+    if when:
+        last["resolved"] = when
+    return last
