@@ -17,6 +17,7 @@ gauge of a precomputed rate cannot be summed or re-windowed). README ("The servi
 ``evb_emission_latency_seconds``, ``evb_fsync_duration_seconds{log}``, ``evb_log_bytes{log}``,
 ``evb_log_volume_free_bytes``, ``evb_log_volume_size_bytes``, ``evb_degraded``,
 ``evb_output_offset``, ``evb_high_water_mark``, ``evb_consumer_committed_offset{consumer}``,
+``evb_consumer_lag_seconds{consumer}``,
 ``evb_submit_streams``, ``evb_subscribers``, ``evb_build_info{version}``.
 """
 
@@ -251,6 +252,8 @@ class MetricsSnapshot:
     """The log volume refuses writes (input refused until a retry succeeds)."""
     consumers: Mapping[str, int] = field(default_factory=dict)
     """Committed offset per consumer."""
+    consumer_lag_seconds: Mapping[str, float] = field(default_factory=dict)
+    """Per consumer: age of the oldest output it has not committed (0: it has everything)."""
 
 
 class _OrdererCollector(Collector):
@@ -301,6 +304,14 @@ class _OrdererCollector(Collector):
         for consumer, offset in sorted(snap.consumers.items()):
             consumers.add_metric([consumer], float(offset))
         yield consumers
+        lag = GaugeMetricFamily(
+            "evb_consumer_lag_seconds",
+            "Age of the oldest durable output the consumer has not committed (0: none).",
+            labels=["consumer"],
+        )
+        for consumer, seconds in sorted(snap.consumer_lag_seconds.items()):
+            lag.add_metric([consumer], seconds)
+        yield lag
         yield GaugeMetricFamily(
             "evb_submit_streams", "Open Submit streams.", value=float(snap.submit_streams)
         )

@@ -28,6 +28,7 @@ import asyncio
 import logging
 import math
 import os
+import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from orderer.clock import MonotonicClock
 from orderer.config import OrdererConfig
 from orderer.errors import InterfaceError, ServiceUnavailable
 from orderer.service import data_dir
+from orderer.service.diagnostics import BarrierLog
 from orderer.service.group_commit import GroupCommit
 from orderer.service.intake import Intake
 from orderer.service.metrics import ArrivalLatency, BarrierTally, MetricsSnapshot, directory_bytes
@@ -112,11 +114,13 @@ class OrdererService:
         )
         self._latency = ArrivalLatency(self._orderer.queued)
         self._barriers = BarrierTally()
+        self._barrier_log = BarrierLog()
         self._intake = Intake()
         self._intake_scheduled = False
         for flow in self._orderer.take_flow_signals():
             self._paused[flow.source] = flow.paused
-        self._barriers.add(self._orderer.take_barrier_log())  # those the recovery resolved
+        # those the recovery resolved: the whole run's, from the start (it replays every arrival)
+        self._take_barrier_log()
         self._rearm()
 
     @classmethod
@@ -197,8 +201,8 @@ class OrdererService:
         if self.failed is not None or self.degraded is not None or self._closed:
             raise self._unavailable()
 
-    def open_stream(self) -> SubmitStream:
-        stream = SubmitStream()
+    def open_stream(self, peer: str = "") -> SubmitStream:
+        stream = SubmitStream(peer)
         self._streams.add(stream)
         if self._closed or self.failed or self.degraded:
             stream.finish(self._unavailable())
@@ -315,6 +319,28 @@ class OrdererService:
         log.info("configured %s", dict(changes))
         return new
 
+    async def set_source_state(self, source: int, dead: bool) -> tuple[bool, bool]:
+        """Mark ``source`` dead by hand, or revive it, recorded in the arrival log (recovery
+        replays it at the same time, so the restarted orderer resolves the same barriers);
+        returns ``(whether the source was known, whether it is dead now)`` once durable. With
+        strict sources, a source outside the declared set is refused."""
+        self._check_open()
+        declared = self.limits.sources
+        if declared is not None and source not in declared:
+            raise InterfaceError(
+                f"source: {source} is not a declared source",
+                hint=f"the server accepts only {sorted(declared)}",
+            )
+        self.take_intake()
+        now = self._tick()
+        known = self._orderer.set_source_state(source, dead, now=now)
+        self._commit.stage(now, ArrivalRecords.source_state(source, dead))
+        self._after_call()
+        dead_now = bool(self._orderer.source_states(now=now).get(source, {}).get("dead", dead))
+        await self._durable(self._commit.written_generation)
+        log.info("source %d %s by hand", source, "marked dead" if dead else "revived")
+        return known, dead_now
+
     async def end_run(self) -> int:
         """The spec's end of run: drain every queue now; returns the offset after the run's last
         fragment once everything is durable."""
@@ -332,7 +358,7 @@ class OrdererService:
         """After every orderer call: note what it emitted (the output stays in the core until
         the next write round takes it all at once), relay flow control, re-arm the timer, and
         have the new state written and made durable."""
-        self._barriers.add(self._orderer.take_barrier_log())  # taken, or it grows
+        self._take_barrier_log()
         self._latency.left(self._last_time, self._orderer.queued)
         self._commit.advance(self._orderer.emitted_seq)
         for flow in self._orderer.take_flow_signals():
@@ -342,6 +368,14 @@ class OrdererService:
                     stream.signal(flow.source, flow.paused)
         self._rearm()
         self._commit.start()
+
+    def _take_barrier_log(self) -> None:
+        """The barriers the last orderer call resolved (taken after every call, or the core's
+        list grows), into the metrics and the barrier log ``GetStats`` shows."""
+        resolved = self._orderer.take_barrier_log()
+        if resolved:
+            self._barriers.add(resolved)
+            self._barrier_log.add(resolved)
 
     # ------------------------------------------------------------------ durability
 
@@ -418,7 +452,9 @@ class OrdererService:
 
     # ------------------------------------------------------------------ inspection
 
-    def stats(self) -> pb.Stats:
+    def stats(self, barrier_log_limit: int = 0) -> pb.Stats:
+        """``GetStats``: the counters, the newest ``barrier_log_limit`` resolved barriers (0:
+        1000), the open Submit streams and the consumers with their lag."""
         now = self._peek()
         durable = self._commit.durable_offset
         return convert.stats_to_pb(
@@ -432,7 +468,11 @@ class OrdererService:
             # and next_offset has the whole run (the Spark source closes its last event there)
             run_ended=self._run_ended and durable == self._commit.written_offset,
             config=self._orderer.config,
-            consumers=self._output.committed(),
+            consumers=self._output.consumer_states(now),
+            barrier_log=self._barrier_log.newest(barrier_log_limit),
+            barriers_by_type=self._barrier_log.by_type,
+            connections=[_connection(stream) for stream in self._streams],
+            wall_time=time.time() - (self._clock.now() - now),
         )
 
     def metrics_snapshot(self) -> MetricsSnapshot:
@@ -455,6 +495,10 @@ class OrdererService:
             volume=_volume(self.arrivals.directory),
             degraded=self.degraded is not None,
             consumers=self._output.committed(),
+            consumer_lag_seconds={
+                name: state["lag_seconds"]
+                for name, state in self._output.consumer_states(now).items()
+            },
         )
 
     def next_sequence(self, source: int) -> int:
@@ -486,6 +530,18 @@ class OrdererService:
             if self._lock is not None:
                 os.close(self._lock)  # releases the directory lock
                 self._lock = None
+
+
+def _connection(stream: SubmitStream) -> dict[str, Any]:
+    """A Submit stream as ``GetStats`` lists it (``Stats.connections``)."""
+    return {
+        "peer": stream.peer,
+        "sources": sorted(stream.sources),
+        "since": stream.since,
+        "messages": stream.messages,
+        "bytes": stream.bytes,
+        "acked": dict(stream.acked),
+    }
 
 
 def _volume(directory: Path) -> tuple[int, int] | None:

@@ -54,6 +54,7 @@ class OrdererServicer(pb_grpc.OrdererServicer):
                 await service.room_for_input()
                 if not stream.reading:
                     return
+                stream.received(request.ByteSize())
                 item = request.WhichOneof("item")
                 if item == "batch":
                     service.submit(stream, convert.batch_from_pb(request.batch, service.limits))
@@ -81,7 +82,7 @@ class OrdererServicer(pb_grpc.OrdererServicer):
         request_iterator: AsyncIterator[pb.SubmitRequest],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[pb.SubmitReply]:
-        stream = self._service.open_stream()
+        stream = self._service.open_stream(context.peer())
         reader = asyncio.create_task(self._read_submissions(request_iterator, stream))
         try:
             async for kind, source, value in stream.replies():
@@ -117,7 +118,7 @@ class OrdererServicer(pb_grpc.OrdererServicer):
     async def GetStats(
         self, request: pb.GetStatsRequest, context: grpc.aio.ServicerContext
     ) -> pb.Stats:
-        return self._service.stats()
+        return self._service.stats(request.barrier_log_limit)
 
     async def Configure(
         self, request: pb.ConfigureRequest, context: grpc.aio.ServicerContext
@@ -140,6 +141,13 @@ class OrdererServicer(pb_grpc.OrdererServicer):
         delete = self._service.delete_consumer
         existed, lowest = await _answered(context, delete, request.consumer)
         return pb.DeleteConsumerReply(existed=existed, lowest=lowest)
+
+    async def SetSourceState(
+        self, request: pb.SourceStateRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SourceStateReply:
+        change = self._service.set_source_state(request.source, request.dead)
+        was_known, dead = await _answered(context, change)
+        return pb.SourceStateReply(was_known=was_known, dead=dead)
 
     async def EndRun(
         self, request: pb.EndRunRequest, context: grpc.aio.ServicerContext

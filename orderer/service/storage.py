@@ -519,12 +519,15 @@ def recover(config: OrdererConfig, arrivals: ArrivalLog, ordered: OrderedLog) ->
 
 
 class ConsumerOffsets:
-    """The offsets consumers have committed (``Commit``), durable in one small JSON file.
+    """The offsets consumers have committed (``Commit``), durable in one small JSON file, with
+    the Unix time of each consumer's last commit.
 
     Why: the ordered log's retention must never delete output a known consumer (the Spark job)
     has not processed yet, or a restarted consumer could not replay it (exactly-once). Each
     consumer's offset only moves forward; the file is replaced atomically (write, fsync,
-    rename), so a crash leaves the old or the new content, never a torn one.
+    rename), so a crash leaves the old or the new content, never a torn one. The file maps each
+    name to ``{"offset", "last_commit"}``; a file of a server before last commit times were kept
+    maps names to offsets alone, and reads with no last commit time.
     """
 
     MAX_NAME = 253
@@ -532,13 +535,20 @@ class ConsumerOffsets:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._offsets: dict[str, int] = {}
+        self._last_commit: dict[str, float] = {}
         if self.path.exists():
             try:
                 loaded = json.loads(self.path.read_text(encoding="utf-8"))
-                self._offsets = {str(name): int(offset) for name, offset in loaded.items()}
-            except (ValueError, AttributeError, TypeError) as error:
+                for name, entry in loaded.items():
+                    if isinstance(entry, dict):
+                        self._offsets[str(name)] = int(entry["offset"])
+                        if entry.get("last_commit") is not None:
+                            self._last_commit[str(name)] = float(entry["last_commit"])
+                    else:  # offsets only
+                        self._offsets[str(name)] = int(entry)
+            except (ValueError, AttributeError, TypeError, KeyError) as error:
                 raise InternalOrdererError(
-                    f"{self.path}: not a consumer offset file: {error}"
+                    f"{self.path}: not a consumer offset file: {error!r}"
                 ) from None
 
     def __getitem__(self, consumer: str) -> int:
@@ -547,17 +557,24 @@ class ConsumerOffsets:
     def as_dict(self) -> dict[str, int]:
         return dict(self._offsets)
 
+    def last_commit(self, consumer: str) -> float | None:
+        """Unix time of the consumer's last commit; None if the file did not keep it."""
+        return self._last_commit.get(consumer)
+
     def lowest(self) -> int | None:
         """The lowest committed offset over every known consumer; None when there is none."""
         return min(self._offsets.values(), default=None)
 
-    def commit(self, consumer: str, offset: int) -> int:
-        """Record that ``consumer`` processed everything below ``offset``; returns its offset
-        now (a lower offset than the recorded one changes nothing)."""
+    def commit(self, consumer: str, offset: int, *, now: float | None = None) -> int:
+        """Record that ``consumer`` processed everything below ``offset`` at Unix time ``now``
+        (the wall clock when omitted); returns its offset now (a lower offset than the recorded
+        one changes nothing but the last commit time, which then is not written down: a commit
+        that moves nothing costs no fsync)."""
         if not consumer or len(consumer) > self.MAX_NAME or not consumer.isprintable():
             raise InterfaceError(
                 f"consumer: {consumer!r} must be 1 to {self.MAX_NAME} printable characters"
             )
+        self._last_commit[consumer] = time.time() if now is None else now
         current = self._offsets.get(consumer)
         if current is not None and offset <= current:
             return current
@@ -568,6 +585,7 @@ class ConsumerOffsets:
     def delete(self, consumer: str) -> bool:
         """Forget ``consumer`` (durably): its offset no longer holds retention back. Returns
         whether it was known; forgetting an unknown consumer writes nothing."""
+        self._last_commit.pop(consumer, None)
         if self._offsets.pop(consumer, None) is None:
             return False
         self._save()
@@ -577,7 +595,11 @@ class ConsumerOffsets:
         """Replace the file atomically (write, fsync, rename, fsync the directory)."""
         temporary = self.path.with_suffix(".tmp")
         with temporary.open("w", encoding="utf-8") as out:
-            json.dump(self._offsets, out, sort_keys=True)
+            entries = {
+                name: {"offset": offset, "last_commit": self._last_commit.get(name)}
+                for name, offset in self._offsets.items()
+            }
+            json.dump(entries, out, sort_keys=True)
             out.flush()
             os.fsync(out.fileno())
         os.replace(temporary, self.path)

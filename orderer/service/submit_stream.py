@@ -11,6 +11,7 @@ transitions), so a client that does not read its replies holds little memory.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
@@ -26,11 +27,35 @@ END_OF_STREAM = -1  # an owed "everything this stream sent is durable" (no ack m
 class SubmitStream:
     """One ``Submit`` call as the service sees it: the sources it speaks for, the acks it is owed
     once the arrival log is durable, and the replies waiting to go out (bounded: one ack per
-    source, flow signals only on transitions)."""
+    source, flow signals only on transitions). What ``GetStats`` lists of it as a connection
+    (peer, since, messages, bytes, last ack per source) is counted here as it goes."""
 
-    __slots__ = ("_acks", "_flow", "_unsynced", "_wake", "error", "reading", "sources")
+    __slots__ = (
+        "_acks",
+        "_flow",
+        "_unsynced",
+        "_wake",
+        "acked",
+        "bytes",
+        "error",
+        "messages",
+        "peer",
+        "reading",
+        "since",
+        "sources",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, peer: str = "") -> None:
+        self.peer = peer
+        """gRPC peer address of the client (``ipv4:10.1.2.3:51234``)."""
+        self.since = time.time()
+        """Unix time the stream opened."""
+        self.messages = 0
+        """Requests received on it."""
+        self.bytes = 0
+        """Serialized bytes of those requests."""
+        self.acked: dict[int, int] = {}
+        """Per source: the last durable sequence released to the client as an ack."""
         self.sources: set[int] = set()
         self.reading = True
         self.error: BaseException | None = None
@@ -49,6 +74,7 @@ class SubmitStream:
             _, source, sequence = self._unsynced.popleft()
             if source != END_OF_STREAM:
                 self._acks[source] = max(sequence, self._acks.get(source, 0))
+                self.acked[source] = max(sequence, self.acked.get(source, 0))
             released = True
         if released:
             self._wake.set()
@@ -70,6 +96,11 @@ class SubmitStream:
         """The storage failed: owed acks will never be durable."""
         self._unsynced.clear()
         self.finish(ServiceUnavailable("the orderer's storage failed; reconnect later"))
+
+    def received(self, size: int) -> None:
+        """One request of ``size`` serialized bytes came in on the stream."""
+        self.messages += 1
+        self.bytes += size
 
     async def replies(self) -> AsyncIterator[tuple[int, int, Any]]:
         """``(ACK, source, durable_sequence)`` and ``(FLOW, source, paused)`` until the stream is

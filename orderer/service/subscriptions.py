@@ -13,11 +13,13 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import numpy as np
 
 from orderer.batch import EmittedBatch
 from orderer.errors import InterfaceError, ServiceUnavailable
+from orderer.service.diagnostics import EmitTimes
 from orderer.service.group_commit import GroupCommit
 from orderer.service.storage import ConsumerOffsets
 from orderer.wire import convert
@@ -73,6 +75,7 @@ class Subscriptions:
         self._max_bytes = max_bytes
         self._consumers = consumers
         self._retention = retention if retention is not None else Retention()
+        self._emit_times = EmitTimes(commit.ordered)
         self.subscribers = 0
         """Subscriptions open now."""
         self._changed = asyncio.Event()
@@ -177,6 +180,23 @@ class Subscriptions:
     def committed(self) -> dict[str, int]:
         """Committed offset per known consumer (the ``evb_consumer_committed_offset`` metric)."""
         return self._consumers.as_dict() if self._consumers is not None else {}
+
+    def consumer_states(self, now: float) -> dict[str, dict[str, Any]]:
+        """Per known consumer: ``offset`` committed, ``last_commit`` (Unix time or None) and
+        ``lag_seconds``: ``now`` (orderer time) minus the emit time of the oldest durable
+        fragment it has not committed, 0 when it has committed everything."""
+        if self._consumers is None:
+            return {}
+        durable = self._commit.durable_offset
+        states = {}
+        for name, offset in self._consumers.as_dict().items():
+            emitted = self._emit_times.at(offset) if offset < durable else None
+            states[name] = {
+                "offset": offset,
+                "last_commit": self._consumers.last_commit(name),
+                "lag_seconds": 0.0 if emitted is None else max(0.0, now - emitted),
+            }
+        return states
 
     def apply_retention(self) -> None:
         """Drop old sealed segments of the ordered log (size, age), keeping what is not durable

@@ -15,7 +15,7 @@ Callers: the service (:mod:`orderer.service.servicer`, :mod:`orderer.service.ord
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -373,71 +373,163 @@ def stats_to_pb(
     now: float,
     run_ended: bool,
     config: OrdererConfig,
-    consumers: Mapping[str, int] | None = None,
+    consumers: Mapping[str, Mapping[str, Any]] | None = None,
+    barrier_log: Sequence[Mapping[str, Any]] = (),
+    barriers_by_type: Mapping[int, int] | None = None,
+    connections: Sequence[Mapping[str, Any]] = (),
+    wall_time: float = 0.0,
 ) -> pb.Stats:
-    """``GetStats`` from ``Orderer.counters()`` and ``Orderer.source_states()``, with the
-    committed offset of each known consumer."""
+    """``GetStats`` from ``Orderer.counters()`` and ``Orderer.source_states()``, with each
+    known consumer (``{"offset", "last_commit", "lag_seconds"}`` by name), the resolved
+    barriers (``Orderer.take_barrier_log()`` entries, oldest first) and the open Submit streams
+    (``{"peer", "sources", "since", "messages", "bytes", "acked"}``)."""
     missing = counters.get("missing", {})
     sources = []
     per_source = counters.get("sources", {})
     for source in sorted(set(states) | {int(s) for s in per_source}):
         values = per_source.get(str(source), {})
-        state = states.get(source, {})
-        message = pb.SourceCounters(
-            source=source,
-            missing=int(missing.get(str(source), 0)),
-            queued=int(state.get("queued", 0)),
-            paused=bool(state.get("paused", False)),
-            ended=bool(state.get("ended", False)),
-            dead=bool(state.get("dead", False)),
-            **{name: int(values.get(name, 0)) for name in SOURCE_COUNTERS},
+        sources.append(
+            _source_to_pb(source, values, states.get(source, {}), missing.get(str(source), 0))
         )
-        if state.get("watermark") is not None:
-            message.watermark = int(state["watermark"])
-        sources.append(message)
     barriers = counters.get("barriers", {})
     stats = pb.Stats(
         sources=sources,
-        barriers=pb.BarrierCounters(**{k: int(barriers.get(k, 0)) for k in _BARRIER_COUNTERS}),
+        barriers=pb.BarrierCounters(
+            by_type=barriers_by_type or {},
+            **{k: int(barriers.get(k, 0)) for k in _BARRIER_COUNTERS},
+        ),
         next_offset=next_offset,
         queued=queued,
         now=now,
         run_ended=run_ended,
         config=config_to_pb(config),
         consumers=[
-            pb.ConsumerOffset(consumer=name, offset=int(offset))
-            for name, offset in sorted((consumers or {}).items())
+            pb.ConsumerOffset(
+                consumer=name,
+                offset=int(state["offset"]),
+                last_commit=state.get("last_commit"),
+                lag_seconds=float(state.get("lag_seconds", 0.0)),
+            )
+            for name, state in sorted((consumers or {}).items())
         ],
+        barrier_log=[
+            pb.BarrierRecord(
+                offset=int(entry["offset"]),
+                t=entry["t"],
+                complete=entry["complete"],
+                homogeneous=entry["homogeneous"],
+                types=entry.get("types", {}),
+                missing=entry["missing"],
+            )
+            for entry in barrier_log
+        ],
+        connections=[pb.Connection(**connection) for connection in connections],
+        wall_time=wall_time,
     )
     if high_water_mark is not None:
         stats.high_water_mark = high_water_mark
     return stats
 
 
+def _source_to_pb(
+    source: int, values: Mapping[str, Any], state: Mapping[str, Any], missing: int
+) -> pb.SourceCounters:
+    """One source's counters (``Orderer.counters()``) and queue state (``source_states()``)."""
+    message = pb.SourceCounters(
+        source=source,
+        missing=int(missing),
+        queued=int(state.get("queued", 0)),
+        paused=bool(state.get("paused", False)),
+        ended=bool(state.get("ended", False)),
+        dead=bool(state.get("dead", False)),
+        queued_bytes=int(state.get("queued_bytes", 0)),
+        marked_dead=bool(state.get("marked_dead", False)),
+        out_of_order_last=[
+            pb.OutOfOrder(previous=int(o["previous"]), timestamp=int(o["timestamp"]), t=o["t"])
+            for o in state.get("out_of_order_last", ())
+        ],
+        **{name: int(values.get(name, 0)) for name in SOURCE_COUNTERS},
+    )
+    for field in ("watermark", "oldest_ts", "newest_ts"):
+        if state.get(field) is not None:
+            setattr(message, field, int(state[field]))
+    if state.get("last_arrival") is not None:
+        message.last_arrival = float(state["last_arrival"])
+    return message
+
+
+def _optional(message: Any, field: str) -> Any:
+    return getattr(message, field) if message.HasField(field) else None
+
+
 def stats_to_mapping(stats: pb.Stats) -> dict[str, Any]:
-    """``GetStats`` as plain data: the ``evb replay --stats`` layout (``totals``, ``barriers``,
-    ``missing``, ``sources``) plus the live state of the service."""
+    """``GetStats`` as plain data (``evb stats --json``): the ``evb replay --stats`` layout
+    (``totals``, ``barriers``, ``missing``, ``sources``) plus the live state of the service:
+    the barrier log (oldest first), the connections, and the consumers (``{"committed", "lag",
+    "lag_seconds", "last_commit"}`` by name; ``lag`` in fragments). Map keys are strings."""
     sources: dict[str, dict[str, Any]] = {}
     for message in stats.sources:
         entry: dict[str, Any] = {name: getattr(message, name) for name in SOURCE_COUNTERS}
         entry.update(
             queued=message.queued,
+            queued_bytes=message.queued_bytes,
+            oldest_ts=_optional(message, "oldest_ts"),
+            newest_ts=_optional(message, "newest_ts"),
+            last_arrival=_optional(message, "last_arrival"),
             paused=message.paused,
             ended=message.ended,
             dead=message.dead,
-            watermark=message.watermark if message.HasField("watermark") else None,
+            marked_dead=message.marked_dead,
+            watermark=_optional(message, "watermark"),
+            out_of_order_last=[
+                {"previous": o.previous, "timestamp": o.timestamp, "t": o.t}
+                for o in message.out_of_order_last
+            ],
         )
         sources[str(message.source)] = entry
+    barriers: dict[str, Any] = {name: getattr(stats.barriers, name) for name in _BARRIER_COUNTERS}
+    barriers["by_type"] = {str(k): v for k, v in sorted(stats.barriers.by_type.items())}
     return {
         "totals": {name: sum(s[name] for s in sources.values()) for name in TOTAL_COUNTERS},
-        "barriers": {name: getattr(stats.barriers, name) for name in _BARRIER_COUNTERS},
+        "barriers": barriers,
         "missing": {str(m.source): m.missing for m in stats.sources if m.missing},
         "sources": sources,
         "next_offset": stats.next_offset,
-        "high_water_mark": stats.high_water_mark if stats.HasField("high_water_mark") else None,
+        "high_water_mark": _optional(stats, "high_water_mark"),
         "queued": stats.queued,
         "now": stats.now,
+        "wall_time": stats.wall_time,
         "run_ended": stats.run_ended,
         "config": config_to_mapping(stats.config),
-        "consumers": {entry.consumer: entry.offset for entry in stats.consumers},
+        "barrier_log": [
+            {
+                "offset": b.offset,
+                "t": b.t,
+                "complete": b.complete,
+                "homogeneous": b.homogeneous,
+                "types": {str(k): v for k, v in sorted(b.types.items())},
+                "missing": list(b.missing),
+            }
+            for b in stats.barrier_log
+        ],
+        "connections": [
+            {
+                "peer": c.peer,
+                "sources": list(c.sources),
+                "since": c.since,
+                "messages": c.messages,
+                "bytes": c.bytes,
+                "acked": {str(k): v for k, v in sorted(c.acked.items())},
+            }
+            for c in stats.connections
+        ],
+        "consumers": {
+            c.consumer: {
+                "committed": c.offset,
+                "lag": max(0, stats.next_offset - c.offset),
+                "lag_seconds": c.lag_seconds,
+                "last_commit": _optional(c, "last_commit"),
+            }
+            for c in stats.consumers
+        },
     }

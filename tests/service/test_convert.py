@@ -200,3 +200,91 @@ def test_stats_in_the_replay_layout() -> None:
     assert mapping["config"]["source_timeout"] == "off"
     assert mapping["config"]["barrier_timeout"] is None
     assert OrdererConfig.from_mapping(mapping["config"]) == config
+
+
+def test_stats_carry_the_diagnostics_in_the_stats_json_layout() -> None:
+    """Every key of the ``evb stats --json`` layout of the diagnostics survives the wire: the
+    barrier log, the queue state and out-of-order offenders per source, the connections, the
+    consumers with their lag, the barrier fragments by type and the wall time."""
+    states = {
+        1: {
+            "queued": 2,
+            "queued_bytes": 30,
+            "oldest_ts": 5,
+            "newest_ts": 9,
+            "last_arrival": 1.25,
+            "marked_dead": True,
+            "dead": True,
+            "out_of_order_last": [{"previous": 8, "timestamp": 3, "t": 1.0}],
+        },
+        2: {"queued": 0},
+    }
+    stats = convert.stats_to_pb(
+        counters={"sources": {"1": {"received": 4}, "2": {}}},
+        states=states,
+        next_offset=10,
+        high_water_mark=9,
+        queued=2,
+        now=2.0,
+        run_ended=False,
+        config=OrdererConfig(),
+        consumers={
+            "spark": {"offset": 4, "last_commit": 1.7e9, "lag_seconds": 0.5},
+            "old": {"offset": 10, "last_commit": None, "lag_seconds": 0.0},
+        },
+        barrier_log=[
+            {
+                "offset": 3,
+                "t": 1.5,
+                "complete": False,
+                "homogeneous": True,
+                "types": {1: 7},
+                "missing": [2],
+            }
+        ],
+        barriers_by_type={7: 1},
+        connections=[
+            {
+                "peer": "ipv4:127.0.0.1:5",
+                "sources": [1],
+                "since": 1.6e9,
+                "messages": 3,
+                "bytes": 99,
+                "acked": {1: 4},
+            }
+        ],
+        wall_time=1.8e9,
+    )
+    mapping = convert.stats_to_mapping(pb.Stats.FromString(stats.SerializeToString()))
+    one, two = mapping["sources"]["1"], mapping["sources"]["2"]
+    assert (one["queued_bytes"], one["oldest_ts"], one["newest_ts"]) == (30, 5, 9)
+    assert one["last_arrival"] == 1.25 and one["marked_dead"] and one["dead"]
+    assert one["out_of_order_last"] == [{"previous": 8, "timestamp": 3, "t": 1.0}]
+    assert (two["oldest_ts"], two["newest_ts"], two["last_arrival"]) == (None, None, None)
+    assert two["out_of_order_last"] == [] and not two["marked_dead"]
+    assert mapping["barrier_log"] == [
+        {
+            "offset": 3,
+            "t": 1.5,
+            "complete": False,
+            "homogeneous": True,
+            "types": {"1": 7},
+            "missing": [2],
+        }
+    ]
+    assert mapping["barriers"]["by_type"] == {"7": 1}
+    assert mapping["connections"] == [
+        {
+            "peer": "ipv4:127.0.0.1:5",
+            "sources": [1],
+            "since": 1.6e9,
+            "messages": 3,
+            "bytes": 99,
+            "acked": {"1": 4},
+        }
+    ]
+    assert mapping["consumers"] == {
+        "old": {"committed": 10, "lag": 0, "lag_seconds": 0.0, "last_commit": None},
+        "spark": {"committed": 4, "lag": 6, "lag_seconds": 0.5, "last_commit": 1.7e9},
+    }
+    assert mapping["wall_time"] == 1.8e9
