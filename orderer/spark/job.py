@@ -17,7 +17,9 @@ writes only its own directories::
     events/run=<run>/         the run's events (Parquet, or JSON lines); read OUTPUT/events for
                               every run, with ``run`` as a partition column
     runs/<run>/summary.json   the run summary
-    runs/<run>/report/        rates.png, lateness.png, multiplicity.png, index.html
+    runs/<run>/report/        rates.png, lateness.png, multiplicity.png, dt_spectrum.png,
+                              coincidences.png, index.html, and the histograms as data:
+                              dt_spectrum.pkl, coincidences.pkl (boost-histogram, pickled)
     runs/<run>/checkpoint/    the streaming query's checkpoint (--target; --checkpoint moves it)
 
 Why a run owns whole directories: a run never deletes or overwrites another's results, and

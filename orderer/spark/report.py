@@ -1,5 +1,15 @@
-"""The run report of the Spark job: three plots (rates over time, lateness distribution,
-multiplicity) as PNG and a small self-contained HTML page showing them with the summary.
+"""The run report of the Spark job: five plots as PNG (rates over time with the barriers
+marked, lateness distribution, multiplicity, the spectrum of timestamp differences within
+events per source pair, the coincidence matrix of the sources), the two histograms behind the
+last two as data, and a small self-contained HTML page showing them with the summary.
+
+Every plot's title names how the events were built (``dt`` and the timestamp policy): a report
+is read to choose ``dt``, and two reports of one run built two ways look alike otherwise.
+
+The histograms as data: ``dt_spectrum.pkl`` and ``coincidences.pkl`` are pickled
+``boost_histogram.Histogram`` objects (``pickle.load``; the ``hist`` package takes them as they
+are), their axes named (``first``, ``other``, ``dt``; ``i``, ``j``) and their ``metadata`` the
+run, ``dt``, the timestamp policy and the tick rate. Unpickle only files you trust.
 
 matplotlib runs with the Agg backend (no display: a Spark driver pod has none).
 """
@@ -8,18 +18,61 @@ from __future__ import annotations
 
 import html
 import json
+import pickle
 from pathlib import Path
+from typing import Any
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from orderer.spark.summary import RunSummary
 
-__all__ = ["REPORT_FILES", "write_report"]
+__all__ = ["REPORT_FILES", "building", "spectrum_curves", "write_report"]
 
-REPORT_FILES = ("rates.png", "lateness.png", "multiplicity.png", "index.html")
+REPORT_FILES = (
+    "rates.png",
+    "lateness.png",
+    "multiplicity.png",
+    "dt_spectrum.png",
+    "coincidences.png",
+    "dt_spectrum.pkl",
+    "coincidences.pkl",
+    "index.html",
+)
+
+SPECTRUM_CURVES = 8
+"""Source pairs drawn one by one in the spectrum, the largest first; the rest are summed."""
+
+ANNOTATED_SOURCES = 12
+"""Up to this many sources the coincidence matrix shows its counts in the cells."""
+
+
+def building(summary: RunSummary) -> str:
+    """How the events were built, for the titles: ``dt`` in ticks and in time, and the
+    timestamp policy."""
+    glom = summary.data.get("glom") or {}
+    policy = glom.get("timestamp_policy") or "earliest"
+    dt = glom.get("dt")
+    if dt is None:
+        return f"no building (one event per fragment), timestamp policy {policy}"
+    scale, unit = _unit(dt / summary.data["tick_rate"])
+    return f"dt {dt} ticks ({dt / summary.data['tick_rate'] * scale:.4g} {unit}), " \
+        f"timestamp policy {policy}"
+
+
+def _unit(seconds: float) -> tuple[float, str]:
+    """A time unit that shows ``seconds`` with a few digits: (factor, name)."""
+    for scale, unit in ((1.0, "s"), (1e3, "ms"), (1e6, "µs")):
+        if seconds >= 1 / scale:
+            return scale, unit
+    return 1e9, "ns"
+
+
+def _title(axes: Any, what: str, summary: RunSummary) -> None:
+    axes.set_title(f"{what}, run {summary.data['run']}\n{building(summary)}", fontsize="medium")
 
 
 def _rates(summary: RunSummary, path: Path) -> None:
@@ -27,9 +80,15 @@ def _rates(summary: RunSummary, path: Path) -> None:
     edges = summary.rate_edges
     for source, rates in sorted(summary.rates.items()):
         axes.stairs(rates, edges, label=f"source {source}")
+    barriers = summary.data["barriers"]
+    if barriers:  # where the barrier fragments are, on the same time axis
+        seconds = (np.array([b["timestamp"] for b in barriers], np.int64) - summary.origin)
+        axes.vlines(seconds / summary.data["tick_rate"], 0, 1, transform=axes.get_xaxis_transform(),
+                    colors="black", linestyles="dotted", linewidth=1,
+                    label=f"barriers ({len(barriers)})")
     axes.set_xlabel("time from the first fragment (s, by timestamp)")
     axes.set_ylabel("fragments / s")
-    axes.set_title(f"Rates over time, run {summary.data['run']}")
+    _title(axes, "Rates over time", summary)
     if summary.rates:
         axes.legend(fontsize="small", ncol=2)
     figure.tight_layout()
@@ -48,7 +107,7 @@ def _lateness(summary: RunSummary, path: Path) -> None:
                   transform=axes.transAxes)
     axes.set_xlabel("lateness: high-water mark - timestamp (ms)")
     axes.set_ylabel("late fragments")
-    axes.set_title(f"Lateness distribution ({lateness.size} late fragments)")
+    _title(axes, f"Lateness distribution ({lateness.size} late fragments)", summary)
     figure.tight_layout()
     figure.savefig(path, dpi=90)
     plt.close(figure)
@@ -61,7 +120,79 @@ def _multiplicity(summary: RunSummary, path: Path) -> None:
     axes.bar(values, [histogram[str(v)] for v in values], color="tab:green")
     axes.set_xlabel("fragments per event")
     axes.set_ylabel("events")
-    axes.set_title(f"Multiplicity ({summary.data['events']} events)")
+    _title(axes, f"Multiplicity ({summary.data['events']} events)", summary)
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+
+
+def spectrum_curves(summary: RunSummary) -> list[tuple[str, np.ndarray]]:
+    """The spectrum's curves as plotted: the ``SPECTRUM_CURVES`` source pairs with the most
+    fragments, by name ("first -> other"), then the rest summed, if any."""
+    histogram = summary.spectrum
+    values = histogram.values()
+    firsts, others = list(histogram.axes[0]), list(histogram.axes[1])
+    totals = values.sum(axis=2)
+    pairs = sorted(
+        (-int(totals[i, j]), int(firsts[i]), int(others[j]), i, j)
+        for i, j in zip(*np.nonzero(totals), strict=True)
+    )
+    curves = [(f"{first} -> {other}", values[i, j]) for _, first, other, i, j in
+              pairs[:SPECTRUM_CURVES]]
+    rest = pairs[SPECTRUM_CURVES:]
+    if rest:
+        summed = np.sum([values[i, j] for *_, i, j in rest], axis=0)
+        curves.append((f"{len(rest)} other pairs", summed))
+    return curves
+
+
+def _spectrum(summary: RunSummary, path: Path) -> None:
+    figure, axes = plt.subplots(figsize=(8, 4.5))
+    axis = summary.spectrum.axes[2]
+    curves = spectrum_curves(summary)
+    for name, values in curves:
+        axes.stairs(values, axis.edges, label=name)
+    dt = (summary.data.get("glom") or {}).get("dt")
+    if dt is not None:
+        axes.axvline(dt, color="tab:red", linestyle="--", label=f"±dt = {dt} ticks")
+        axes.axvline(-dt, color="tab:red", linestyle="--")
+    if curves:
+        axes.set_yscale("log")
+        axes.legend(fontsize="small", ncol=2, title="first source -> source")
+    else:
+        axes.text(0.5, 0.5, "no event with more than one fragment", ha="center", va="center",
+                  transform=axes.transAxes)
+    margin = 0.03 * (axis.edges[-1] - axis.edges[0])  # the dt lines clear of the frame
+    axes.set_xlim(axis.edges[0] - margin, axis.edges[-1] + margin)
+    axes.set_xlabel("timestamp - the event's first fragment's timestamp (ticks)")
+    axes.set_ylabel("fragments")
+    _title(axes, f"Timestamp differences within events ({int(summary.spectrum.sum())} "
+           "fragments)", summary)
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+
+
+def _coincidences(summary: RunSummary, path: Path) -> None:
+    histogram = summary.coincidences
+    sources = [int(s) for s in histogram.axes[0]]
+    figure, axes = plt.subplots(figsize=(6.5, 5.5))
+    if sources:
+        counts = histogram.values()
+        image = axes.imshow(counts, cmap="viridis", origin="lower")
+        figure.colorbar(image, ax=axes, label="events")
+        axes.set_xticks(range(len(sources)), [str(s) for s in sources], fontsize="small")
+        axes.set_yticks(range(len(sources)), [str(s) for s in sources], fontsize="small")
+        if len(sources) <= ANNOTATED_SOURCES:
+            bright = counts.max() / 2
+            for (i, j), count in np.ndenumerate(counts):
+                axes.text(j, i, str(int(count)), ha="center", va="center", fontsize="x-small",
+                          color="black" if count > bright else "white")
+    else:
+        axes.text(0.5, 0.5, "no events", ha="center", va="center", transform=axes.transAxes)
+    axes.set_xlabel("source")
+    axes.set_ylabel("source")
+    _title(axes, "Coincidences: events holding both sources", summary)
     figure.tight_layout()
     figure.savefig(path, dpi=90)
     plt.close(figure)
@@ -73,6 +204,12 @@ def write_report(summary: RunSummary, directory: Path) -> list[Path]:
     _rates(summary, directory / "rates.png")
     _lateness(summary, directory / "lateness.png")
     _multiplicity(summary, directory / "multiplicity.png")
+    _spectrum(summary, directory / "dt_spectrum.png")
+    _coincidences(summary, directory / "coincidences.png")
+    for name, histogram in (("dt_spectrum.pkl", summary.spectrum),
+                            ("coincidences.pkl", summary.coincidences)):
+        with (directory / name).open("wb") as file:
+            pickle.dump(histogram, file, protocol=pickle.HIGHEST_PROTOCOL)
     data = summary.data
     rows = "".join(
         f"<tr><td>{html.escape(source)}</td><td>{v['fragments']}</td><td>{v['late']}</td>"
@@ -90,6 +227,7 @@ def write_report(summary: RunSummary, directory: Path) -> list[Path]:
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}
 img{{max-width:100%}}</style></head><body>
 <h1>evb run {html.escape(data['run'])}</h1>
+<p>Events built with {html.escape(building(summary))}.</p>
 <p>{data['events']} events and {data['barrier_rows']} barrier rows from {data['fragments']}
 fragments over {data['duration_seconds']} s; mean multiplicity {data['multiplicity']['mean']};
 {data['late']['fragments']} late fragments (max lateness
@@ -100,6 +238,20 @@ fragments over {data['duration_seconds']} s; mean multiplicity {data['multiplici
 <h2>Rates over time</h2><img src="rates.png" alt="rates over time">
 <h2>Lateness</h2><img src="lateness.png" alt="lateness distribution">
 <h2>Multiplicity</h2><img src="multiplicity.png" alt="multiplicity histogram">
+<h2>Timestamp differences within events</h2>
+<p>Each fragment after its event's first one, by its timestamp minus the first one's, per
+(first source, source). The events keep only differences within &plusmn;dt: counts still high at
+the dashed lines mean dt cuts into a coincidence peak.</p>
+<img src="dt_spectrum.png" alt="spectrum of timestamp differences within events">
+<h2>Coincidences</h2><p>Events in which both sources have a fragment (the diagonal: events
+holding the source).</p><img src="coincidences.png" alt="coincidence matrix of the sources">
+<h2>Histograms as data</h2><p>Pickled <code>boost_histogram.Histogram</code> objects
+(<code>pickle.load</code>; <code>hist</code> takes them as they are), with the run, dt, the
+timestamp policy and the tick rate in their <code>metadata</code>:</p><ul>
+<li><a href="dt_spectrum.pkl">dt_spectrum.pkl</a>: axes <code>first</code> (source) &times;
+<code>other</code> (source) &times; <code>dt</code> (ticks)</li>
+<li><a href="coincidences.pkl">coincidences.pkl</a>: axes <code>i</code> &times; <code>j</code>
+(sources)</li></ul>
 <h2>Barriers</h2><table><tr><th>offset</th><th>source</th><th>type</th><th>timestamp</th></tr>
 {barriers}</table>
 </body></html>

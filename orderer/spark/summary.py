@@ -22,6 +22,10 @@ of every late fragment.
 
 Rates over time: ``RATE_BINS`` bins of equal width from the first fragment's timestamp to the
 last one's (``numpy.histogram``'s bins: each closed on the left, the last one on both sides).
+
+The spectrum of timestamp differences within events and the coincidence matrix of the sources
+(what helps choose ``dt``) are boost-histogram objects, counted on the executors the same way
+(:mod:`orderer.spark.coincidence`).
 """
 
 from __future__ import annotations
@@ -30,9 +34,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import boost_histogram as bh
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from orderer.spark.coincidence import pair_histograms
 
 __all__ = ["RATE_BINS", "SUMMARY_SCHEMA", "RunSummary", "summarize"]
 
@@ -61,6 +68,9 @@ class RunSummary:
     rate_edges: np.ndarray  # seconds from the first fragment, RATE_BINS + 1
     rates: dict[int, np.ndarray]  # per source, fragments per second in each bin
     lateness: np.ndarray  # seconds, one per late fragment
+    origin: int  # the first fragment's timestamp (ticks): time 0 of rate_edges
+    spectrum: bh.Histogram  # first source x other source x timestamp difference (ticks)
+    coincidences: bh.Histogram  # source x source: events holding both
 
     def as_dict(self) -> dict[str, Any]:
         return self.data
@@ -168,6 +178,17 @@ def summarize(events: Any, *, run: str, tick_rate: float, glom: dict[str, Any]) 
     before = np.maximum.accumulate(segment_max)[:-1]  # high-water mark before each late one
     lateness = (before - late_ts).astype(np.float64) / tick_rate
 
+    # 4. the spectrum of differences within events and the coincidence matrix, on the executors
+    metadata = {
+        "run": run,
+        "dt": glom.get("dt"),
+        "timestamp_policy": glom.get("timestamp_policy"),
+        "tick_rate": tick_rate,
+    }
+    spectrum, coincidences = pair_histograms(
+        events, [int(row["source"]) for row in per_source], glom.get("dt"), metadata
+    )
+
     data = {
         "run": run,
         "glom": glom,
@@ -200,8 +221,13 @@ def summarize(events: Any, *, run: str, tick_rate: float, glom: dict[str, Any]) 
             "mean_lateness_seconds": float(lateness.mean()) if lateness.size else 0.0,
         },
         "barriers": barriers,
+        "dt_spectrum": {
+            "fragments": int(spectrum.sum(flow=True)),
+            "bins": spectrum.axes[2].size,
+            "bin_width_ticks": float(spectrum.axes[2].widths[0]),
+        },
     }
-    return RunSummary(data, edges, rates, lateness)
+    return RunSummary(data, edges, rates, lateness, first_ts, spectrum, coincidences)
 
 
 def _partials_of(

@@ -1,0 +1,191 @@
+"""The two histograms of the run report that help choose ``dt``: the spectrum of timestamp
+differences inside the built events, per (first source, other source), and the coincidence
+matrix of the sources. Both are boost-histogram objects, plotted by :mod:`orderer.spark.report`
+and saved beside the plots (pickled) for reuse.
+
+The spectrum: for each built event (barrier rows aside), each fragment after the first one
+contributes its timestamp minus the timestamp of the event's *first fragment in stream order*
+(the fragment glom measures the window from), filed under (the first fragment's source, its own
+source). Glom keeps a fragment in the open event while ``|ts - first| <= dt``, so every
+difference lies in ``[-dt, dt]``; it is negative only where a late fragment is involved. The
+axis is fixed by ``dt`` alone (:func:`spectrum_axis`), so that every partition and micro-batch
+bins alike and partial counts add up: at most ``SPECTRUM_BINS`` regular bins over
+``[-dt - 0.5, dt + 0.5]``, one tick each, centred on the integers, whenever ``2 dt + 1`` fits.
+What it tells: the built events hold only the differences inside the window, so a ``dt`` that
+cuts into a coincidence peak shows as counts still high at ``±dt`` rather than fallen to the
+flat level of random coincidences.
+
+The coincidence matrix: entry (i, j) counts the events in which sources i and j both have a
+fragment; the diagonal (i, i) counts the events that hold source i at all. Barrier rows are not
+events and are left out.
+
+Why on the executors, as the rest of the summary: a run has tens of millions of fragments. Each
+Arrow batch of events is reduced on its executor to counts per (first source, other source, bin)
+and per (source i, source j); Spark sums them (``groupBy``) and the driver receives at most
+``S² (bins + 2) + S²`` rows for ``S`` sources, whatever the run's length. As the rest of the
+summary, they are computed from the events the sink committed, once the query is done, so a
+streamed run that was restarted or resumed counts each event exactly once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import boost_histogram as bh
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = [
+    "SPECTRUM_BINS",
+    "pair_histograms",
+    "pair_partials",
+    "spectrum_axis",
+    "to_histograms",
+]
+
+SPECTRUM_BINS = 201
+"""Most bins of the spectrum's difference axis (one tick each up to dt = 100)."""
+
+_PARTIALS_SCHEMA = "kind int, a long, b long, c long, value long"
+_SPECTRUM, _COINCIDENCE = 0, 1
+"""Kinds of the executors' partial counts: (first source, other source, bin index; -1 below the
+axis, bins above it) -> fragments; (source i, source j, 0) -> events."""
+
+_CELLS = 1 << 20
+"""Cells of one block of the event x source incidence matrix (8 MiB of float64)."""
+
+
+def spectrum_axis(dt: int | None) -> bh.axis.Regular:
+    """The difference axis for a window of ``dt`` ticks (None, no building: dt 0, the events
+    have one fragment each and the spectrum stays empty)."""
+    window = int(dt or 0)
+    return bh.axis.Regular(
+        min(2 * window + 1, SPECTRUM_BINS),
+        -window - 0.5,
+        window + 0.5,
+        __dict__={"name": "dt", "label": "timestamp - first fragment's timestamp (ticks)"},
+    )
+
+
+def pair_partials(axis: bh.axis.Regular) -> Any:
+    """The executors' pass over the events (batches of a ``fragments`` column: lists of
+    structs with ``source`` and ``timestamp``, barrier rows already left out): partial counts
+    of both histograms, as rows of ``kind, a, b, c, value``."""
+
+    def partials(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            lists = batch.column("fragments")
+            flat = pc.list_flatten(lists)
+            if len(flat) == 0:
+                continue
+            source = flat.field("source").to_numpy(zero_copy_only=False).astype(np.int64)
+            ts = flat.field("timestamp").to_numpy(zero_copy_only=False).astype(np.int64)
+            parent = pc.list_parent_indices(lists).to_numpy().astype(np.int64)
+            lengths = pc.list_value_length(lists).fill_null(0).to_numpy().astype(np.int64)
+            starts = np.cumsum(lengths) - lengths  # into the flattened fragments
+            first = starts[parent]
+            others = np.arange(source.size) != first
+            # int64 differences wrap as the unsigned timestamps would: |difference| <= dt < 2**63
+            difference = ts[others] - ts[first[others]]
+            bins = np.asarray(axis.index(difference.astype(np.float64)), np.int64)
+            parts = [_counted(_SPECTRUM, source[first[others]], source[others], bins)]
+            parts.append(_coincidences(parent, source))
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.array(np.concatenate([p[0] for p in parts]).astype(np.int32)),
+                    *(pa.array(np.concatenate([p[k] for p in parts])) for k in (1, 2, 3, 4)),
+                ],
+                names=["kind", "a", "b", "c", "value"],
+            )
+
+    return partials
+
+
+def _counted(kind: int, *keys: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Rows ``kind, a, b, c, count`` of the distinct key triples."""
+    if keys[0].size == 0:
+        empty = np.zeros(0, np.int64)
+        return (empty, empty, empty, empty, empty)
+    unique, count = np.unique(np.stack(keys, axis=1).astype(np.int64), axis=0, return_counts=True)
+    return (np.full(count.size, kind, np.int64), unique[:, 0], unique[:, 1], unique[:, 2],
+            count.astype(np.int64))
+
+
+def _coincidences(parent: np.ndarray, source: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Events per (source i, source j) of one batch, as the product of its event x source
+    incidence matrix with itself, in blocks of events so that memory stays bounded."""
+    ids, column = np.unique(source, return_inverse=True)
+    total = np.zeros((ids.size, ids.size), np.int64)
+    events = int(parent[-1]) + 1
+    block = max(1, _CELLS // ids.size)
+    bounds = np.searchsorted(parent, np.arange(0, events + block, block))
+    for k in range(bounds.size - 1):
+        lo, hi = int(bounds[k]), int(bounds[k + 1])
+        if lo == hi:
+            continue
+        incidence = np.zeros((block, ids.size), np.float64)
+        incidence[parent[lo:hi] - k * block, column[lo:hi]] = 1.0
+        total += np.rint(incidence.T @ incidence).astype(np.int64)  # exact: counts <= block
+    i, j = np.nonzero(total)
+    return (np.full(i.size, _COINCIDENCE, np.int64), ids[i], ids[j], np.zeros(i.size, np.int64),
+            total[i, j])
+
+
+def to_histograms(
+    partials: pa.Table, sources: list[int], axis: bh.axis.Regular, metadata: dict[str, Any]
+) -> tuple[bh.Histogram, bh.Histogram]:
+    """The spectrum (first source x other source x difference) and the coincidence matrix
+    (source x source) of the summed partial counts; ``sources`` name the category axes."""
+    kind = partials.column("kind").to_numpy()
+    a, b, c, value = (partials.column(k).to_numpy() for k in ("a", "b", "c", "value"))
+
+    def category(name: str, label: str) -> bh.axis.IntCategory:
+        return bh.axis.IntCategory(sources, __dict__={"name": name, "label": label})
+
+    position = {source: k for k, source in enumerate(sources)}
+
+    def at(ids: np.ndarray) -> np.ndarray:
+        return np.array([position[int(s)] for s in ids], dtype=np.intp)
+
+    spectrum = bh.Histogram(
+        category("first", "source of the event's first fragment"),
+        category("other", "source of the fragment"),
+        axis,
+        storage=bh.storage.Int64(),
+        metadata={**metadata, "what": "fragments after their event's first one, by the "
+                  "difference of their timestamps (ticks)"},
+    )
+    mine = kind == _SPECTRUM
+    view = spectrum.view(flow=True)  # flow: the difference axis has its underflow at 0
+    view[at(a[mine]), at(b[mine]), c[mine] + 1] = value[mine]
+    coincidences = bh.Histogram(
+        category("i", "source"),
+        category("j", "source"),
+        storage=bh.storage.Int64(),
+        metadata={**metadata, "what": "events holding both sources (diagonal: events holding "
+                  "the source)"},
+    )
+    mine = kind == _COINCIDENCE
+    coincidences.view()[at(a[mine]), at(b[mine])] = value[mine]
+    return spectrum, coincidences
+
+
+def pair_histograms(
+    events: Any, sources: list[int], dt: int | None, metadata: dict[str, Any]
+) -> tuple[bh.Histogram, bh.Histogram]:
+    """Both histograms of a run's events (a DataFrame with ``barrier`` and ``fragments``),
+    counted on the executors and summed by Spark."""
+    from pyspark.sql import functions as F
+
+    axis = spectrum_axis(dt)
+    partials = (
+        events.where(F.col("barrier") == 0)
+        .select("fragments")
+        .mapInArrow(pair_partials(axis), _PARTIALS_SCHEMA)
+        .groupBy("kind", "a", "b", "c")
+        .agg(F.sum("value").alias("value"))
+        .toArrow()
+    )
+    return to_histograms(partials, sources, axis, metadata)
