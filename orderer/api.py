@@ -140,6 +140,18 @@ class Orderer:
         """``source`` said end of stream; it stops holding the others back."""
         self._core.end_source(self._now(now), _check_id("source", source, _U32))
 
+    def set_source_state(self, source: int, dead: bool, *, now: float | None = None) -> bool:
+        """Mark ``source`` dead (it no longer holds a barrier back) or revive it (its silence
+        clock for ``source_timeout`` starts again), as NSCLDAQ's ``markSourceFailed``; its next
+        record of any kind revives it too. A flush follows, so a barrier that only this source
+        held back resolves at once. Returns whether the source was known (an unknown one
+        becomes known, like a declared source)."""
+        if not isinstance(dead, bool | np.bool_):
+            raise InterfaceError(f"dead: {dead!r} is not a boolean")
+        return self._core.set_source_state(
+            self._now(now), _check_id("source", source, _U32), bool(dead)
+        )
+
     def advance(self, now: float | None = None) -> None:
         """Run every deadline up to and including ``now`` (what a live timer calls)."""
         self._core.run_deadlines(self._now(now))
@@ -162,10 +174,20 @@ class Orderer:
         return [FlowSignal(source, paused) for source, paused in self._core.take_flow_changes()]
 
     def take_barrier_log(self) -> list[dict[str, Any]]:
-        """Barriers resolved since the last call."""
+        """Barriers resolved since the last call, oldest first: ``offset`` (output sequence of
+        the resolution's first barrier fragment), ``t``, ``complete``, ``homogeneous``,
+        ``types`` (source id -> the barrier type it sent) and ``missing`` (source ids, ascending).
+        """
         return [
-            {"t": t, "complete": complete, "homogeneous": homogeneous, "missing": list(missing)}
-            for t, complete, homogeneous, missing in self._core.take_barrier_log()
+            {
+                "offset": offset,
+                "t": t,
+                "complete": complete,
+                "homogeneous": homogeneous,
+                "types": types,
+                "missing": list(missing),
+            }
+            for offset, t, complete, homogeneous, types, missing in self._core.take_barrier_log()
         ]
 
     def counters(self) -> dict[str, Any]:
@@ -173,7 +195,11 @@ class Orderer:
         return self._core.counters()
 
     def source_states(self, *, now: float | None = None) -> dict[int, dict[str, Any]]:
-        """Per source: queued fragments, watermark, ended, dead, paused, last arrival."""
+        """Per source: ``queued`` fragments and ``queued_bytes`` (their payload bytes),
+        ``oldest_ts``/``newest_ts`` of the queued fragments (None when empty), ``watermark``,
+        ``ended``, ``dead`` (marked, or silent for ``source_timeout``), ``marked_dead``,
+        ``paused``, ``last_arrival`` (None before any) and ``out_of_order_last`` (the last 10
+        out-of-order arrivals, oldest first, each ``{"previous", "timestamp", "t"}``)."""
         return self._core.source_states(self._now(now))
 
     @property
@@ -201,8 +227,8 @@ class Orderer:
 
     def replay_records(self, records: ArrivalRecords) -> None:
         """Take in a whole recorded run at once (``evb replay``, recovery): records in order of
-        their arrival times, each taken in at its ``t``; fragments, watermarks and ends of
-        source (:class:`~orderer.batch.ArrivalKind` 0 to 2) only."""
+        their arrival times, each taken in at its ``t``; fragments, watermarks, ends of source
+        and source-state changes (:class:`~orderer.batch.ArrivalKind` 0 to 2 and 5) only."""
         self._core.replay(
             records.kind, records.times(), records.source, records.value, records.barrier,
             records.payload_offsets, records.payload,

@@ -263,7 +263,8 @@ class EmittedBatch:
 
 class ArrivalKind(enum.IntEnum):
     """What an arrival record is: the ``kind`` column of :class:`ArrivalRecords` and of the
-    arrival log. The core replays the first three; ``evb replay`` input holds only those."""
+    arrival log. The core replays fragments, watermarks, ends and source-state changes, and
+    ``evb replay`` input holds only those; the service applies the other two itself."""
 
     FRAGMENT = 0
     WATERMARK = 1
@@ -271,6 +272,8 @@ class ArrivalKind(enum.IntEnum):
     CONFIGURE = 3
     """A live change of parameters; the payload is its JSON."""
     END_RUN = 4
+    SOURCE_STATE = 5
+    """A source marked dead (``value`` 1) or revived (``value`` 0) by an operator."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,6 +358,12 @@ class ArrivalRecords:
             np.array([0, len(payload)], dtype=np.uint64),
             np.frombuffer(payload, dtype=np.uint8),
         )
+
+    @classmethod
+    def source_state(cls, source: int, dead: bool) -> ArrivalRecords:
+        """A source marked dead or revived: logged like an arrival so that recovery and
+        ``evb replay`` apply it at the same time as the live orderer did."""
+        return cls.marker(ArrivalKind.SOURCE_STATE, source, 1 if dead else 0)
 
     @classmethod
     def configure(cls, changes: Mapping[str, Any]) -> ArrivalRecords:

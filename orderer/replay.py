@@ -28,12 +28,21 @@ from orderer.errors import RecordError
 __all__ = ["read_records", "replay", "replay_file", "write_emitted", "write_records"]
 
 FRAGMENT, WATERMARK, END = ArrivalKind.FRAGMENT, ArrivalKind.WATERMARK, ArrivalKind.END_OF_SOURCE
+STATE = ArrivalKind.SOURCE_STATE
 """The kinds of record the input format holds."""
 _U32 = 2**32 - 1
 _U64 = 2**64 - 1
 _FRAGMENT_KEYS = frozenset({"t", "source", "ts", "barrier", "payload"})
 _WATERMARK_KEYS = frozenset({"t", "source", "watermark"})
 _END_KEYS = frozenset({"t", "source", "end"})
+_STATE_KEYS = frozenset({"t", "source", "dead"})
+_KINDS = {
+    "ts": (FRAGMENT, _FRAGMENT_KEYS),
+    "watermark": (WATERMARK, _WATERMARK_KEYS),
+    "end": (END, _END_KEYS),
+    "dead": (STATE, _STATE_KEYS),
+}
+"""The field that makes a record of each kind: the kind, and the fields such a record may have."""
 
 
 def _integer(record: dict[str, Any], key: str, top: int, line: int) -> int:
@@ -63,15 +72,15 @@ def _parse_line(text: str, line: int, previous_t: float) -> tuple[int, float, in
     if t < previous_t:
         raise RecordError(line, f"t={t} is before the previous record's t={previous_t}")
     source = _integer(record, "source", _U32, line)
-    kinds = [key for key in ("ts", "watermark", "end") if key in record]
+    kinds = [key for key in _KINDS if key in record]
     if len(kinds) != 1:
         raise RecordError(
             line,
-            "a record needs exactly one of 'ts', 'watermark', 'end'"
+            "a record needs exactly one of 'ts', 'watermark', 'end', 'dead'"
             + (f", got {kinds}" if kinds else ""),
         )
     kind = kinds[0]
-    allowed = {"ts": _FRAGMENT_KEYS, "watermark": _WATERMARK_KEYS, "end": _END_KEYS}[kind]
+    allowed = _KINDS[kind][1]
     unknown = sorted(set(record) - allowed)
     if unknown:
         raise RecordError(line, f"unknown field {unknown[0]!r} in a {kind} record")
@@ -90,14 +99,18 @@ def _parse_line(text: str, line: int, previous_t: float) -> tuple[int, float, in
         return FRAGMENT, t, source, ts, barrier, payload
     if kind == "watermark":
         return WATERMARK, t, source, _integer(record, "watermark", _U64, line), 0, b""
+    if kind == "dead":
+        if not isinstance(record["dead"], bool):
+            raise RecordError(line, f"dead must be true or false, got {record['dead']!r}")
+        return STATE, t, source, int(record["dead"]), 0, b""
     if record["end"] is not True:
         raise RecordError(line, f"end must be true, got {record['end']!r}")
     return END, t, source, 0, 0, b""
 
 
 _KIND_OF_KEYS: dict[frozenset[str], int] = {}
-for _keys, _kind in ((_FRAGMENT_KEYS, FRAGMENT), (_WATERMARK_KEYS, WATERMARK), (_END_KEYS, END)):
-    _required = {"t", "source", {FRAGMENT: "ts", WATERMARK: "watermark", END: "end"}[_kind]}
+for _key, (_kind, _keys) in _KINDS.items():
+    _required = {"t", "source", _key}
     _optional = sorted(_keys - _required)
     for _mask in range(1 << len(_optional)):
         _subset = {_optional[b] for b in range(len(_optional)) if _mask >> b & 1}
@@ -149,7 +162,11 @@ def _read_fast(lines: list[str]) -> ArrivalRecords:
     barrier = _integers([r.get("barrier", 0) for r in records], np.uint32, _U32)
     if not all(r["end"] is True for r in records if "end" in r):
         raise _NeedsCheckedPath
+    dead = [r.get("dead", False) for r in records]
+    if not set(map(type, dead)) <= {bool}:
+        raise _NeedsCheckedPath
     value = np.where(kind == WATERMARK, watermark, timestamp)
+    value = np.where(kind == STATE, np.asarray(dead, dtype=np.uint64), value)
     lengths = np.zeros(len(records), dtype=np.uint64)
     blobs: list[bytes] = []
     if any(frozenset(layout) >= {"payload"} for layout in kind_of_layout):
@@ -259,8 +276,9 @@ def write_emitted(emitted: EmittedBatch, out: IO[str]) -> None:
 def write_records(records: ArrivalRecords, out: IO[str]) -> None:
     """Records in the input format, one JSON object per line: fragments as ``{"t", "source",
     "ts"}`` plus ``barrier`` when non-zero and ``payload`` (base64) when non-empty, watermarks as
-    ``{"t", "source", "watermark"}``, ends of source as ``{"t", "source", "end"}``; the kinds the
-    format has no record for (a live configuration change, end of run) are left out. ``t`` is
+    ``{"t", "source", "watermark"}``, ends of source as ``{"t", "source", "end"}``, a source
+    marked dead or revived as ``{"t", "source", "dead": true|false}``; the kinds the format has
+    no record for (a live configuration change, end of run) are left out. ``t`` is
     written with ``repr`` so that it reads back as exactly the same double."""
     kind = records.kind.tolist()
     t = records.times().tolist()
@@ -283,6 +301,8 @@ def write_records(records: ArrivalRecords, out: IO[str]) -> None:
                 yield f'{head}"watermark": {value[i]}}}\n'
             elif kind[i] == END:
                 yield f'{head}"end": true}}\n'
+            elif kind[i] == STATE:
+                yield f'{head}"dead": {"true" if value[i] else "false"}}}\n'
 
     out.writelines(lines())
 

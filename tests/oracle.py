@@ -6,6 +6,7 @@ records in the ``evb replay`` INPUT layout, as dicts::
     {"t": 1.5, "source": 3, "ts": 120, "barrier": 0}    # fragment ("barrier" optional)
     {"t": 1.6, "source": 3, "watermark": 100}           # watermark
     {"t": 3.0, "source": 3, "end": True}                # end of source
+    {"t": 4.0, "source": 3, "dead": True}               # marked dead (False: revived)
 
 and returns what is emitted (``{"t", "source", "ts", "barrier", "late"}`` dicts, in emission order)
 and the counters in the ``evb replay --stats`` layout.
@@ -18,7 +19,9 @@ Choices where the contract is silent (the same as the core's; ``docs/ordering.md
 - watermark and end records count as arrivals for the dead-source rule and make a source known;
 - a fragment re-opens an ended source, a watermark does not; a lower watermark is ignored;
 - ``first arrival`` (startup delay) is the first *fragment*;
-- within a queue, barriers are sorted by ``(timestamp, arrival order)`` like ordinary data.
+- within a queue, barriers are sorted by ``(timestamp, arrival order)`` like ordinary data;
+- a mark (dead) or revive record is no arrival: it neither starts the startup delay nor moves
+  the last arrival; a revive restarts the silence clock of a source that has sent something.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ class Source:
     ended: bool = False
     last_arrival: float | None = None  # None: nothing arrived yet (a declared, silent source)
     previous_ts: int | None = None  # timestamp of the previous fragment, for the counters
+    marked_dead: bool = False  # marked dead until its next record or a revive
+    revived_at: float | None = None  # last revive: the silence clock restarts there
     counters: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys((*COUNTER_NAMES, "max_lateness", "barriers"), 0)
     )
@@ -106,10 +111,21 @@ class Oracle:
             self.sources[source_id] = Source(source_id)
         return self.sources[source_id]
 
+    @staticmethod
+    def silent_since(s: Source) -> float | None:
+        """Start of the silence clock: the later of the last arrival and the last revive; None
+        for a source that has sent nothing (never dead by timeout)."""
+        if s.last_arrival is None:
+            return None
+        return s.last_arrival if s.revived_at is None else max(s.last_arrival, s.revived_at)
+
     def is_dead(self, s: Source) -> bool:
-        if self.source_timeout is None or s.last_arrival is None:
+        if s.marked_dead:
+            return True
+        since = self.silent_since(s)
+        if self.source_timeout is None or since is None:
             return False
-        return s.last_arrival + self.source_timeout <= self.now
+        return since + self.source_timeout <= self.now
 
     def frontier(self, s: Source) -> float | int | None:
         """Rule 1; None is *none*."""
@@ -134,7 +150,15 @@ class Oracle:
         self.run_deadlines(t, inclusive=False)
         self.now = t
         s = self.source(int(record["source"]))
+        if "dead" in record:
+            # an operator's mark or revive, not an arrival from the source
+            s.marked_dead = bool(record["dead"])
+            if not s.marked_dead:
+                s.revived_at = t
+            self.flush()
+            return
         s.last_arrival = t
+        s.marked_dead = False  # any record from the source makes it live again
         if "ts" in record:
             self.take_fragment(s, int(record["ts"]), int(record.get("barrier", 0)), t)
         elif "watermark" in record:
@@ -175,8 +199,9 @@ class Oracle:
             result.append(min(pending) + self.barrier_timeout)
             if self.source_timeout is not None:
                 for s in self.known():
-                    if s.last_arrival is not None:
-                        result.append(s.last_arrival + self.source_timeout)
+                    since = self.silent_since(s)
+                    if since is not None:
+                        result.append(since + self.source_timeout)
         return result
 
     def run_deadlines(self, t: float, *, inclusive: bool) -> None:

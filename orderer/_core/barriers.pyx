@@ -1,7 +1,8 @@
 # Barriers (a part that core.pyx includes).
 # A pending barrier resolved when complete, incomplete (a source dead or ended), timed out,
 # or at the end of run; counted complete/incomplete and homogeneous/heterogeneous, with the
-# missing sources logged (docs/ordering.md, "Barriers", "Dead sources").
+# missing sources logged with the output offset of the barrier's first fragment and the type
+# each source sent (docs/ordering.md, "Barriers", "Dead sources").
 
 
 cdef bint _resolve_barriers(OrdererCore self, double now, bint drain) except -1:
@@ -11,7 +12,7 @@ cdef bint _resolve_barriers(OrdererCore self, double now, bint drain) except -1:
     cdef Source *s
     cdef Queue *q
     cdef bint pending = False, all_have = True, alive_all_have = True, complete
-    cdef bint dead, homogeneous = True, first = True
+    cdef bint homogeneous = True, first = True
     cdef double oldest = INFINITY
     cdef uint32_t kind = 0
     cdef uint64_t ts
@@ -24,8 +25,7 @@ cdef bint _resolve_barriers(OrdererCore self, double now, bint drain) except -1:
                 oldest = s.q.arrival[s.q.head]
         else:
             all_have = False
-            dead = s.has_arrival and s.last_arrival + self._source_timeout <= now
-            if not s.ended and not dead:
+            if not s.ended and not _is_dead(self, s, now):
                 alive_all_have = False
     if not pending:
         return False
@@ -34,7 +34,9 @@ cdef bint _resolve_barriers(OrdererCore self, double now, bint drain) except -1:
         return False
     _reserve_out(self, self._n_src, pay)
     n_out = self._out_n
+    offset = self._out_seq + n_out
     missing = []
+    types = {}
     for i in range(self._n_src):
         s = &self._src[self._by_id[i]]
         q = &s.q
@@ -48,6 +50,7 @@ cdef bint _resolve_barriers(OrdererCore self, double now, bint drain) except -1:
             first = False
         elif q.barrier[q.head] != kind:
             homogeneous = False
+        types[s.id] = q.barrier[q.head]
         self._out_ts[n_out] = ts
         self._out_source[n_out] = s.id
         self._out_barrier[n_out] = q.barrier[q.head]
@@ -78,5 +81,5 @@ cdef bint _resolve_barriers(OrdererCore self, double now, bint drain) except -1:
         self._homogeneous += 1
     else:
         self._heterogeneous += 1
-    self._barrier_log.append((now, complete, homogeneous, tuple(missing)))
+    self._barrier_log.append((offset, now, complete, homogeneous, types, tuple(missing)))
     return True

@@ -109,6 +109,18 @@ cdef class OrdererCore:
         _note_arrival(self, &self._src[s], now)
         _flush(self, now)
 
+    def set_source_state(self, double now, uint32_t source_id, bint dead):
+        """Mark a source dead or revive it (docs/ordering.md, "Dead sources"), then flush: a
+        pending barrier that only the source held back resolves at once. Returns whether the
+        source was known; an unknown one becomes known, like a declared source."""
+        _check_time(self, now)
+        _advance(self, now, False)
+        known = source_id in self._index
+        s = _source_index(self, source_id)
+        _set_source_state(self, &self._src[s], dead, now)
+        _flush(self, now)
+        return known
+
     def run_deadlines(self, double now):
         """Live timer: run every deadline up to and including ``now`` at its own time."""
         _check_time(self, now)
@@ -134,7 +146,8 @@ cdef class OrdererCore:
                const uint64_t[::1] value, const uint32_t[::1] barrier,
                const uint64_t[::1] payload_offsets, const uint8_t[::1] payload):
         """Take in a whole replay: records sorted by ``t`` (value is the timestamp of a fragment,
-        the watermark of a watermark record). Same code as the live calls, without a Python
+        the watermark of a watermark record, 1 (dead) or 0 (revive) of a source-state record).
+        Same code as the live calls, without a Python
         round-trip per record."""
         cdef Py_ssize_t n = t.shape[0], i = 0, j
         cdef double now
@@ -166,6 +179,8 @@ cdef class OrdererCore:
             s = &self._src[_source_index(self, source[i])]
             if kind[i] == RECORD_WATERMARK:
                 _watermark(self, s - self._src, now, value[i])
+            elif kind[i] == RECORD_SOURCE_STATE:
+                _set_source_state(self, s, value[i] == 1, now)
             else:
                 s.ended = True
                 _note_arrival(self, s, now)
@@ -185,7 +200,8 @@ cdef class OrdererCore:
         return changes
 
     def take_barrier_log(self):
-        """Resolved barriers since the last call: (time, complete, homogeneous, missing ids)."""
+        """Resolved barriers since the last call: (output offset of the first barrier fragment,
+        time, complete, homogeneous, {source id: barrier type}, missing ids ascending)."""
         log = self._barrier_log
         self._barrier_log = []
         return log
@@ -222,19 +238,29 @@ cdef class OrdererCore:
         }
 
     def source_states(self, double now):
-        """Live view per source: queue depth, watermark, ended, dead, paused."""
+        """Live view per source: queue depth and payload bytes, oldest and newest queued
+        timestamps (the queue is sorted by timestamp: its two ends), watermark, ended, dead
+        (marked or by timeout), marked dead, paused, last arrival, last out-of-order arrivals."""
         cdef Py_ssize_t i
         cdef Source *s
+        cdef Queue *q
         out = {}
         for i in range(self._n_src):
             s = &self._src[self._by_id[i]]
+            q = &s.q
+            empty = q.tail == q.head
             out[s.id] = {
-                "queued": s.q.tail - s.q.head,
+                "queued": q.tail - q.head,
+                "queued_bytes": _queued_payload(q),
+                "oldest_ts": None if empty else q.ts[q.head],
+                "newest_ts": None if empty else q.ts[q.tail - 1],
                 "watermark": s.watermark if s.has_watermark else None,
                 "ended": bool(s.ended),
-                "dead": bool(s.has_arrival and s.last_arrival + self._source_timeout <= now),
+                "dead": bool(_is_dead(self, s, now)),
+                "marked_dead": bool(s.marked_dead),
                 "paused": bool(s.paused),
                 "last_arrival": s.last_arrival if s.has_arrival else None,
+                "out_of_order_last": _disorder_list(s),
             }
         return out
 

@@ -9,6 +9,7 @@ cdef enum RecordKind:
     RECORD_FRAGMENT = 0
     RECORD_WATERMARK = 1
     RECORD_END = 2
+    RECORD_SOURCE_STATE = 5    # value 1: marked dead, 0: revived (ArrivalKind.SOURCE_STATE)
 
 
 cdef enum Violation:
@@ -52,6 +53,10 @@ cdef struct Source:
     double last_arrival
     bint has_prev
     uint64_t prev_ts           # timestamp of its previous fragment, in arrival order
+    # manual control (docs/ordering.md, "Marking a source dead, reviving it")
+    bint marked_dead           # marked dead, until its next record or a revive
+    bint revived
+    double revived_at          # last revive; the silence clock runs from this or last_arrival
     # counters of docs/ordering.md
     uint64_t received
     uint64_t emitted
@@ -69,6 +74,14 @@ cdef struct Source:
     bint frontier_none
     uint64_t frontier
     Py_ssize_t pop_end
+    # last: rarely touched, kept off the cache lines of the fields above
+    # the last out-of-order arrivals (10 = DISORDER_KEPT of sources.pyx), a ring: the oldest
+    # of the disorder_n kept is at disorder_next - disorder_n (modulo 10)
+    uint64_t disorder_prev[10]
+    uint64_t disorder_ts[10]
+    double disorder_t[10]
+    Py_ssize_t disorder_n
+    Py_ssize_t disorder_next
 
 
 cdef class OrdererCore:
@@ -136,6 +149,10 @@ cdef class OrdererCore:
 cdef Py_ssize_t _source_index(OrdererCore self, uint32_t source_id) except -1
 cdef int _add_source(OrdererCore self, uint32_t source_id) except -1
 cdef int _note_arrival(OrdererCore self, Source *s, double now) except -1
+cdef int _note_disorder(OrdererCore self, Source *s, const uint64_t *ts, Py_ssize_t n,
+                        bint has_prev, uint64_t prev, double now) except -1
+cdef int _set_source_state(OrdererCore self, Source *s, bint dead, double now) except -1
+cdef bint _is_dead(OrdererCore self, Source *s, double now) noexcept nogil
 cdef _watermark(OrdererCore self, Py_ssize_t index, double now, uint64_t watermark)
 cdef int _insert_one(OrdererCore self, Source *s, uint64_t ts, uint32_t barrier, double now,
                      const uint8_t *pay, uint32_t pay_len) except -1

@@ -37,7 +37,7 @@ cdef double _next_deadline(OrdererCore self):
         for i in range(self._n_src):
             s = &self._src[i]
             if s.has_arrival:
-                d = s.last_arrival + self._source_timeout
+                d = _silent_since(s) + self._source_timeout
                 if d > after and d < best:
                     best = d
     return best

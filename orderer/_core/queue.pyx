@@ -208,5 +208,16 @@ cdef inline Py_ssize_t _upper_bound(const uint64_t *ts, Py_ssize_t lo, Py_ssize_
     return lo
 
 
+cdef size_t _queued_payload(const Queue *q) noexcept nogil:
+    """Payload bytes of the queued fragments, without their length prefixes: the live arena
+    bytes less a prefix per fragment that has a payload (one pass over the offsets; for the
+    statistics, not the hot path)."""
+    cdef Py_ssize_t i
+    cdef size_t with_payload = 0
+    for i in range(q.head, q.tail):
+        with_payload += q.pay_off[i] != NO_PAYLOAD
+    return q.arena_live - PAY_PREFIX * with_payload
+
+
 cdef inline bint _front_is_barrier(Source *s) noexcept nogil:
     return s.q.n_barriers > 0 and s.q.first_barrier == s.q.head

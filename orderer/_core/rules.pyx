@@ -108,6 +108,9 @@ cdef int _check_batch(const uint32_t[::1] source, const uint64_t[::1] timestamp,
     for i in range(n):
         if kinds[i] == RECORD_FRAGMENT and ts[i] == TS_INF:
             raise _rule_error(VIOLATION_RESERVED_TIMESTAMP, i, off, MAX_PAYLOAD)
-        if kinds[i] > RECORD_END:
+        if kinds[i] > RECORD_END and kinds[i] != RECORD_SOURCE_STATE:
             raise InterfaceError(f"kind[{i}]={kinds[i]} is not a record kind")
+        if kinds[i] == RECORD_SOURCE_STATE and ts[i] > 1:
+            raise InterfaceError(
+                f"value[{i}]={ts[i]} of a source-state record is not 1 (dead) or 0 (revive)")
     return _check_fragment_rules(NULL, off, n, MAX_PAYLOAD)

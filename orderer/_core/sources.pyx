@@ -2,7 +2,10 @@
 # The source table (index by source id, kept sorted by id for the merge), arrivals and
 # watermarks, and taking fragments into a source's queue: one at a time, or a run in bulk
 # when that provably emits what a flush after each fragment would (docs/ordering.md, "Sources
-# and their queues", "Frontiers"). Counts received, duplicates and out-of-order fragments.
+# and their queues", "Frontiers"). Counts received, duplicates and out-of-order fragments,
+# and keeps the last out-of-order arrivals; dead or alive, marked or revived ("Dead sources").
+
+DEF DISORDER_KEPT = 10               # out-of-order arrivals kept per source (core.pxd's ring)
 
 
 cdef Py_ssize_t _source_index(OrdererCore self, uint32_t source_id) except -1:
@@ -58,7 +61,75 @@ cdef inline void memset_source(Source *s) noexcept nogil:
 cdef int _note_arrival(OrdererCore self, Source *s, double now) except -1:
     s.has_arrival = True
     s.last_arrival = now
+    s.marked_dead = False  # any record from a source makes it live again
     return 0
+
+
+cdef inline double _silent_since(const Source *s) noexcept nogil:
+    """Start of a source's silence clock (it has sent something): the later of its last
+    arrival and its last revive."""
+    if s.revived and s.revived_at > s.last_arrival:
+        return s.revived_at
+    return s.last_arrival
+
+
+cdef bint _is_dead(OrdererCore self, Source *s, double now) noexcept nogil:
+    """Marked dead, or silent for ``source_timeout`` since the later of its last arrival and
+    its last revive; a source that never sent anything is never dead by timeout."""
+    if s.marked_dead:
+        return True
+    return s.has_arrival and _silent_since(s) + self._source_timeout <= now
+
+
+cdef int _set_source_state(OrdererCore self, Source *s, bint dead, double now) except -1:
+    """Mark a source dead (it stops holding barriers back) or revive it (its silence clock
+    starts again at ``now``); not an arrival from the source. The caller flushes."""
+    if dead:
+        s.marked_dead = True
+    else:
+        s.marked_dead = False
+        s.revived = True
+        s.revived_at = now
+    return 0
+
+
+cdef int _note_disorder(OrdererCore self, Source *s, const uint64_t *ts, Py_ssize_t n,
+                        bint has_prev, uint64_t prev, double now) except -1:
+    """Keep the last out-of-order arrivals of a run that has some, in the source's ring: only
+    the last DISORDER_KEPT of the run are looked for, from its end, so a long disordered run
+    costs one scan. Plain C: a shuffled source must not pay a Python object per fragment."""
+    cdef Py_ssize_t i = n - 1, found = 0, k
+    cdef Py_ssize_t at[DISORDER_KEPT]
+    cdef uint64_t before[DISORDER_KEPT]
+    while i >= 0 and found < DISORDER_KEPT:
+        if i == 0 and not has_prev:
+            break
+        before[found] = ts[i - 1] if i > 0 else prev
+        if ts[i] < before[found]:
+            at[found] = i
+            found += 1
+        i -= 1
+    for k in range(found - 1, -1, -1):  # oldest first
+        i = s.disorder_next
+        s.disorder_prev[i] = before[k]
+        s.disorder_ts[i] = ts[at[k]]
+        s.disorder_t[i] = now
+        s.disorder_next = (i + 1) % DISORDER_KEPT
+        if s.disorder_n < DISORDER_KEPT:
+            s.disorder_n += 1
+    return 0
+
+
+cdef list _disorder_list(const Source *s):
+    """The source's last out-of-order arrivals, oldest first, as dicts."""
+    cdef Py_ssize_t k, i
+    cdef Py_ssize_t start = (s.disorder_next - s.disorder_n + DISORDER_KEPT) % DISORDER_KEPT
+    out = []
+    for k in range(s.disorder_n):
+        i = (start + k) % DISORDER_KEPT
+        out.append({"previous": s.disorder_prev[i], "timestamp": s.disorder_ts[i],
+                    "t": s.disorder_t[i]})
+    return out
 
 
 cdef _watermark(OrdererCore self, Py_ssize_t index, double now, uint64_t watermark):
@@ -112,7 +183,8 @@ cdef int _insert_run(OrdererCore self, Source *s, const uint64_t *ts, const uint
     cdef uint64_t t
     # counters: duplicates and out_of_order against the previous fragment in arrival order
     cdef uint64_t prev = ts[0], dups = 0, disorder = 0
-    if s.has_prev:
+    cdef bint had_prev = s.has_prev
+    if had_prev:
         prev = s.prev_ts
         dups = ts[0] == prev
         disorder = ts[0] < prev
@@ -121,6 +193,8 @@ cdef int _insert_run(OrdererCore self, Source *s, const uint64_t *ts, const uint
         disorder += ts[i] < ts[i - 1]
     s.duplicates += dups
     s.out_of_order += disorder
+    if disorder:
+        _note_disorder(self, s, ts, n, had_prev, prev, now)
     s.prev_ts = ts[n - 1]
     s.has_prev = True
     s.received += n

@@ -77,7 +77,9 @@ _scalars = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=8),
 )
-_keys = st.sampled_from(["t", "source", "ts", "barrier", "payload", "watermark", "end", "barier"])
+_keys = st.sampled_from(
+    ["t", "source", "ts", "barrier", "payload", "watermark", "end", "dead", "barier"]
+)
 _records = st.dictionaries(_keys, _scalars | st.lists(_scalars, max_size=2), max_size=6)
 
 

@@ -2,12 +2,13 @@
 
 Hypothesis generates small multi-source runs (stalls, backlogs, disorder, duplicates, barriers of
 several types, watermarks, ends, declared sources, both late policies, various windows and
-timeouts, ``source_timeout: off``). The core gets the fragments either one per ``submit`` or in
-random batches of equal arrival time (mixed sources), plus watermark and end calls and live-timer
-``advance`` calls between arrivals; the oracle (``tests/oracle.py``) gets the same records one by
-one, as ``evb replay`` semantics define them. Emitted sequences (source, ts, barrier, late, t) and
-every counter must be equal, and fragments are conserved. The ``evb replay`` path
-(``read_records`` + ``replay``) is checked against the oracle too.
+timeouts, ``source_timeout: off``, sources marked dead and revived). The core gets the fragments
+either one per ``submit`` or in random batches of equal arrival time (mixed sources), plus
+watermark, end, mark and revive calls and live-timer ``advance`` calls between arrivals; the
+oracle (``tests/oracle.py``) gets the same records one by one, as ``evb replay`` semantics define
+them. Emitted sequences (source, ts, barrier, late, t) and every counter must be equal, and
+fragments are conserved. The ``evb replay`` path (``read_records`` + ``replay``) is checked
+against the oracle too.
 
 ``EVB_SOAK=1`` (``make soak``) runs many more, non-derandomized scenarios.
 """
@@ -74,7 +75,7 @@ class Scenario:
 
 SOURCE_IDS = [1, 2, 3, 0, 7, MAX_ID]
 DELTAS = [0.0, 0.0, 0.0, 0.1, 0.25, 0.5, 1.0, 0.3, 2.0, 3.7, 9.0, 25.0]
-KINDS = ["ts"] * 8 + ["watermark", "end"]
+KINDS = ["ts"] * 16 + ["watermark", "watermark", "end", "end", "dead", "revive"]
 JITTERS = [0, 0, 0, 1, 2, -1, -3, -10, -30, 0]
 BARRIERS = [0] * 7 + [1, 1, 3, 7]
 ADVANCE_FRACTIONS = [None, None, None, 0.5, 0.01, 0.99]
@@ -145,8 +146,10 @@ def scenarios(draw: st.DrawFn, max_records: int = 30, min_records: int = 0) -> S
             records.append({"t": t, "source": source, "ts": value, "barrier": barrier})
         elif kind == "watermark":
             records.append({"t": t, "source": source, "watermark": value})
-        else:
+        elif kind == "end":
             records.append({"t": t, "source": source, "end": True})
+        else:  # an operator marks the source dead or revives it
+            records.append({"t": t, "source": source, "dead": kind == "dead"})
         breaks.append(new_batch)
     end = draw(st.sampled_from(["last", "last", "later", "none"]))
     end_delay = draw(st.sampled_from([0.5, 30.0, 100.0])) if end == "later" else 0.0
@@ -185,6 +188,8 @@ def run_core(scenario: Scenario) -> tuple[list[dict[str, Any]], dict[str, Any], 
         submit()
         if "watermark" in record:
             orderer.watermark(record["source"], record["watermark"], now=record["t"])
+        elif "dead" in record:
+            orderer.set_source_state(record["source"], record["dead"], now=record["t"])
         else:
             orderer.end_source(record["source"], now=record["t"])
     submit()
@@ -362,6 +367,8 @@ def _long_scenario(seed: int) -> Scenario:
         roll = rng.random()
         if roll < 0.02:
             records.append({"t": t, "source": source, "end": True})
+        elif roll < 0.03:
+            records.append({"t": t, "source": source, "dead": rng.random() < 0.6})
         elif roll < 0.07:
             watermark = max(0, ts + rng.choice([0, 10, -10]))
             records.append({"t": t, "source": source, "watermark": watermark})
