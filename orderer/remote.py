@@ -1,4 +1,5 @@
-"""The work behind ``evb send``, ``evb tail`` and ``evb stats``: the client side of a live server.
+"""The work behind ``evb send``, ``evb tail`` and ``evb stats``: the client side of a live server
+(the tables of ``evb stats`` are drawn by :mod:`orderer.console`).
 
 Why a module of its own: :mod:`orderer.cli` only parses arguments and maps errors to exit
 statuses; these functions pace and send a run, print the ordered output and draw the counters,
@@ -10,16 +11,14 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any
 
 import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from orderer.batch import ArrivalKind, ArrivalRecords, EmittedBatch, FragmentBatch
 from orderer.client import (
@@ -29,7 +28,7 @@ from orderer.client import (
     SourceClient,
     get_stats,
 )
-from orderer.config import TOTAL_COUNTERS
+from orderer.console import DEFAULT_RECENT, stats_table, write
 from orderer.errors import ServiceUnavailable
 from orderer.replay import read_records, write_emitted
 from orderer.synthetic import SyntheticRun, iter_batches
@@ -38,7 +37,6 @@ __all__ = [
     "print_stats",
     "send_records",
     "send_synthetic",
-    "stats_table",
     "tail",
     "write_stats",
 ]
@@ -255,123 +253,38 @@ def tail(
     return printed
 
 
-def stats_table(stats: dict[str, Any], *, plain: bool = False, width: int = 80) -> Any:
-    """The counters of ``GetStats`` for a person: three summary lines, then a row per source
-    and a total, in as many tables as ``width`` needs (each repeats the source column): one on
-    a wide terminal, two or three in 80 columns, so that no number is ever broken over two lines
-    (the one fixed table this replaces needed 140 columns). ``plain``: ASCII only and no
-    styles, for a pipe or a file. Returns a rich renderable (:func:`write_stats` prints it)."""
-    from rich import box
-    from rich.console import Group
-    from rich.text import Text
-
-    def count(value: int | None) -> str:
-        return "" if value is None else f"{value:,}"
-
-    missing = stats.get("missing", {})
-    totals = stats["totals"]
-    sources = sorted(stats["sources"].items(), key=lambda kv: int(kv[0]))
-    # (header, cells, total): the columns in the order of the contract's counters
-    columns: list[tuple[str, list[str], str]] = [
-        (name.replace("_", " "), [count(v[name]) for _, v in sources], count(totals.get(name)))
-        for name in TOTAL_COUNTERS
-    ]
-    columns += [
-        ("max lateness", [count(v["max_lateness"]) for _, v in sources], ""),
-        ("barriers", [count(v["barriers"]) for _, v in sources], ""),
-        ("missing", [count(missing.get(source, 0)) for source, _ in sources], ""),
-        ("queued", [count(v["queued"]) for _, v in sources], count(stats["queued"])),
-        (
-            "state",
-            [
-                ", ".join(n for n in ("paused", "ended", "dead") if v.get(n)) or "live"
-                for _, v in sources
-            ],
-            "run ended" if stats["run_ended"] else "",
-        ),
-        (
-            "watermark",
-            ["" if v["watermark"] is None else str(v["watermark"]) for _, v in sources],
-            "",
-        ),
-    ]
-    first = ("source", [source for source, _ in sources], "total")
-
-    def wide(column: tuple[str, list[str], str]) -> int:
-        header, cells, total = column
-        return max(len(header), len(total), *map(len, cells))
-
-    groups: list[list[tuple[str, list[str], str]]] = [[]]
-    used = wide(first)
-    for column in columns:
-        if groups[-1] and used + 2 + wide(column) > width:  # 2: the gap between columns
-            groups.append([])
-            used = wide(first)
-        groups[-1].append(column)
-        used += 2 + wide(column)
-
-    dashes = box.Box("    \n    \n -- \n    \n    \n -- \n    \n    \n", ascii=True)
-    parts: list[Any] = []
-    for group in groups:
-        table = Table(
-            box=dashes if plain else box.SIMPLE,
-            show_edge=False,
-            pad_edge=False,
-            padding=(0, 1, 0, 0),
-            show_footer=True,
-            header_style="" if plain else "bold",
-            footer_style="" if plain else "bold",
-        )
-        for header, _, total in [first, *group]:
-            justify: Literal["left", "right"] = "left" if header == "state" else "right"
-            table.add_column(header, footer=total, justify=justify, overflow="fold")
-        for row in zip(*(cells for _, cells, _ in [first, *group]), strict=True):
-            table.add_row(*row)
-        parts += [Text(""), table]
-    hwm = stats["high_water_mark"]
-    summary = Text(
-        f"evb orderer: {'run ended' if stats['run_ended'] else 'running'}, "
-        f"time {stats['now']:.3f} s\noutput offset {stats['next_offset']:,}, "
-        f"high-water mark {'-' if hwm is None else hwm}\nbarriers: "
-        + ", ".join(f"{value:,} {name}" for name, value in stats["barriers"].items()),
-        style="" if plain else "bold",
-    )
-    return Group(summary, *parts)
-
-
 def print_stats(
     target: str,
     out: IO[str],
     *,
     as_json: bool = False,
+    barriers: int | None = None,
     timeout: float = 10.0,
     security: ChannelSecurity | None = None,
     connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
 ) -> dict[str, Any]:
-    """``evb stats``: the counters as tables, or as JSON.
+    """``evb stats``: the statistics as tables, or as JSON (the mapping of
+    :func:`~orderer.client.get_stats` as is). ``barriers``: how many of the newest resolved
+    barriers to show (default: the server's 1000 in JSON, :data:`DEFAULT_RECENT` in tables).
 
     On a terminal the tables take its width; into a pipe or a file they are plain ASCII, no
     styles, ``$COLUMNS`` wide or 80, so that ``evb stats | less`` or a log stays readable."""
-    stats = get_stats(target, timeout=timeout, security=security, connect_timeout=connect_timeout)
+    recent = DEFAULT_RECENT if barriers is None else barriers
+    stats = get_stats(
+        target,
+        barrier_log_limit=barriers or (0 if as_json else recent),
+        timeout=timeout,
+        security=security,
+        connect_timeout=connect_timeout,
+    )
     if as_json:
         out.write(json.dumps(stats, indent=1) + "\n")
     else:
-        write_stats(stats, out)
+        write_stats(stats, out, recent=recent)
     return stats
 
 
-def write_stats(stats: dict[str, Any], out: IO[str]) -> None:
-    """The tables of :func:`stats_table` on ``out``: a terminal's width and styles, else plain
-    ASCII without styles or trailing blanks, ``$COLUMNS`` wide or 80."""
-    tty = out.isatty()
-    columns = os.environ.get("COLUMNS", "")
-    width = None if tty else int(columns) if columns.isdigit() and int(columns) > 0 else 80
-    console = Console(
-        file=out, width=width, highlight=False, markup=False, emoji=False, no_color=not tty
-    )
-    if tty:
-        console.print(stats_table(stats, width=console.width))
-        return
-    with console.capture() as captured:  # rich pads every line to the width
-        console.print(stats_table(stats, plain=True, width=console.width))
-    out.writelines(line.rstrip() + "\n" for line in captured.get().splitlines())
+def write_stats(stats: dict[str, Any], out: IO[str], *, recent: int = DEFAULT_RECENT) -> None:
+    """The sections of :func:`orderer.console.stats_table` on ``out``: a terminal's width and
+    styles, else plain ASCII without styles or trailing blanks, ``$COLUMNS`` wide or 80."""
+    write(out, lambda width, plain: stats_table(stats, plain=plain, width=width, recent=recent))

@@ -28,9 +28,11 @@ __all__ = [
     "cmd_replay",
     "cmd_send",
     "cmd_serve",
+    "cmd_source",
     "cmd_spark_job",
     "cmd_stats",
     "cmd_tail",
+    "cmd_top",
 ]
 
 
@@ -203,8 +205,55 @@ def cmd_stats(args: argparse.Namespace) -> int:
     from orderer.remote import print_stats
 
     print_stats(
-        args.target, sys.stdout, as_json=args.json, timeout=args.timeout, **_connection(args)
+        args.target,
+        sys.stdout,
+        as_json=args.json,
+        barriers=args.barriers,
+        timeout=args.timeout,
+        **_connection(args),
     )
+    return 0
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    from orderer.top import run_top
+
+    return run_top(
+        args.target,
+        sys.stdout,
+        interval=args.interval,
+        once=args.once,
+        recent=args.barriers,
+        stdin=sys.stdin,
+        timeout=args.timeout,
+        **_connection(args),
+    )
+
+
+def cmd_source(args: argparse.Namespace) -> int:
+    """``evb source dead|revive SOURCE``. A source the server did not know is marked all the
+    same (it may connect later, or the operator knows better than the server's list), but the
+    reply says so on stderr: a typo must not pass for a change to a running source."""
+    from orderer.client import set_source_state
+
+    text = args.source
+    try:
+        source = int(text)
+    except ValueError:
+        source = -1
+    if not 0 <= source < 2**32:
+        raise ConfigError("SOURCE", text, "must be a source id, an integer from 0 to 4294967295")
+    dead = args.action == "dead"
+    state = set_source_state(
+        args.target, source, dead, timeout=args.timeout, **_connection(args)
+    )
+    print(json.dumps({"source": source, **state}), flush=True)
+    if not state["was_known"]:
+        print(
+            f"evb source: source {source} was not known before "
+            f"({'marked dead' if dead else 'revived'} all the same)",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -217,10 +266,11 @@ def cmd_end_run(args: argparse.Namespace) -> int:
 
 
 def cmd_consumers(args: argparse.Namespace) -> int:
-    """``evb consumers``: each consumer's committed offset and lag (in fragments: the durable
-    output it has not committed); ``evb consumers delete NAME`` forgets one, releasing the
-    output retention kept for it. Deleting an unknown name is bad input (exit 2), naming the
-    known consumers: a typo must not look like a release that happened."""
+    """``evb consumers``: each consumer's committed offset, lag (in fragments: the durable
+    output it has not committed, and in seconds) and last commit; ``evb consumers delete
+    NAME`` forgets one, releasing the output retention kept for it. Deleting an unknown name
+    is bad input (exit 2), naming the known consumers: a typo must not look like a release
+    that happened."""
     from orderer.client import delete_consumer, get_stats
 
     connection = {"timeout": args.timeout, **_connection(args)}
@@ -229,7 +279,8 @@ def cmd_consumers(args: argparse.Namespace) -> int:
             raise ConfigError("NAME", None, "evb consumers delete needs the consumer's name")
         existed, lowest = delete_consumer(args.target, args.name, **connection)
         if not existed:
-            known = sorted(get_stats(args.target, **connection)["consumers"])
+            stats = get_stats(args.target, barrier_log_limit=1, **connection)
+            known = sorted(stats["consumers"])
             raise ConfigError(
                 "NAME", args.name, f"is not a known consumer (known: {', '.join(known) or 'none'})"
             )
@@ -237,17 +288,11 @@ def cmd_consumers(args: argparse.Namespace) -> int:
         return 0
     if args.name is not None:
         raise ConfigError("NAME", args.name, "only evb consumers delete takes a name")
-    stats = get_stats(args.target, **connection)
-    rows = {
-        name: {"committed": committed, "lag": stats["next_offset"] - committed}
-        for name, committed in sorted(stats["consumers"].items())
-    }
+    from orderer.console import consumers_tables, write
+
+    stats = get_stats(args.target, barrier_log_limit=1, **connection)
     if args.json:
-        print(json.dumps(rows, indent=1), flush=True)
-        return 0
-    width = max([len("CONSUMER"), *map(len, rows)])
-    print(f"{'CONSUMER':<{width}}  {'COMMITTED':>12}  {'LAG':>12}")
-    for name, row in rows.items():
-        print(f"{name:<{width}}  {row['committed']:>12}  {row['lag']:>12}")
-    sys.stdout.flush()
+        print(json.dumps(dict(sorted(stats["consumers"].items())), indent=1), flush=True)
+    else:
+        write(sys.stdout, lambda width, plain: consumers_tables(stats, width, plain=plain))
     return 0

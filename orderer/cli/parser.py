@@ -32,9 +32,11 @@ from orderer.cli.commands import (
     cmd_replay,
     cmd_send,
     cmd_serve,
+    cmd_source,
     cmd_spark_job,
     cmd_stats,
     cmd_tail,
+    cmd_top,
 )
 
 __all__ = ["EXIT_BAD_INPUT", "build_parser"]
@@ -263,7 +265,54 @@ def _add_stats(commands: Any) -> None:
         commands, "stats", "the counters of a live server", cmd_stats, client=True
     )
     stats.add_argument("--json", action="store_true", help="JSON instead of a table")
+    stats.add_argument(
+        "--barriers",
+        type=COUNT,
+        metavar="N",
+        help="the newest N resolved barriers of the barrier log (default: 1000 with --json, "
+        "5 in the table)",
+    )
     _add_timeout(stats, 10.0)
+
+
+def _add_top(commands: Any) -> None:
+    top = _subcommand(
+        commands,
+        "top",
+        "a live view of a running server (Ctrl-C or q quits)",
+        cmd_top,
+        "A live view of a running server, refreshed every --interval seconds: the run state, "
+        "output offset, queued fragments, build window and fragments/s; the sources; the "
+        "newest barriers (incomplete ones with their missing sources); the consumers and their "
+        "lag; the connections. An unreachable server is shown in the header and asked again. "
+        "Ctrl-C or q quits (exit 0). Piped, each frame is printed plainly after the last.",
+        client=True,
+    )
+    top.add_argument(
+        "--interval", type=SECONDS, default=1.0, metavar="S", help="seconds between refreshes"
+    )
+    top.add_argument("--once", action="store_true", help="print one frame and exit")
+    top.add_argument(
+        "--barriers", type=COUNT, default=5, metavar="N", help="the newest N barriers to show"
+    )
+    _add_timeout(top, 10.0)
+
+
+def _add_source(commands: Any) -> None:
+    source = _subcommand(
+        commands,
+        "source",
+        "mark a source dead by hand, or revive it",
+        cmd_source,
+        "Mark a source dead (it no longer holds pending barriers or the build window: "
+        "NSCLDAQ's dead-source control), or revive it; new input from a source marked dead "
+        "revives it too. Durable: a restarted server remembers. Prints the source's state as "
+        "JSON; a source the server did not know is marked all the same, with a note on stderr.",
+        client=True,
+    )
+    source.add_argument("action", choices=("dead", "revive"), help="what to do")
+    source.add_argument("source", metavar="SOURCE", help="the source id")
+    _add_timeout(source, 10.0)
 
 
 def _add_end_run(commands: Any) -> None:
@@ -287,7 +336,8 @@ def _add_consumers(commands: Any) -> None:
         "consumers",
         "list the consumers of a live server, or delete one",
         cmd_consumers,
-        "List the consumers (each one's committed offset and lag in fragments), or, with "
+        "List the consumers (each one's committed offset, lag in fragments and in seconds, and "
+        "when it last committed), or, with "
         "'delete NAME', forget one so that retention no longer keeps the output it has not "
         "committed. An unknown NAME is refused (exit 2).",
         client=True,
@@ -328,6 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
         _add_send,
         _add_tail,
         _add_stats,
+        _add_top,
+        _add_source,
         _add_end_run,
         _add_consumers,
         _add_spark_job,

@@ -117,6 +117,13 @@ def check_connect_timeout(connect_timeout: float | None) -> None:
         raise InterfaceError(f"connect_timeout: {connect_timeout!r} must be > 0 seconds or None")
 
 
+def check_source(source: object) -> None:
+    """A source id as the wire carries it (uint32), checked before anything is sent, so that
+    the error names the value instead of a protobuf overflow."""
+    if isinstance(source, bool) or not isinstance(source, int) or not 0 <= source < 2**32:
+        raise InterfaceError(f"source: {source!r} is not an integer in 0..2**32-1")
+
+
 def _host(target: str) -> str:
     address = target.split("://", 1)[-1].lstrip("/")
     host = address.rsplit(":", 1)[0] if ":" in address else address

@@ -1,5 +1,6 @@
 """Control calls of the orderer: :func:`get_stats`, :func:`configure`, :func:`end_run`,
-:func:`commit`, :func:`delete_consumer`, each blocking and as an ``*_async`` twin.
+:func:`commit`, :func:`delete_consumer`, :func:`set_source_state`, each blocking and as an
+``*_async`` twin.
 
 Why one module: each is one unary call on a channel of its own, bounded twice the same way:
 ``connect_timeout`` bounds the connection (``ServiceUnavailable`` naming the address and the
@@ -24,9 +25,11 @@ from orderer.client.connect import (
     call_error,
     channel_options,
     check_connect_timeout,
+    check_source,
     connect_async,
     connect_sync,
 )
+from orderer.errors import InterfaceError
 from orderer.wire import convert
 from orderer.wire.options import DEFAULT_CONNECT_TIMEOUT
 from orderer.wire.security import ChannelSecurity, aio_channel, sync_channel
@@ -100,12 +103,20 @@ def _faces(
 def _get_stats(
     target: str,
     *,
+    barrier_log_limit: int = 0,
     timeout: float = 10.0,
     security: ChannelSecurity | None = None,
     connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
 ) -> _Exchange[dict[str, Any]]:
-    """The counters (``evb replay --stats`` layout) and the live state of the service."""
-    request = pb.GetStatsRequest()
+    """The counters (``evb replay --stats`` layout) and the live state of the service: sources,
+    barrier log, connections, consumers. ``barrier_log_limit``: how many of the newest resolved
+    barriers to return (0: the server's default, 1000); a live view asks for a few, so that a
+    refresh every second does not carry a thousand records it never shows."""
+    if isinstance(barrier_log_limit, bool) or not 0 <= barrier_log_limit < 2**32:
+        raise InterfaceError(
+            f"barrier_log_limit: {barrier_log_limit!r} must be an integer from 0 to 2**32 - 1"
+        )
+    request = pb.GetStatsRequest(barrier_log_limit=barrier_log_limit)
     return _Exchange(
         target, security, connect_timeout, "GetStats", request, timeout, convert.stats_to_mapping
     )
@@ -184,8 +195,33 @@ def _deleted(reply: pb.DeleteConsumerReply) -> tuple[bool, int | None]:
     return bool(reply.existed), int(reply.lowest) if reply.HasField("lowest") else None
 
 
+def _set_source_state(
+    target: str,
+    source: int,
+    dead: bool,
+    *,
+    timeout: float = 10.0,
+    security: ChannelSecurity | None = None,
+    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
+) -> _Exchange[dict[str, bool]]:
+    """Mark ``source`` dead by hand (``dead=True``), so that it no longer holds pending barriers
+    or the build window, or revive it (NSCLDAQ's dead-source control; durable on the server).
+    Returns ``{"was_known": whether the orderer had seen or declared it, "dead": whether it is
+    dead now}``; with ``strictSources`` an undeclared source is refused (``InterfaceError``)."""
+    check_source(source)
+    request = pb.SourceStateRequest(source=source, dead=bool(dead))
+    return _Exchange(
+        target, security, connect_timeout, "SetSourceState", request, timeout, _source_state
+    )
+
+
+def _source_state(reply: pb.SourceStateReply) -> dict[str, bool]:
+    return {"was_known": bool(reply.was_known), "dead": bool(reply.dead)}
+
+
 get_stats, get_stats_async = _faces(_get_stats)
 configure, configure_async = _faces(_configure)
 end_run, end_run_async = _faces(_end_run)
 commit, commit_async = _faces(_commit)
 delete_consumer, delete_consumer_async = _faces(_delete_consumer)
+set_source_state, set_source_state_async = _faces(_set_source_state)

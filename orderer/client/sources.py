@@ -46,6 +46,7 @@ from orderer.client.connect import (
     FATAL_CODES,
     channel_options,
     check_connect_timeout,
+    check_source,
     connect_async,
     error_of,
 )
@@ -230,8 +231,7 @@ class AsyncSourceClient:
     def _register(self, source: int) -> None:
         if source in self._next_seq:
             return
-        if isinstance(source, bool) or not isinstance(source, int) or not 0 <= source < 2**32:
-            raise InterfaceError(f"source: {source!r} is not an integer in 0..2**32-1")
+        check_source(source)
         self._buffers[source] = Buffer(source)
         self._ship_locks[source] = asyncio.Lock()
         self._next_seq[source] = self._first_sequence.get(source)

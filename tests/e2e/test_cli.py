@@ -1,14 +1,17 @@
-"""``evb serve``, ``evb send``, ``evb tail``, ``evb stats`` and ``evb end-run`` as a user runs
-them: a YAML file in the custom resource's spelling with flags over it, a replay file sent to a
-live server, the ordered output printed in the ``evb replay`` OUT format, the counters readable
-in 80 columns, a run ended by hand, and the exit statuses of errors."""
+"""``evb serve``, ``evb send``, ``evb tail``, ``evb stats``, ``evb end-run`` and ``evb
+consumers`` as a user runs them (``evb top`` and ``evb source``: ``test_top.py``): a YAML file
+in the custom resource's spelling with flags over it, a replay file sent to a live server, the
+ordered output printed in the ``evb replay`` OUT format, the statistics readable in 80 columns,
+a run ended by hand, and the exit statuses of errors."""
 
 from __future__ import annotations
 
 import collections
 import io
 import json
+import re
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +23,8 @@ from orderer.synthetic import SyntheticRun, generate_records, write_jsonl
 from tests.e2e.conftest import ServerProcess, environment, evb_command
 
 
-def _evb(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def evb(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``evb ARGS`` in a subprocess, its output captured (no ``$COLUMNS``: 80 when piped)."""
     env = {key: value for key, value in environment().items() if key != "COLUMNS"}
     return subprocess.run(
         evb_command(*args),
@@ -47,12 +51,12 @@ def test_serve_send_tail_stats(
     run = tmp_path / "run.jsonl"
     write_jsonl(generate_records(spec), run)
 
-    sent = _evb("send", "--target", server.target, "--replay", str(run), "--speed", "0")
+    sent = evb("send", "--target", server.target, "--replay", str(run), "--speed", "0")
     assert sent.returncode == 0, sent.stderr
     summary = json.loads(sent.stdout)
     assert summary["fragments"] == 3 * 300 + 3 * 3  # barriers: begin, sync, end per source
 
-    stats = _evb("stats", "--target", server.target, "--json")
+    stats = evb("stats", "--target", server.target, "--json")
     assert stats.returncode == 0, stats.stderr
     counters = json.loads(stats.stdout)
     assert counters["config"]["build_window"] == 0.3  # the flag over the file
@@ -60,10 +64,10 @@ def test_serve_send_tail_stats(
     assert counters["config"]["sources"] == [1, 2, 3]
     assert counters["totals"]["received"] == summary["fragments"]
     assert all(counters["sources"][s]["ended"] for s in ("1", "2", "3"))
-    table = _evb("stats", "--target", server.target)
+    table = evb("stats", "--target", server.target)
     assert table.returncode == 0 and "total" in table.stdout and "run" not in table.stderr
 
-    tail = _evb("tail", "--target", server.target, "--payload")
+    tail = evb("tail", "--target", server.target, "--payload")
     assert tail.returncode == 0, tail.stderr
     lines = [json.loads(line) for line in tail.stdout.splitlines()]
     assert [line["seq"] for line in lines] == list(range(counters["next_offset"]))
@@ -71,7 +75,7 @@ def test_serve_send_tail_stats(
     records = [json.loads(line) for line in run.read_text().splitlines()]
     expected = collections.Counter((r["source"], r["ts"]) for r in records if "ts" in r)
     assert collections.Counter((r["source"], r["ts"]) for r in lines) == expected
-    part = _evb("tail", "--target", server.target, "--from", "10", "--until", "15")
+    part = evb("tail", "--target", server.target, "--from", "10", "--until", "15")
     assert [json.loads(line)["seq"] for line in part.stdout.splitlines()] == [10, 11, 12, 13, 14]
 
 
@@ -91,7 +95,7 @@ def test_bad_flags_and_files_exit_2_naming_the_culprit(tmp_path: Path, capsys) -
 
 
 def test_an_unreachable_server_exits_3() -> None:
-    result = _evb("stats", "--target", "127.0.0.1:1", "--timeout", "0.5", timeout=60)
+    result = evb("stats", "--target", "127.0.0.1:1", "--timeout", "0.5", timeout=60)
     assert result.returncode == 3
     assert "unavailable" in result.stderr
 
@@ -106,21 +110,24 @@ def test_stats_piped_is_plain_and_fits_80_columns(
     tmp_path: Path, server_factory: Callable[..., ServerProcess], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     server = server_factory(tmp_path / "data", "--startup-delay", "0", "--build-window", "0.2")
-    sent = _evb(
+    sent = evb(
         "send", "--target", server.target, "--n-sources", "7", "--fragments", "500",
         "--rate", "20000", "--speed", "0", "--no-progress", "--no-end",
     )
     assert sent.returncode == 0, sent.stderr
-    table = _evb("stats", "--target", server.target)
+    table = evb("stats", "--target", server.target)
     assert table.returncode == 0, table.stderr
     _plain(table.stdout)
-    rows = [line.split() for line in table.stdout.splitlines()]
+    titles = ["Counters", "Queues", "Barriers", "Connections", "Consumers"]
+    assert [line for line in table.stdout.splitlines() if line in titles] == titles
+    counters = table.stdout.split("\nCounters\n")[1].split("\nQueues\n")[0]
+    rows = [line.split() for line in counters.splitlines()]
     tables = sum(row[:1] == ["total"] for row in rows)  # as many as 80 columns need
     assert tables >= 2
     assert [row[0] for row in rows if row and row[0].isdigit()] == [*map(str, range(1, 8))] * tables
 
     # The same counters a million times bigger (a long run): still 80 columns, nothing lost
-    stats = json.loads(_evb("stats", "--target", server.target, "--json").stdout)
+    stats = json.loads(evb("stats", "--target", server.target, "--json").stdout)
     for counters in [stats["totals"], *stats["sources"].values()]:
         for name in ("received", "emitted", "late", "duplicates", "out_of_order", "max_lateness"):
             if name in counters:
@@ -138,22 +145,22 @@ def test_end_run_by_hand(tmp_path: Path, server_factory: Callable[..., ServerPro
     once the stats say run_ended and it has read up to next_offset); before it, only Python or
     ``kubectl patch`` could end a run."""
     server = server_factory(tmp_path / "data", "--startup-delay", "0", "--build-window", "30")
-    sent = _evb(
+    sent = evb(
         "send", "--target", server.target, "--n-sources", "3", "--fragments", "200",
         "--rate", "10000", "--speed", "0", "--no-progress", "--no-end",
     )
     assert sent.returncode == 0, sent.stderr
     received = json.loads(sent.stdout)["fragments"]
-    before = json.loads(_evb("stats", "--target", server.target, "--json").stdout)
+    before = json.loads(evb("stats", "--target", server.target, "--json").stdout)
     assert not before["run_ended"] and before["next_offset"] < received  # the window holds some
-    ended = _evb("end-run", "--target", server.target)
+    ended = evb("end-run", "--target", server.target)
     assert ended.returncode == 0, ended.stderr
     assert json.loads(ended.stdout) == {"next_offset": received}
-    stats = json.loads(_evb("stats", "--target", server.target, "--json").stdout)
+    stats = json.loads(evb("stats", "--target", server.target, "--json").stdout)
     assert stats["run_ended"] and stats["next_offset"] == received
-    tail = _evb("tail", "--target", server.target)
+    tail = evb("tail", "--target", server.target)
     assert len(tail.stdout.splitlines()) == received
-    again = _evb("end-run", "--target", server.target)  # ending an ended run changes nothing
+    again = evb("end-run", "--target", server.target)  # ending an ended run changes nothing
     assert again.returncode == 0 and json.loads(again.stdout) == {"next_offset": received}
 
 
@@ -165,7 +172,7 @@ def test_consumers_list_and_delete(
     from orderer.client import commit
 
     server = server_factory(tmp_path / "data", "--startup-delay", "0", "--build-window", "0.1")
-    sent = _evb(
+    sent = evb(
         "send", "--target", server.target, "--n-sources", "2", "--fragments", "100",
         "--rate", "10000", "--speed", "0", "--no-progress",
     )
@@ -174,24 +181,29 @@ def test_consumers_list_and_delete(
     assert commit(server.target, "spark", 150) == (150, 150)
     assert commit(server.target, "old-job", 10) == (10, 10)
 
-    listed = _evb("consumers", "--target", server.target, "--json")
+    listed = evb("consumers", "--target", server.target, "--json")
     assert listed.returncode == 0, listed.stderr
-    assert json.loads(listed.stdout) == {
-        "old-job": {"committed": 10, "lag": total - 10},
-        "spark": {"committed": 150, "lag": total - 150},
+    consumers = json.loads(listed.stdout)
+    assert {name: (c["committed"], c["lag"]) for name, c in consumers.items()} == {
+        "old-job": (10, total - 10),
+        "spark": (150, total - 150),
     }
-    table = _evb("consumers", "--target", server.target).stdout.splitlines()
-    assert table[0].split() == ["CONSUMER", "COMMITTED", "LAG"]
-    assert table[2].split() == ["spark", "150", str(total - 150)]
+    for consumer in consumers.values():  # the output they lack was emitted a moment ago
+        assert 0 < consumer["lag_seconds"] < 120
+        assert time.time() - 120 < consumer["last_commit"] <= time.time()
+    table = evb("consumers", "--target", server.target).stdout.splitlines()
+    assert table[0].split() == ["consumer", "committed", "lag", "lag", "s", "last", "commit"]
+    assert table[3].split()[:3] == ["spark", "150", f"{total - 150:,}"]
+    assert re.fullmatch(r"\d+\.\d", table[3].split()[3]) and table[3].endswith("s")
 
-    deleted = _evb("consumers", "delete", "old-job", "--target", server.target)
+    deleted = evb("consumers", "delete", "old-job", "--target", server.target)
     assert deleted.returncode == 0, deleted.stderr
     assert json.loads(deleted.stdout) == {"deleted": "old-job", "lowest": 150}
-    assert list(json.loads(_evb("consumers", "--target", server.target, "--json").stdout)) == [
+    assert list(json.loads(evb("consumers", "--target", server.target, "--json").stdout)) == [
         "spark"
     ]
-    unknown = _evb("consumers", "delete", "old-job", "--target", server.target)
+    unknown = evb("consumers", "delete", "old-job", "--target", server.target)
     assert unknown.returncode == 2
     assert "NAME: is not a known consumer (known: spark) (got 'old-job')" in unknown.stderr
-    nameless = _evb("consumers", "delete", "--target", server.target)
+    nameless = evb("consumers", "delete", "--target", server.target)
     assert nameless.returncode == 2 and "needs the consumer's name" in nameless.stderr

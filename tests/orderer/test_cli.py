@@ -46,6 +46,10 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         (["tail", *NOWHERE, "--connect-timeout", "-1"], "--connect-timeout"),
         (["stats", *NOWHERE, "--connect-timeout", "inf"], "--connect-timeout"),
         (["stats", *NOWHERE, "--timeout", "-1"], "--timeout"),
+        (["stats", *NOWHERE, "--barriers", "0"], "--barriers"),
+        (["top", *NOWHERE, "--interval", "0"], "--interval"),
+        (["top", *NOWHERE, "--barriers", "-1"], "--barriers"),
+        (["source", "dead", "1", *NOWHERE, "--timeout", "0"], "--timeout"),
         (["end-run", *NOWHERE, "--connect-timeout", "0"], "--connect-timeout"),
         (["end-run", *NOWHERE, "--timeout", "0"], "--timeout"),
         (["serve", "--stop-grace", "-1"], "--stop-grace"),
@@ -65,6 +69,22 @@ def test_a_nonsensical_number_is_refused_naming_the_flag(
     err = capsys.readouterr().err
     assert re.search(rf"(argument )?{flag}: must be ", err), err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("value", ["-1", "abc", "1.5", str(2**32), ""])
+def test_a_bad_source_id_is_refused_naming_the_value(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``evb source dead|revive SOURCE`` checks the id before it connects (the target is
+    never reached)."""
+    assert main(["source", "dead", value, *NOWHERE]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"evb source: SOURCE: must be a source id, an integer from 0 to 4294967295 "
+        f"(got {value!r})\n"
+    ), err
+    assert main(["source", "kill", "1", *NOWHERE]) == 2
+    assert "argument action: invalid choice: 'kill'" in capsys.readouterr().err
 
 
 def _write(tmp_path: Path, text: str) -> Path:
