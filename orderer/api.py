@@ -203,6 +203,11 @@ class Orderer:
         return self._core.source_states(self._now(now))
 
     @property
+    def source_ids(self) -> list[int]:
+        """The known sources (declared, or heard from), ascending."""
+        return self._core.source_ids
+
+    @property
     def queued(self) -> int:
         """Fragments waiting in the queues (received - emitted - dropped)."""
         return self._core.queued

@@ -27,6 +27,7 @@ from orderer.client import (
     OrderedStreamReader,
     SourceClient,
     get_stats,
+    set_source_state,
 )
 from orderer.console import DEFAULT_RECENT, stats_table, write
 from orderer.errors import ServiceUnavailable
@@ -131,11 +132,25 @@ def send_records(
     progress: bool = True,
     client_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Send an ``evb replay`` input file: fragments, watermarks and ends, paced by ``t``."""
+    """Send an ``evb replay`` input file: fragments, watermarks and ends, paced by ``t``; its
+    ``dead`` records become ``SetSourceState`` calls, made once what was sent before them is
+    acknowledged (so the server takes them in the file's order)."""
     with Path(path).open(encoding="utf-8") as lines:
         records = read_records(lines)
     sources = sorted(set(records.source.tolist()))
-    return _send(target, list(_record_steps(records)), sources, speed, progress, client_options)
+    options = client_options or {}
+    connection = {k: options[k] for k in ("security", "connect_timeout") if k in options}
+
+    def mark(source: int, dead: bool) -> Callable[[SourceClient], None]:
+        def call(client: SourceClient) -> None:
+            client.flush()
+            client.wait_acked()
+            set_source_state(target, source, dead, **connection)
+
+        return call
+
+    steps = list(_record_steps(records, mark))
+    return _send(target, steps, sources, speed, progress, client_options)
 
 
 def _send(
@@ -193,8 +208,11 @@ def _watermark(source: int, watermark: int) -> Callable[[SourceClient], None]:
     return lambda client: client.watermark(source, watermark)
 
 
-def _record_steps(records: ArrivalRecords) -> Iterator[_Step]:
-    """Consecutive fragments of one source with the same ``t`` travel as one batch."""
+def _record_steps(
+    records: ArrivalRecords, mark: Callable[[int, bool], Callable[[SourceClient], None]]
+) -> Iterator[_Step]:
+    """Consecutive fragments of one source with the same ``t`` travel as one batch; a
+    ``SOURCE_STATE`` record is the step ``mark(source, dead)`` makes."""
     n = len(records)
     if n == 0:
         return
@@ -212,6 +230,8 @@ def _record_steps(records: ArrivalRecords) -> Iterator[_Step]:
             yield at, _watermark(who, int(records.value[a])), 0
         elif kind[a] == ArrivalKind.END_OF_SOURCE:
             yield at, _end(who), 0
+        elif kind[a] == ArrivalKind.SOURCE_STATE:
+            yield at, mark(who, bool(records.value[a])), 0
 
 
 def _json_lines(batch: EmittedBatch, payload: bool) -> Iterator[str]:

@@ -231,9 +231,8 @@ def cmd_top(args: argparse.Namespace) -> int:
 
 
 def cmd_source(args: argparse.Namespace) -> int:
-    """``evb source dead|revive SOURCE``. A source the server did not know is marked all the
-    same (it may connect later, or the operator knows better than the server's list), but the
-    reply says so on stderr: a typo must not pass for a change to a running source."""
+    """``evb source dead|revive SOURCE``. The server refuses a source it does not know (exit 2,
+    naming the known ones): a typo must not pass for a change to a running source."""
     from orderer.client import set_source_state
 
     text = args.source
@@ -243,17 +242,10 @@ def cmd_source(args: argparse.Namespace) -> int:
         source = -1
     if not 0 <= source < 2**32:
         raise ConfigError("SOURCE", text, "must be a source id, an integer from 0 to 4294967295")
-    dead = args.action == "dead"
     state = set_source_state(
-        args.target, source, dead, timeout=args.timeout, **_connection(args)
+        args.target, source, args.action == "dead", timeout=args.timeout, **_connection(args)
     )
     print(json.dumps({"source": source, **state}), flush=True)
-    if not state["was_known"]:
-        print(
-            f"evb source: source {source} was not known before "
-            f"({'marked dead' if dead else 'revived'} all the same)",
-            file=sys.stderr,
-        )
     return 0
 
 

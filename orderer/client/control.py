@@ -204,10 +204,11 @@ def _set_source_state(
     security: ChannelSecurity | None = None,
     connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
 ) -> _Exchange[dict[str, bool]]:
-    """Mark ``source`` dead by hand (``dead=True``), so that it no longer holds pending barriers
-    or the build window, or revive it (NSCLDAQ's dead-source control; durable on the server).
-    Returns ``{"was_known": whether the orderer had seen or declared it, "dead": whether it is
-    dead now}``; with ``strictSources`` an undeclared source is refused (``InterfaceError``)."""
+    """Mark ``source`` dead by hand (``dead=True``), so that it no longer holds pending
+    barriers, or revive it (NSCLDAQ's dead-source control; durable on the server). Returns
+    ``{"was_known": True, "dead": whether it is dead now}``. A source the orderer does not know
+    (neither declared nor heard from), or with ``strictSources`` an undeclared one, is refused
+    (``InterfaceError`` naming the known or accepted sources)."""
     check_source(source)
     request = pb.SourceStateRequest(source=source, dead=bool(dead))
     return _Exchange(

@@ -322,8 +322,12 @@ class OrdererService:
     async def set_source_state(self, source: int, dead: bool) -> tuple[bool, bool]:
         """Mark ``source`` dead by hand, or revive it, recorded in the arrival log (recovery
         replays it at the same time, so the restarted orderer resolves the same barriers);
-        returns ``(whether the source was known, whether it is dead now)`` once durable. With
-        strict sources, a source outside the declared set is refused."""
+        returns ``(whether the source was known, whether it is dead now)`` once durable.
+
+        A source the orderer does not know (neither declared nor heard from) is refused, naming
+        the known ones: the core would make it known, and a typo (``evb source revive 9`` for
+        source 6) would then add a silent source that holds every fragment for the whole build
+        window. Declare a source (``--sources``) to mark it before it connects."""
         self._check_open()
         declared = self.limits.sources
         if declared is not None and source not in declared:
@@ -332,6 +336,13 @@ class OrdererService:
                 hint=f"the server accepts only {sorted(declared)}",
             )
         self.take_intake()
+        known_sources = self._orderer.source_ids
+        if source not in known_sources:
+            raise InterfaceError(
+                f"source: {source} is not known to this orderer (known: "
+                f"{', '.join(map(str, known_sources)) or 'none yet'})",
+                hint="a source is known once declared (--sources) or once it has sent anything",
+            )
         now = self._tick()
         known = self._orderer.set_source_state(source, dead, now=now)
         self._commit.stage(now, ArrivalRecords.source_state(source, dead))

@@ -159,7 +159,10 @@ def run_live_demo(output_dir: Path, seed: int, seconds: float = 20.0) -> int:
         output_dir / "orderer-data", output_dir / "orderer.log",
         "--build-window", "2", "--startup-delay", "1", "--sources", sources,
     )
-    console.print(f"orderer: {server.target} (data in {output_dir / 'orderer-data'})")
+    console.print(
+        f"orderer: {server.target} (data in {output_dir / 'orderer-data'}); watch it live from "
+        f"another terminal: evb top --target {server.target}"
+    )
     errors: list[BaseException] = []
     player = threading.Thread(
         target=_play,

@@ -22,6 +22,7 @@ import pytest
 
 from orderer.client import get_stats, set_source_state, set_source_state_async
 from orderer.errors import InterfaceError
+from tests.conftest import EXAMPLES
 from tests.e2e.conftest import ServerProcess, environment, evb_command
 from tests.e2e.test_cli import evb
 
@@ -91,11 +92,9 @@ def test_a_source_marked_dead_by_hand_releases_its_barrier_and_shows_everywhere(
     assert not get_stats(target, barrier_log_limit=1)["sources"]["3"]["marked_dead"]
 
     unknown = evb("source", "dead", "9", "--target", target)
-    assert unknown.returncode == 0
-    assert json.loads(unknown.stdout) == {"source": 9, "was_known": False, "dead": True}
-    assert unknown.stderr == (
-        "evb source: source 9 was not known before (marked dead all the same)\n"
-    )
+    assert unknown.returncode == 2, unknown.stderr
+    assert "source: 9 is not known to this orderer (known: 1, 2, 3)" in unknown.stderr
+    assert "9" not in get_stats(target, barrier_log_limit=1)["sources"]
 
 
 def test_the_client_calls_and_a_strict_servers_refusal(
@@ -200,3 +199,24 @@ def test_top_on_a_terminal_quits_on_q(
             top.kill()
             top.wait(30)
         os.close(main)
+
+
+def test_a_replay_sent_to_a_server_carries_its_dead_marks_in_file_order(
+    tmp_path: Path, server_factory: Callable[..., ServerProcess]
+) -> None:
+    """``evb send --replay`` of the marked-dead-barrier example: its ``dead`` record becomes a
+    SetSourceState call once what came before it is acknowledged, so the server resolves the
+    first barrier incomplete (source 2 missing) and, source 2 alive again by its next fragment,
+    the second complete, as ``evb replay`` does."""
+    server = server_factory(  # declared: the client does not keep the order across sources
+        tmp_path / "data", "--build-window", "30", "--startup-delay", "0", "--source-timeout",
+        "off", "--sources", "1,2",
+    )
+    example = EXAMPLES / "marked-dead-barrier" / "input.jsonl"
+    sent = evb("send", "--target", server.target, "--replay", str(example), "--speed", "0")
+    assert sent.returncode == 0, sent.stderr
+    log = get_stats(server.target)["barrier_log"]
+    assert [(b["complete"], b["missing"], b["types"]) for b in log] == [
+        (False, [2], {"1": 3}),
+        (True, [], {"1": 3, "2": 3}),
+    ]

@@ -152,14 +152,20 @@ def test_set_source_state_releases_a_barrier_and_the_barrier_log_matches_the_out
 
 
 def test_source_state_of_unknown_and_undeclared_sources(tmp_path: Path) -> None:
-    """An unknown source becomes known (``was_known`` false); with strict sources, a source
-    outside the declared set is INVALID_ARGUMENT naming it, and nothing is recorded."""
+    """A source the orderer does not know is INVALID_ARGUMENT naming the known ones (a typo
+    would otherwise add a silent source holding every window); with strict sources, a source
+    outside the declared set is refused naming it. Nothing is recorded either way."""
 
     async def body() -> None:
         async with serving_channel(tmp_path / "open", CONFIG) as (_, channel):
-            reply = await _set_source_state(channel, 7, True)
-            assert (reply.was_known, reply.dead) == (False, True)
-            assert (await _stats(channel))["sources"]["7"]["marked_dead"]
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await _set_source_state(channel, 7, True)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            known = ", ".join(map(str, CONFIG.sources)) or "none yet"
+            assert f"source: 7 is not known to this orderer (known: {known})" in (
+                refused.value.details() or ""
+            )
+            assert "7" not in (await _stats(channel))["sources"]
         strict = serving_channel(tmp_path / "strict", CONFIG, strict_sources=True)
         async with strict as (_, channel):
             with pytest.raises(grpc.aio.AioRpcError) as refused:
