@@ -488,7 +488,7 @@ def _builder(glom: Any) -> Any:
 
 
 def _stream(spark: Any, args: argparse.Namespace, glom: Any, layout: Layout) -> int:
-    from orderer.client import get_stats
+    from orderer.client import commit, get_stats
 
     security = _channel_security(args)
     checkpoint = args.checkpoint or layout.checkpoint
@@ -526,12 +526,19 @@ def _stream(spark: Any, args: argparse.Namespace, glom: Any, layout: Layout) -> 
             if query.awaitTermination(args.poll):
                 break
             try:
-                ended = get_stats(args.target, security=security)["run_ended"]
+                stats = get_stats(args.target, security=security, barrier_log_limit=1)
+                ended = stats["run_ended"]
             except ServiceUnavailable as error:  # the orderer restarts: the query retries too
                 print(f"evb spark-job: orderer unavailable, waiting: {error}", file=sys.stderr)
                 continue
             if ended:
                 query.processAllAvailable()
+                # Spark commits a batch's end to the source when it plans the next batch, so
+                # the last one is never committed: commit it here, or the finished job would
+                # show a lag for ever and hold that much of the log from retention
+                end = _end_offset(query.lastProgress)
+                if end is not None:
+                    commit(args.target, args.consumer, end, security=security)
                 break
     finally:
         batches = int(query.lastProgress["batchId"]) + 1 if query.lastProgress else 0
@@ -540,6 +547,17 @@ def _stream(spark: Any, args: argparse.Namespace, glom: Any, layout: Layout) -> 
     if failure is not None:
         raise RuntimeError(f"the streaming query failed: {failure}")
     return batches
+
+
+def _end_offset(progress: dict[str, Any] | None) -> int | None:
+    """The offset after the last fragment a query's last batch read (its progress holds the
+    source's end offset as the JSON of ``{"offset": n}``); None before any batch."""
+    if not progress or not progress.get("sources"):
+        return None
+    end = progress["sources"][0].get("endOffset")
+    if isinstance(end, str):
+        end = json.loads(end)
+    return int(end["offset"]) if isinstance(end, dict) and "offset" in end else None
 
 
 def _batch(spark: Any, args: argparse.Namespace, glom: Any, layout: Layout) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from orderer.client import end_run
+from orderer.client import end_run, get_stats
 from orderer.remote import send_synthetic
 from orderer.spark import job
 from orderer.spark.glom import EVENT_SPARK_SCHEMA, GlomConfig, glom_batches
@@ -170,6 +170,10 @@ def test_the_job_consumes_a_live_run_and_writes_events_summary_and_report(
         result = job.run(spark, args)  # returns once the run ended and all was consumed
         sender.join()
         fragments = source_rows(server.target, result.summary["next_offset"])
+        # the last batch is committed too: the finished job holds nothing from retention
+        consumers = get_stats(server.target)["consumers"]
+        assert consumers["evb-spark-job"]["committed"] == result.summary["next_offset"]
+        assert consumers["evb-spark-job"]["lag"] == 0
     finally:
         server.stop()
     expected = glom(fragments_of(fragments), DT)
