@@ -304,10 +304,11 @@ def _add_source(commands: Any) -> None:
         "source",
         "mark a source dead by hand, or revive it",
         cmd_source,
-        "Mark a source dead (it no longer holds pending barriers or the build window: "
-        "NSCLDAQ's dead-source control), or revive it; new input from a source marked dead "
-        "revives it too. Durable: a restarted server remembers. Prints the source's state as "
-        "JSON; a source the server did not know is marked all the same, with a note on stderr.",
+        "Mark a source dead (it no longer holds pending barriers: NSCLDAQ's dead-source "
+        "control; the build window is not affected), or revive it; new input from a source "
+        "marked dead revives it too. Durable: a restarted server remembers. Prints the source's "
+        "state as JSON. A source the server does not know (neither declared nor heard from) is "
+        "refused, naming the known ones (exit 2).",
         client=True,
     )
     source.add_argument("action", choices=("dead", "revive"), help="what to do")

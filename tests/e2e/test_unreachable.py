@@ -33,6 +33,9 @@ COMMANDS = {
     "tail": [],
     "stats": [],
     "end-run": [],
+    "top": ["--once"],
+    "source": ["dead", "1"],
+    "consumers": [],
 }
 
 
@@ -200,4 +203,10 @@ def test_a_wrong_or_missing_token(servers: Servers) -> None:
     assert done.returncode == 0, done.stderr
     stats = json.loads(done.stdout)
     assert stats["totals"]["received"] == 0 and not stats["run_ended"]
+    top = subprocess.run(  # the live view over TLS with the token, one frame
+        evb_command("top", "--once", "--target", secure, *right),
+        capture_output=True, text=True, env=_environment(), timeout=60, check=False,
+    )
+    assert top.returncode == 0, top.stderr
+    assert f"evb top  {secure}" in top.stdout and "running" in top.stdout
 
