@@ -23,13 +23,16 @@ class EvbError(Exception):
 
 
 class ConfigError(EvbError, ValueError):
-    """A configuration value is invalid; the message names the parameter and the value."""
+    """A configuration value is invalid; the message names the parameter and the value (a
+    value of None is a parameter that was not given: "(got None)" would tell the user
+    nothing)."""
 
     def __init__(self, parameter: str, value: object, why: str) -> None:
         self.parameter = parameter
         self.value = value
         self.why = why
-        super().__init__(f"{parameter}: {why} (got {value!r})")
+        given = "" if value is None else f" (got {value!r})"
+        super().__init__(f"{parameter}: {why}{given}")
 
 
 class InterfaceError(EvbError):

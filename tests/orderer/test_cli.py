@@ -248,3 +248,13 @@ def test_the_command_starts_without_loading_grpc() -> None:
 
     code = "import sys, orderer.cli; sys.exit('grpc' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_a_missing_value_is_named_without_a_meaningless_got_none(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from orderer.cli import main
+
+    assert main(["consumers", "delete", "--target", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert err == "evb consumers: NAME: evb consumers delete needs the consumer's name\n"
