@@ -99,7 +99,9 @@ def test_concurrent_sources_come_out_as_evb_replay_orders_the_arrival_record(
     assert [r[:4] for r in rows] == [r[:4] for r in replayed]
     assert [r[4] for r in rows] == [r[4] for r in replayed]  # emission times too
     assert stats["totals"] == counters["totals"]
+    by_type = stats["barriers"].pop("by_type")  # the service's tally of the barrier log
     assert stats["barriers"] == counters["barriers"]
+    assert by_type == dict(collections.Counter(str(r[2]) for r in replayed if r[2]))
     # the run exercised what it was meant to
     assert counters["totals"]["late"] > 0
     assert counters["barriers"]["complete"] + counters["barriers"]["incomplete"] == 4
