@@ -127,6 +127,7 @@ _ORDERER_FLAGS = (
     "source_timeout",
     "late_policy",
     "sources",
+    "reset_on_begin_run",
 )
 
 
@@ -147,6 +148,12 @@ def add_orderer_flags(parser: argparse.ArgumentParser, *, config_file: bool = Fa
     ):
         default = file_default(shown, name) if config_file else f"(default: {shown})"
         group.add_argument(flag(name), metavar=metavar, help=f"{what} {default}")
+    group.add_argument(
+        flag("reset_on_begin_run"), nargs="?", const="true", metavar="true|false",
+        help="a complete begin-run barrier (type 1 from every source) resets the high-water "
+        "mark, previous timestamps and watermarks, so a run whose clocks restart is not late "
+        "(default: off)",
+    )
 
 
 def flag_values(args: argparse.Namespace) -> dict[str, Any]:
@@ -188,6 +195,12 @@ def add_target(parser: argparse.ArgumentParser) -> None:
         metavar="HOST:PORT",
         help=f"the orderer service (default: $EVB_TARGET, else {DEFAULT_TARGET})",
     )
+    add_connection(parser)
+
+
+def add_connection(parser: argparse.ArgumentParser) -> None:
+    """How a client command reaches its orderers, the address aside (``evb forward`` has two
+    addresses): how long to wait for a connection, and the channel's security."""
     parser.add_argument(
         "--connect-timeout",
         type=SECONDS,

@@ -251,6 +251,14 @@ class AsyncSourceClient:
         self._outbox.append(request)
         self._writer_wake.set()
 
+    def number_from(self, source: int, first_sequence: int) -> None:
+        """Number ``source``'s fragments from ``first_sequence`` instead of continuing the
+        server's sequence (call before its first fragment): a sender that replays its input
+        from a known point (``evb forward``) numbers it the same way every time, and the server
+        drops what it already holds."""
+        self._first_sequence[source] = first_sequence
+        self._register(source)
+
     def acked(self, source: int) -> int:
         """Fragments of ``source`` below this sequence number are durable on the server."""
         return self._acked.get(source, 0)

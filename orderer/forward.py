@@ -1,0 +1,303 @@
+"""``evb forward``: the ordered output of one orderer (A) as sources of another (B), for building
+in levels as NSCLDAQ's multi-level event builders do.
+
+Why it is exactly once across a kill -9 of A, of B or of the forwarder itself, without a state
+file of its own:
+
+- **Numbering.** Each fragment goes to B with a per-source sequence number that is a function of
+  A's ordered log alone: by default (each upstream source keeps its id) the number of fragments
+  of that source in A's output before it; with ``as_source`` (the whole upstream is one source)
+  its offset in A's output, which counts from 0 without gaps. B drops every fragment below a
+  source's durable sequence (and refuses gaps), so a replay of A's output from any earlier
+  offset brings nothing twice.
+- **Acknowledgements chain.** An offset X is committed to A (consumer ``forward-to-<B>`` unless
+  named) only once B acknowledged durable every fragment A emitted below X. A restarted
+  forwarder resumes at its committed offset, computing the sequences there again (by default by
+  counting the sources of A's log below it, payloads left out: A must still hold its log from
+  offset 0, as it does unless retention is set); everything after it is sent again, and B drops
+  what it already holds. A restarted A serves the same durable log; a restarted B is resent what
+  it had not acknowledged, by the client.
+- **Watermarks.** A's output is in timestamp order above its high-water mark: every ordinary
+  fragment A emits later that is not late has a timestamp at least the high-water mark. So,
+  once a batch of A's output is sent, the high-water mark is sent to B as the watermark of every
+  source this forwarder speaks for (docs/ordering.md, Frontiers), and B need not wait a build
+  window for an upstream that is slow or quiet. A's late fragments and its barriers may be older;
+  B takes them as it takes any fragment older than its source's watermark (late, or sorted into
+  the queue).
+- **Barriers with ``as_source``.** A resolves the barriers of its sources together and emits
+  them one after another. Sent as they are, B would see several barriers of one source in a row
+  and resolve each on its own (all but the first waiting ``barrier_timeout``). So each group of
+  barriers A resolved at once (consecutive barrier fragments emitted by the same flush, from
+  different sources) becomes one barrier at B: its first fragment (the lowest source id) keeps
+  its barrier type; the others of the group go as ordinary fragments (type 0) with their
+  timestamps and payloads, right after it, so nothing is lost. An offset inside a group is never
+  committed, so a restart never cuts a group differently. Two groups resolved by one flush with
+  no data between them and no source in common are taken for one.
+- **End.** Once A's run ended (``GetStats.run_ended``) and everything up to its end is sent and
+  acknowledged, the sources are ended at B (unless ``end_sources`` is false), the last offset
+  is committed, and the forwarder returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from orderer.batch import EmittedBatch, FragmentBatch
+from orderer.client import (
+    DEFAULT_CONNECT_TIMEOUT,
+    AsyncSourceClient,
+    ChannelSecurity,
+    commit_async,
+    get_stats_async,
+    subscribe,
+)
+from orderer.errors import InterfaceError, ServiceUnavailable
+
+__all__ = ["forward", "forward_async"]
+
+log = logging.getLogger("evb.forward")
+
+_POLL = 0.2
+"""Seconds between two commits to A, and between two looks at whether A's run ended."""
+
+
+def _rows(batch: EmittedBatch, rows: npt.NDArray[np.intp], source: int) -> FragmentBatch:
+    """Rows ``rows`` of ``batch`` (in their order) as one batch of ``source``, payloads kept."""
+    offsets = batch.payload_offsets.astype(np.int64)
+    starts, lengths = offsets[rows], offsets[rows + 1] - offsets[rows]
+    new_offsets = np.zeros(len(rows) + 1, dtype=np.uint64)
+    np.cumsum(lengths, out=new_offsets[1:])
+    total = int(new_offsets[-1])
+    gather = np.repeat(starts - new_offsets[:-1].astype(np.int64), lengths) + np.arange(total)
+    return FragmentBatch(
+        np.full(len(rows), source, dtype=np.uint32),
+        batch.timestamp[rows],
+        batch.barrier[rows],
+        new_offsets,
+        batch.payload[gather],
+    )
+
+
+class _Groups:
+    """With ``as_source``: which barrier fragments continue a group A resolved at once (they
+    travel as ordinary fragments). The state carries over from one batch to the next."""
+
+    def __init__(self) -> None:
+        self._t: float | None = None  # the open group's flush time (None: no group open)
+        self._sources: set[int] = set()
+
+    def barriers(self, batch: EmittedBatch) -> npt.NDArray[np.uint32]:
+        """The barrier types to send for ``batch``."""
+        barrier = batch.barrier.copy()
+        source, t = batch.source.tolist(), batch.t.tolist()
+        kinds = batch.barrier.tolist()
+        for i, kind in enumerate(kinds):
+            if kind == 0:
+                self._t = None
+                continue
+            if self._t == t[i] and source[i] not in self._sources:
+                barrier[i] = 0
+                self._sources.add(source[i])
+            else:
+                self._t, self._sources = t[i], {source[i]}
+        return barrier
+
+    @property
+    def open(self) -> bool:
+        """Whether the last fragment seen was a barrier (a group may go on)."""
+        return self._t is not None
+
+
+async def _counts_below(target: str, offset: int, connection: dict[str, Any]) -> dict[int, int]:
+    """How many fragments of each source A emitted below ``offset`` (payloads left out)."""
+    counts: dict[int, int] = {}
+    if offset == 0:
+        return counts
+    async for batch in subscribe(target, 0, until=offset, payload=False, **connection):
+        sources, n = np.unique(batch.source, return_counts=True)
+        for source, count in zip(sources.tolist(), n.tolist(), strict=True):
+            counts[source] = counts.get(source, 0) + count
+    return counts
+
+
+class _Forwarder:
+    """One forwarding run from A to B (see the module's docstring)."""
+
+    def __init__(
+        self,
+        client: AsyncSourceClient,
+        upstream: str,
+        consumer: str,
+        as_source: int | None,
+        connection: dict[str, Any],
+    ) -> None:
+        self.client = client
+        self.upstream = upstream
+        self.consumer = consumer
+        self.as_source = as_source
+        self.connection = connection
+        self.position = 0
+        """A's offset after the last fragment handed to the client."""
+        self.committed = 0
+        self.counts: dict[int, int] = {}
+        self.forwarded = 0
+        self.high_water = -1
+        self._groups = _Groups()
+        self._checkpoints: deque[tuple[int, dict[int, int]]] = deque()
+        self._ended = asyncio.Event()
+
+    async def start_at(self, offset: int) -> None:
+        self.position = self.committed = offset
+        if self.as_source is not None:
+            self.client.number_from(self.as_source, offset)
+            self.counts = {self.as_source: offset}
+            return
+        self.counts = await _counts_below(self.upstream, offset, self.connection)
+        for source, count in self.counts.items():
+            self.client.number_from(source, count)
+
+    async def read(self) -> None:
+        """Forward A's output from the position, forever (until cancelled)."""
+        async for batch in subscribe(self.upstream, self.position, **self.connection):
+            if batch.first_seq != self.position:
+                raise InterfaceError(
+                    f"offset: {self.upstream} sent {batch.first_seq}, expected {self.position}"
+                )
+            await self._send(batch)
+
+    async def _send(self, batch: EmittedBatch) -> None:
+        n = len(batch)
+        if self.as_source is not None:
+            whole = np.arange(n, dtype=np.intp)
+            part = _rows(batch, whole, self.as_source)
+            part = FragmentBatch(
+                part.source,
+                part.timestamp,
+                self._groups.barriers(batch),
+                part.payload_offsets,
+                part.payload,
+            )
+            await self.client.send_fragments(part)
+            self.counts[self.as_source] += n
+        else:
+            for source in np.unique(batch.source).tolist():
+                rows = np.flatnonzero(batch.source == source)
+                if source not in self.counts:
+                    self.counts[source] = 0
+                    self.client.number_from(source, 0)
+                await self.client.send_fragments(_rows(batch, rows, source))
+                self.counts[source] += len(rows)
+        self.position += n
+        self.forwarded += n
+        if not self._groups.open:
+            self._checkpoints.append((self.position, dict(self.counts)))
+        ordinary = batch.timestamp[(batch.barrier == 0) & ~batch.late]
+        if len(ordinary) and int(ordinary.max()) > self.high_water:
+            self.high_water = int(ordinary.max())
+            for source in self.counts:
+                await self.client.watermark(source, self.high_water)
+
+    def _acknowledged(self) -> int:
+        """The highest checkpoint below which B acknowledged everything."""
+        offset = self.committed
+        while self._checkpoints and all(
+            self.client.acked(s) >= c for s, c in self._checkpoints[0][1].items()
+        ):
+            offset = self._checkpoints.popleft()[0]
+        return offset
+
+    async def commit(self, offset: int) -> None:
+        if offset > self.committed:
+            await commit_async(self.upstream, self.consumer, offset, **self.connection)
+            self.committed = offset
+
+    async def committing(self) -> None:
+        """Commit to A what B acknowledged, every :data:`_POLL` seconds (A down: later)."""
+        while True:
+            await asyncio.sleep(_POLL)
+            with contextlib.suppress(ServiceUnavailable):
+                await self.commit(self._acknowledged())
+
+    async def watching(self) -> None:
+        """Return once A's run ended and everything up to its end was handed to the client."""
+        while True:
+            with contextlib.suppress(ServiceUnavailable):
+                stats = await get_stats_async(self.upstream, barrier_log_limit=1, **self.connection)
+                if stats["run_ended"] and self.position >= int(stats["next_offset"]):
+                    return
+            await asyncio.sleep(_POLL)
+
+
+async def forward_async(
+    upstream: str,
+    downstream: str,
+    *,
+    as_source: int | None = None,
+    consumer: str | None = None,
+    end_sources: bool = True,
+    batch_size: int = 4096,
+    linger: float | None = 0.05,
+    security: ChannelSecurity | None = None,
+    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
+) -> dict[str, Any]:
+    """Forward ``upstream``'s ordered output to ``downstream`` until ``upstream``'s run ended
+    (see the module's docstring); returns a summary: the offsets forwarded, the fragments sent,
+    the sources at B and the reconnects to B."""
+    if as_source is not None and not 0 <= as_source < 2**32:
+        raise InterfaceError(f"as_source: {as_source} does not fit in uint32")
+    name = consumer or f"forward-to-{downstream}"
+    connection: dict[str, Any] = {"security": security, "connect_timeout": connect_timeout}
+    stats = await get_stats_async(upstream, barrier_log_limit=1, **connection)
+    start = int(stats["consumers"].get(name, {}).get("committed", 0))
+    client = AsyncSourceClient(
+        downstream,
+        batch_size=batch_size,
+        linger=linger,
+        security=security,
+        connect_timeout=connect_timeout,
+    )
+    async with client:
+        forwarder = _Forwarder(client, upstream, name, as_source, connection)
+        await forwarder.start_at(start)
+        log.info("forwarding %s from offset %d to %s", upstream, start, downstream)
+        tasks = [
+            asyncio.create_task(forwarder.read()),
+            asyncio.create_task(forwarder.committing()),
+            asyncio.create_task(forwarder.watching()),
+        ]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # an error of the reader or the committer ends the forwarder
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(BaseException):
+                    await task
+        await client.wait_acked()
+        if end_sources:
+            for source in forwarder.counts:
+                await client.end_source(source)
+        await client.close()
+        await forwarder.commit(forwarder.position)
+        reconnects = client.reconnects
+    return {
+        "from_offset": start,
+        "next_offset": forwarder.position,
+        "fragments": forwarder.forwarded,
+        "sources": sorted(forwarder.counts),
+        "reconnects": reconnects,
+    }
+
+
+def forward(upstream: str, downstream: str, **options: Any) -> dict[str, Any]:
+    """:func:`forward_async`, blocking."""
+    return asyncio.run(forward_async(upstream, downstream, **options))
