@@ -31,14 +31,18 @@ from orderer.client import (
 )
 from orderer.console import DEFAULT_RECENT, stats_table, write
 from orderer.errors import ServiceUnavailable
+from orderer.nscldaq.format import NscldaqFormatError, pack_fragments
+from orderer.nscldaq.reader import RingItemReader
 from orderer.replay import read_records, write_emitted
 from orderer.synthetic import SyntheticRun, iter_batches
 
 __all__ = [
     "print_stats",
+    "send_nscldaq",
     "send_records",
     "send_synthetic",
     "tail",
+    "tail_nscldaq",
     "write_stats",
 ]
 
@@ -153,6 +157,56 @@ def send_records(
     return _send(target, steps, sources, speed, progress, client_options)
 
 
+def send_nscldaq(
+    target: str,
+    paths: Iterable[str | Path],
+    *,
+    skip_unstamped: bool = False,
+    end_sources: bool = False,
+    client_options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Send NSCLDAQ ring-item files (``-``: standard input) as they are read, chunk by chunk
+    (:mod:`orderer.nscldaq.reader`): each run of consecutive items of one source is one batch.
+    At a bad item (unstamped, truncated, a format evb does not read) everything before it is
+    flushed and acknowledged before the error is raised, so nothing that came before is lost
+    and the error's offset is where to resume. Ends the sources only with ``end_sources``: an
+    NSCLDAQ run ends with its END_RUN barrier, and the next run's files may follow."""
+    reader = RingItemReader(skip_unstamped=skip_unstamped)
+    started = time.monotonic()
+    with SourceClient(target, sources=[], **(client_options or {})) as client:
+        try:
+            for batch in reader.read_paths(paths):
+                source = batch.source
+                bounds = (np.flatnonzero(source[1:] != source[:-1]) + 1).tolist()
+                for a, b in zip([0, *bounds], [*bounds, len(batch)], strict=True):
+                    client.send_fragments(batch.slice(a, b))
+        except NscldaqFormatError as error:
+            client.flush()
+            client.wait_acked()
+            raise NscldaqFormatError(
+                error.file,
+                error.offset,
+                error.what,
+                hint=f"{error.hint + '; ' if error.hint else ''}the {reader.fragments} "
+                "fragments before it were sent and acknowledged",
+            ) from None
+        sources = sorted(reader.sources)
+        if end_sources:
+            for source_id in sources:
+                client.end_source(source_id)
+        client.flush()
+        client.wait_acked()
+        acked = {str(source_id): client.acked(source_id) for source_id in sources}
+        reconnects = client.reconnects
+    return {
+        "fragments": reader.fragments,
+        **reader.summary(),
+        "seconds": round(time.monotonic() - started, 3),
+        "acked": acked,
+        "reconnects": reconnects,
+    }
+
+
 def _send(
     target: str,
     steps: list[_Step] | Callable[[dict[int, int]], list[_Step]],
@@ -254,16 +308,8 @@ def tail(
 ) -> int:
     """Print the ordered output from ``from_offset`` as ``evb replay`` OUT lines; without
     ``follow`` or ``until``, up to what is durable now. Returns how many lines were printed."""
-    if until is None and not follow:
-        stats = get_stats(target, security=security, connect_timeout=connect_timeout)
-        until = int(stats["next_offset"])
-    if until is not None and from_offset >= until:
-        return 0
     printed = 0
-    reader = OrderedStreamReader(
-        target, from_offset, until=until, security=security, connect_timeout=connect_timeout
-    )
-    for batch in reader:
+    for batch in _ordered(target, from_offset, until, follow, security, connect_timeout):
         if payload:
             out.writelines(_json_lines(batch, payload=True))
         else:
@@ -271,6 +317,52 @@ def tail(
         out.flush()
         printed += len(batch)
     return printed
+
+
+def _ordered(
+    target: str,
+    from_offset: int,
+    until: int | None,
+    follow: bool,
+    security: ChannelSecurity | None,
+    connect_timeout: float | None,
+) -> Iterator[EmittedBatch]:
+    """The ordered output from ``from_offset``; without ``follow`` or ``until``, up to what is
+    durable now."""
+    if until is None and not follow:
+        stats = get_stats(target, security=security, connect_timeout=connect_timeout)
+        until = int(stats["next_offset"])
+    if until is not None and from_offset >= until:
+        return
+    yield from OrderedStreamReader(
+        target, from_offset, until=until, security=security, connect_timeout=connect_timeout
+    )
+
+
+def tail_nscldaq(
+    target: str,
+    out: IO[bytes],
+    *,
+    from_offset: int = 0,
+    until: int | None = None,
+    follow: bool = False,
+    security: ChannelSecurity | None = None,
+    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
+) -> int:
+    """``evb tail --nscldaq``: the ordered output as NSCLDAQ event-builder fragments (header
+    {timestamp, source, payload size, barrier} then the payload), the stream NSCLDAQ's glom
+    reads; fragments sent with ``evb send --nscldaq`` carry their ring items back byte for
+    byte. Returns how many fragments were written."""
+    written = 0
+    for batch in _ordered(target, from_offset, until, follow, security, connect_timeout):
+        out.write(
+            pack_fragments(
+                batch.timestamp, batch.source, batch.barrier, batch.payload_offsets, batch.payload
+            )
+        )
+        out.flush()
+        written += len(batch)
+    return written
 
 
 def print_stats(
