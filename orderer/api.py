@@ -47,6 +47,7 @@ def _core_parameters(config: OrdererConfig) -> tuple[Any, ...]:
         fc.global_xon,
         fc.queue_xoff,
         fc.queue_xon,
+        config.reset_on_begin_run,
     )
 
 

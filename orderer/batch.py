@@ -274,6 +274,8 @@ class ArrivalKind(enum.IntEnum):
     END_RUN = 4
     SOURCE_STATE = 5
     """A source marked dead (``value`` 1) or revived (``value`` 0) by an operator."""
+    BEGIN_RUN = 6
+    """The service began the next run, numbered ``value`` (the orderer itself is untouched)."""
 
 
 @dataclass(frozen=True, slots=True)

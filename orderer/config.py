@@ -149,6 +149,10 @@ class OrdererConfig:
     and specs: :func:`parse_source_timeout`)."""
     late_policy: str = "emit"
     """``emit``: late fragments go out flagged late; ``drop``: counted and not emitted."""
+    reset_on_begin_run: bool = False
+    """Opt-in: a complete begin-run barrier (every source sent type 1) restarts the clocks: the
+    high-water mark, previous timestamps and watermarks are forgotten, so a next run whose
+    clocks start again at 0 is not late (docs/ordering.md, "Runs one after another")."""
     sources: tuple[int, ...] = ()
     """Sources declared from the start; a declared source that never sends holds the output."""
     flow_control: FlowControl = field(default_factory=FlowControl)
@@ -163,6 +167,10 @@ class OrdererConfig:
             _duration("source_timeout", self.source_timeout)
         if self.late_policy not in LATE_POLICIES:
             raise ConfigError("late_policy", self.late_policy, "must be 'emit' or 'drop'")
+        if not isinstance(self.reset_on_begin_run, bool):
+            raise ConfigError(
+                "reset_on_begin_run", self.reset_on_begin_run, "must be true or false"
+            )
         for source in self.sources:
             if isinstance(source, bool) or not isinstance(source, int):
                 raise ConfigError("sources", source, "source ids must be integers")
@@ -188,6 +196,10 @@ class OrdererConfig:
                 values[name] = _duration(name, values[name], allow_zero=name == "startup_delay")
         if "source_timeout" in values:
             values["source_timeout"] = parse_source_timeout(values["source_timeout"])
+        if "reset_on_begin_run" in values:
+            values["reset_on_begin_run"] = _switch(
+                "reset_on_begin_run", values["reset_on_begin_run"]
+            )
         if "sources" in values:
             values["sources"] = _sources(values["sources"])
         if "flow_control" in values:
@@ -203,6 +215,7 @@ class OrdererConfig:
             name("barrier_timeout"): self.barrier_timeout,
             name("source_timeout"): "off" if self.source_timeout is None else self.source_timeout,
             name("late_policy"): self.late_policy,
+            name("reset_on_begin_run"): self.reset_on_begin_run,
             name("sources"): list(self.sources),
             name("flow_control"): {
                 name(f.name): getattr(self.flow_control, f.name) for f in fields(FlowControl)
@@ -234,6 +247,16 @@ def parse_source_timeout(value: Any) -> float | None:
             "source_timeout", value, "must be a number of seconds > 0, or 0 or off"
         ) from None
     return None if seconds == 0 else seconds
+
+
+def _switch(name: str, value: Any) -> bool:
+    """A yes/no parameter: a boolean, or ``true``/``false`` spelt out (a flag's value, or the
+    ``str(True)`` of a worked example's config.json turned into a flag)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ConfigError(name, value, "must be true or false")
 
 
 def _sources(value: Any) -> tuple[int, ...]:

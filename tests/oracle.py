@@ -22,6 +22,10 @@ Choices where the contract is silent (the same as the core's; ``docs/ordering.md
 - within a queue, barriers are sorted by ``(timestamp, arrival order)`` like ordinary data;
 - a mark (dead) or revive record is no arrival: it neither starts the startup delay nor moves
   the last arrival; a revive restarts the silence clock of a source that has sent something.
+
+Under ``reset_on_begin_run`` (off by default), a barrier resolved complete and homogeneous of
+type 1 (begin run) forgets the high-water mark, every source's previous timestamp and its
+watermark: the new run's clocks start again.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import Any
 __all__ = ["Oracle", "oracle_run"]
 
 INF = math.inf
+BEGIN_RUN = 1  # the barrier type of a run's start
 COUNTER_NAMES = ("received", "emitted", "late", "dropped", "duplicates", "out_of_order")
 
 
@@ -89,6 +94,7 @@ class Oracle:
         self.barrier_timeout = barrier_timeout
         self.source_timeout = _seconds(config, "source_timeout", 60.0)  # None: off
         self.drop_late = config.get("late_policy", "emit") == "drop"
+        self.reset_on_begin_run = bool(config.get("reset_on_begin_run", False))
         self.sources: dict[int, Source] = {}
         for source_id in config.get("sources", ()):
             self.sources[source_id] = Source(source_id)
@@ -309,6 +315,11 @@ class Oracle:
                 self.emit(barrier, late=False)
             else:
                 s.missing += 1
+        if self.reset_on_begin_run and complete and types == {BEGIN_RUN}:
+            self.high_water_mark = None  # the new run's clocks start again
+            for s in known:
+                s.previous_ts = None
+                s.watermark = None
         return True
 
     # ------------------------------------------------------------------ output

@@ -60,6 +60,8 @@ def test_parameters_table_matches_the_configuration() -> None:
             assert _code(default) == value
         elif name == "sources":
             assert value == () and default == "none"
+        elif name == "reset_on_begin_run":
+            assert value is False and default == "off"
         else:
             assert default == f"{value:g} s", (name, default, value)
 

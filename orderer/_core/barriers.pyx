@@ -2,7 +2,10 @@
 # A pending barrier resolved when complete, incomplete (a source dead or ended), timed out,
 # or at the end of run; counted complete/incomplete and homogeneous/heterogeneous, with the
 # missing sources logged with the output offset of the barrier's first fragment and the type
-# each source sent (docs/ordering.md, "Barriers", "Dead sources").
+# each source sent (docs/ordering.md, "Barriers", "Dead sources"). Under reset_on_begin_run, a
+# complete begin-run barrier restarts the clocks ("Runs one after another").
+
+DEF BEGIN_RUN = 1                    # the barrier type of a run's start (NSCLDAQ's BEGIN_RUN)
 
 
 cdef bint _resolve_barriers(OrdererCore self, double now, bint drain) except -1:
@@ -82,4 +85,19 @@ cdef bint _resolve_barriers(OrdererCore self, double now, bint drain) except -1:
     else:
         self._heterogeneous += 1
     self._barrier_log.append((offset, now, complete, homogeneous, types, tuple(missing)))
+    if self._reset_on_begin_run and complete and homogeneous and kind == BEGIN_RUN:
+        _reset_clocks(self)
     return True
+
+
+cdef void _reset_clocks(OrdererCore self) noexcept nogil:
+    """A new run's clocks start again: forget the high-water mark, every source's previous
+    timestamp and watermark (NSCLDAQ's resetTimestamps), all of the old run's clock."""
+    cdef Py_ssize_t i
+    self._has_hwm = False
+    self._hwm = 0
+    for i in range(self._n_src):
+        self._src[i].has_prev = False
+        self._src[i].prev_ts = 0
+        self._src[i].has_watermark = False
+        self._src[i].watermark = 0

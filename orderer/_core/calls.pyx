@@ -21,7 +21,7 @@ cdef class OrdererCore:
 
     def __init__(self, double build_window, double startup_delay, double barrier_timeout,
                  double source_timeout, bint drop_late, uint64_t global_xoff, uint64_t global_xon,
-                 uint64_t queue_xoff, uint64_t queue_xon):
+                 uint64_t queue_xoff, uint64_t queue_xon, bint reset_on_begin_run=False):
         self._index = {}
         self._cached_index = -1
         self._flow_changes = []
@@ -31,7 +31,7 @@ cdef class OrdererCore:
         self._settled = -INFINITY
         self._mark_none = True
         self.configure(build_window, startup_delay, barrier_timeout, source_timeout, drop_late,
-                       global_xoff, global_xon, queue_xoff, queue_xon)
+                       global_xoff, global_xon, queue_xoff, queue_xon, reset_on_begin_run)
         _reserve_out(self, 1024, 4096)
 
     def __dealloc__(self):
@@ -59,8 +59,10 @@ cdef class OrdererCore:
 
     def configure(self, double build_window, double startup_delay, double barrier_timeout,
                   double source_timeout, bint drop_late, uint64_t global_xoff,
-                  uint64_t global_xon, uint64_t queue_xoff, uint64_t queue_xon):
+                  uint64_t global_xon, uint64_t queue_xoff, uint64_t queue_xon,
+                  bint reset_on_begin_run=False):
         """Set the parameters; takes effect at the next flush (live reconfiguration)."""
+        self._reset_on_begin_run = reset_on_begin_run
         self._build_window = build_window
         self._startup_delay = startup_delay
         self._barrier_timeout = barrier_timeout

@@ -99,6 +99,7 @@ cdef class OrdererCore:
     cdef double _barrier_timeout
     cdef double _source_timeout
     cdef bint _drop_late
+    cdef bint _reset_on_begin_run    # a complete begin-run barrier restarts the clocks
     cdef uint64_t _global_xoff
     cdef uint64_t _global_xon
     cdef uint64_t _queue_xoff
@@ -175,6 +176,7 @@ cdef int _merge_emit(OrdererCore self, double now, Py_ssize_t k) except -1
 
 # barriers.pyx
 cdef bint _resolve_barriers(OrdererCore self, double now, bint drain) except -1
+cdef void _reset_clocks(OrdererCore self) noexcept nogil
 
 # deadlines.pyx
 cdef double _next_deadline(OrdererCore self)

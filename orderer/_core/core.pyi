@@ -24,6 +24,7 @@ class OrdererCore:
         global_xon: int,
         queue_xoff: int,
         queue_xon: int,
+        reset_on_begin_run: bool = False,
     ) -> None: ...
     # the same parameters: set anew, taking effect at the next flush
     configure = __init__

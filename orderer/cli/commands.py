@@ -12,9 +12,11 @@ for gRPC, Spark or the Cython core to load.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
-from typing import Any
+from collections.abc import Iterator
+from typing import IO, Any
 
 from orderer.cli.arguments import config_from_flags, renamed
 from orderer.cli.config_file import serve_configs
@@ -22,9 +24,11 @@ from orderer.errors import ConfigError
 from orderer.wire.options import security_from_args
 
 __all__ = [
+    "cmd_begin_run",
     "cmd_consumers",
     "cmd_demo",
     "cmd_end_run",
+    "cmd_forward",
     "cmd_replay",
     "cmd_send",
     "cmd_serve",
@@ -40,7 +44,26 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from orderer.replay import replay_file
 
     config = config_from_flags(args)
+    if (args.input is None) == (args.nscldaq is None):
+        raise ConfigError("INPUT.jsonl", None, "give either INPUT.jsonl or --nscldaq FILE...")
+    if args.nscldaq is not None:
+        return _replay_nscldaq(args, config)
     replay_file(args.input, args.output, args.stats, config)
+    return 0
+
+
+def _replay_nscldaq(args: argparse.Namespace, config: Any) -> int:
+    """``evb replay --nscldaq``: the ring items' fragments as records, all at t = 0, through
+    the same replay (and output) as a JSON Lines run."""
+    from orderer.nscldaq.reader import read_records
+    from orderer.replay import replay, write_emitted
+
+    records = read_records(args.nscldaq, skip_unstamped=args.skip_unstamped)
+    emitted, counters = replay(records, config)
+    with args.output.open("w", encoding="utf-8") as out:
+        write_emitted(emitted, out)
+    if args.stats is not None:
+        args.stats.write_text(json.dumps(counters, indent=1) + "\n", encoding="utf-8")
     return 0
 
 
@@ -167,7 +190,19 @@ def cmd_send(args: argparse.Namespace) -> int:
     # the SourceClient keywords (agreed with orderer.client)
     options = {"batch_size": args.client_batch, "linger": args.linger, **_connection(args)}
     progress = not args.no_progress
-    if args.replay is not None:
+    if args.nscldaq is not None:
+        from orderer.remote import send_nscldaq
+
+        if args.replay is not None:
+            raise ConfigError("--nscldaq", None, "give either --replay or --nscldaq, not both")
+        summary = send_nscldaq(
+            args.target,
+            args.nscldaq,
+            skip_unstamped=args.skip_unstamped,
+            end_sources=args.end_sources,
+            client_options=options,
+        )
+    elif args.replay is not None:
         summary = send_records(
             args.target, args.replay, speed=args.speed, progress=progress, client_options=options
         )
@@ -187,8 +222,21 @@ def cmd_send(args: argparse.Namespace) -> int:
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
-    from orderer.remote import tail
+    from orderer.remote import tail, tail_nscldaq
 
+    if args.nscldaq is not None:
+        if args.payload:
+            raise ConfigError("--payload", True, "--nscldaq writes the payloads already")
+        with _binary_out(args.nscldaq) as out:
+            tail_nscldaq(
+                args.target,
+                out,
+                from_offset=args.from_offset,
+                until=args.until,
+                follow=args.follow,
+                **_connection(args),
+            )
+        return 0
     tail(
         args.target,
         sys.stdout,
@@ -199,6 +247,16 @@ def cmd_tail(args: argparse.Namespace) -> int:
         **_connection(args),
     )
     return 0
+
+
+@contextlib.contextmanager
+def _binary_out(name: str) -> Iterator[IO[bytes]]:
+    """The file ``name`` opened for binary writing; ``-``: standard output."""
+    if name == "-":
+        yield sys.stdout.buffer
+        return
+    with open(name, "wb") as out:
+        yield out
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -254,6 +312,30 @@ def cmd_end_run(args: argparse.Namespace) -> int:
 
     next_offset = end_run(args.target, timeout=args.timeout, **_connection(args))
     print(json.dumps({"next_offset": next_offset}), flush=True)
+    return 0
+
+
+def cmd_begin_run(args: argparse.Namespace) -> int:
+    from orderer.client import begin_run
+
+    begun = begin_run(args.target, args.run, timeout=args.timeout, **_connection(args))
+    print(json.dumps(begun), flush=True)
+    return 0
+
+
+def cmd_forward(args: argparse.Namespace) -> int:
+    """``evb forward``: one orderer's ordered output into another (:mod:`orderer.forward`)."""
+    from orderer.forward import forward
+
+    summary = forward(
+        args.upstream,
+        args.downstream,
+        as_source=args.as_source,
+        consumer=args.consumer,
+        end_sources=not args.no_end,
+        **_connection(args),
+    )
+    print(json.dumps(summary), flush=True)
     return 0
 
 

@@ -77,6 +77,7 @@ _SERVE_FLAGS = (
     "metrics_port",
     "max_payload_bytes",
     "strict_sources",
+    "run",
     "stop_grace",
     "retention_bytes",
     "retention_seconds",

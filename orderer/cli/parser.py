@@ -20,15 +20,18 @@ from orderer.cli.arguments import (
     SECONDS_OR_ZERO,
     SOURCE_ID,
     HelpFormatter,
+    add_connection,
     add_orderer_flags,
     add_target,
     file_default,
     flag,
 )
 from orderer.cli.commands import (
+    cmd_begin_run,
     cmd_consumers,
     cmd_demo,
     cmd_end_run,
+    cmd_forward,
     cmd_replay,
     cmd_send,
     cmd_serve,
@@ -104,12 +107,25 @@ def _add_replay(commands: Any) -> None:
         cmd_replay,
         "Replay a JSON Lines run through the orderer on simulated time.",
     )
-    replay.add_argument("input", type=Path, metavar="INPUT.jsonl", help="the recorded run")
+    replay.add_argument(
+        "input", type=Path, nargs="?", metavar="INPUT.jsonl", help="the recorded run"
+    )
+    _add_nscldaq_input(replay, "replay these NSCLDAQ ring-item files instead (all at t = 0)")
     replay.add_argument(
         "--output", type=Path, required=True, metavar="OUT.jsonl", help="the ordered output"
     )
     replay.add_argument("--stats", type=Path, metavar="STATS.json", help="write the counters")
     add_orderer_flags(replay)
+
+
+def _add_nscldaq_input(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """``--nscldaq FILE...`` and ``--skip-unstamped`` (docs/nscldaq.md)."""
+    parser.add_argument("--nscldaq", nargs="+", metavar="FILE", help=help_text + "; - is stdin")
+    parser.add_argument(
+        "--skip-unstamped",
+        action="store_true",
+        help="with --nscldaq: leave out (and count) ring items without a body header",
+    )
 
 
 def _add_demo(commands: Any) -> None:
@@ -153,6 +169,8 @@ def _add_serve(commands: Any) -> None:
          {"type": PORT, "metavar": "PORT"}),
         ("max_payload_bytes", "largest fragment payload", 1 << 20,
          {"type": COUNT, "metavar": "N"}),
+        ("run", "number of the first run (evb begin-run starts the next)", 1,
+         {"type": int, "metavar": "N"}),
         ("strict_sources", "refuse sources not declared in --sources", "no",
          {"action": argparse.BooleanOptionalAction, "default": None}),
         ("stop_grace", "seconds calls get to finish on shutdown", "10",
@@ -186,6 +204,10 @@ def _add_send(commands: Any) -> None:
         client=True,
     )
     send.add_argument("--replay", type=Path, metavar="INPUT.jsonl", help="send this file")
+    _add_nscldaq_input(send, "send these NSCLDAQ ring-item files as they are read")
+    send.add_argument(
+        "--end-sources", action="store_true", help="with --nscldaq: end the sources at the end"
+    )
     synthetic = send.add_argument_group("synthetic run (without --replay)")
     for option, kind, default, metavar, what in (
         ("--n-sources", COUNT, 4, "N", "sources"),
@@ -258,6 +280,11 @@ def _add_tail(commands: Any) -> None:
     )
     tail.add_argument("--follow", "-f", action="store_true", help="keep printing new output")
     tail.add_argument("--payload", action="store_true", help="add each payload (base64)")
+    tail.add_argument(
+        "--nscldaq",
+        metavar="OUT",
+        help="write NSCLDAQ event-builder fragments (glom's input) to OUT (- is stdout) instead",
+    )
 
 
 def _add_stats(commands: Any) -> None:
@@ -331,6 +358,24 @@ def _add_end_run(commands: Any) -> None:
     _add_timeout(end_run, 60.0)
 
 
+def _add_begin_run(commands: Any) -> None:
+    begin_run = _subcommand(
+        commands,
+        "begin-run",
+        "begin the next run on a live server",
+        cmd_begin_run,
+        "Begin the next run once the current one has ended (evb end-run): the output from now "
+        "on is the new run's. Prints the run number and the output offset of its first "
+        "fragment as JSON. The orderer's state is kept; with --reset-on-begin-run on the "
+        "server, the run's begin-run barriers restart its clocks.",
+        client=True,
+    )
+    begin_run.add_argument(
+        "--run", type=int, metavar="N", help="the new run's number (default: the current + 1)"
+    )
+    _add_timeout(begin_run, 60.0)
+
+
 def _add_consumers(commands: Any) -> None:
     consumers = _subcommand(
         commands,
@@ -349,6 +394,40 @@ def _add_consumers(commands: Any) -> None:
     consumers.add_argument("name", nargs="?", metavar="NAME", help="the consumer to delete")
     consumers.add_argument("--json", action="store_true", help="JSON instead of a table")
     _add_timeout(consumers, 10.0)
+
+
+def _add_forward(commands: Any) -> None:
+    forward = _subcommand(
+        commands,
+        "forward",
+        "forward one orderer's ordered output to another as its sources (build in levels)",
+        cmd_forward,
+        "Read the ordered output of the orderer --from (from the offset its consumer NAME "
+        "committed) and send it to the orderer --to: each upstream source keeps its id, or "
+        "with --as-source all become one source. Commits to --from only what --to "
+        "acknowledged durable, and numbers each source from --from's log, so a kill -9 of "
+        "either orderer or of the forwarder loses and duplicates nothing; sends --from's "
+        "high-water mark as the sources' watermark. Once --from's run ended and everything "
+        "was forwarded, ends the sources at --to (unless --no-end), prints a JSON summary and "
+        "exits. The same TLS and token flags serve both orderers.",
+    )
+    forward.add_argument(
+        "--from", dest="upstream", required=True, metavar="HOST:PORT", help="the lower orderer"
+    )
+    forward.add_argument(
+        "--to", dest="downstream", required=True, metavar="HOST:PORT", help="the upper orderer"
+    )
+    forward.add_argument(
+        "--as-source",
+        type=SOURCE_ID,
+        metavar="ID",
+        help="send everything as this one source (a group of barriers becomes one barrier)",
+    )
+    forward.add_argument(
+        "--consumer", metavar="NAME", help="consumer name at --from (default: forward-to-<--to>)"
+    )
+    forward.add_argument("--no-end", action="store_true", help="do not end the sources at --to")
+    add_connection(forward)
 
 
 def _add_spark_job(commands: Any) -> None:
@@ -382,7 +461,9 @@ def build_parser() -> argparse.ArgumentParser:
         _add_top,
         _add_source,
         _add_end_run,
+        _add_begin_run,
         _add_consumers,
+        _add_forward,
         _add_spark_job,
     ):
         add(commands)

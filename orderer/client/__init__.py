@@ -30,6 +30,8 @@ the command line.
 from orderer.client.blocking import SourceClient
 from orderer.client.connect import channel_options
 from orderer.client.control import (
+    begin_run,
+    begin_run_async,
     commit,
     commit_async,
     configure,
@@ -54,6 +56,8 @@ __all__ = [
     "ChannelSecurity",
     "OrderedStreamReader",
     "SourceClient",
+    "begin_run",
+    "begin_run_async",
     "channel_options",
     "commit",
     "commit_async",

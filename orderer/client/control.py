@@ -155,6 +155,26 @@ def _next_offset(reply: pb.EndRunReply) -> int:
     return int(reply.next_offset)
 
 
+def _begin_run(
+    target: str,
+    run: int | None = None,
+    *,
+    timeout: float = 60.0,
+    security: ChannelSecurity | None = None,
+    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
+) -> _Exchange[dict[str, int]]:
+    """The next run on the same server, once the current one has ended: ``run`` (default: the
+    current number + 1). Returns ``{"run", "start_offset"}``, the offset of its first fragment."""
+    if run is not None and (isinstance(run, bool) or not 0 <= run < 2**64):
+        raise InterfaceError(f"run: {run!r} must be an integer from 0 to 2**64 - 1")
+    request = pb.BeginRunRequest() if run is None else pb.BeginRunRequest(run=run)
+    return _Exchange(target, security, connect_timeout, "BeginRun", request, timeout, _begun)
+
+
+def _begun(reply: pb.BeginRunReply) -> dict[str, int]:
+    return {"run": int(reply.run), "start_offset": int(reply.start_offset)}
+
+
 def _commit(
     target: str,
     consumer: str,
@@ -223,6 +243,7 @@ def _source_state(reply: pb.SourceStateReply) -> dict[str, bool]:
 get_stats, get_stats_async = _faces(_get_stats)
 configure, configure_async = _faces(_configure)
 end_run, end_run_async = _faces(_end_run)
+begin_run, begin_run_async = _faces(_begin_run)
 commit, commit_async = _faces(_commit)
 delete_consumer, delete_consumer_async = _faces(_delete_consumer)
 set_source_state, set_source_state_async = _faces(_set_source_state)

@@ -74,6 +74,7 @@ class OrdererService:
         retention_bytes: int | None = None,
         retention_seconds: float | None = None,
         consumers: ConsumerOffsets | None = None,
+        run: int = 1,
     ) -> None:
         self.limits = limits if limits is not None else convert.BatchLimits()
         self._lock = lock
@@ -82,6 +83,8 @@ class OrdererService:
         self._last_time = recovered.resume_time
         self._next_sequence = dict(recovered.next_sequence)
         self._run_ended = recovered.run_ended
+        self._run = run if recovered.run is None else recovered.run
+        self._run_start = recovered.run_start_offset
         self._streams: set[SubmitStream] = set()
         self._paused: dict[int, bool] = {}
         self._timer: asyncio.TimerHandle | None = None
@@ -144,6 +147,7 @@ class OrdererService:
             retention_bytes=service.retention_bytes,
             retention_seconds=service.retention_seconds,
             consumers=ConsumerOffsets(service.data_dir / "consumers.json"),
+            run=service.run,
         )
 
     # ------------------------------------------------------------------ properties
@@ -365,6 +369,32 @@ class OrdererService:
         await self._durable(self._commit.written_generation)
         return self._commit.durable_offset
 
+    async def begin_run(self, run: int | None = None) -> tuple[int, int]:
+        """The next run on the same server, once the current one has ended: recorded in the
+        arrival log (recovery continues with it); returns ``(its number, the output offset of
+        its first fragment)`` once durable. The orderer itself is untouched (docs/ordering.md,
+        "Runs one after another"): the number only names the output from that offset on."""
+        self._check_open()
+        self.take_intake()
+        if not self._run_ended:
+            raise InterfaceError(
+                f"run {self._run} has not ended",
+                hint="end it first (evb end-run); a run begins only after the previous one ended",
+            )
+        number = self._run + 1 if run is None else run
+        if number <= self._run:
+            raise InterfaceError(
+                f"run: {number} is not above the current run {self._run}",
+                hint="run numbers increase from run to run",
+            )
+        now = self._tick()
+        self._commit.stage(now, ArrivalRecords.marker(ArrivalKind.BEGIN_RUN, value=number))
+        self._after_call()
+        await self._durable(self._commit.written_generation)
+        self._run, self._run_start, self._run_ended = number, self._commit.durable_offset, False
+        log.info("run %d begun at output offset %d", number, self._run_start)
+        return number, self._run_start
+
     def _after_call(self) -> None:
         """After every orderer call: note what it emitted (the output stays in the core until
         the next write round takes it all at once), relay flow control, re-arm the timer, and
@@ -484,6 +514,8 @@ class OrdererService:
             barriers_by_type=self._barrier_log.by_type,
             connections=[_connection(stream) for stream in self._streams],
             wall_time=time.time() - (self._clock.now() - now),
+            run=self._run,
+            run_start_offset=self._run_start,
         )
 
     def metrics_snapshot(self) -> MetricsSnapshot:

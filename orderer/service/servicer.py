@@ -155,6 +155,13 @@ class OrdererServicer(pb_grpc.OrdererServicer):
         next_offset = await _answered(context, self._service.end_run())
         return pb.EndRunReply(next_offset=next_offset)
 
+    async def BeginRun(
+        self, request: pb.BeginRunRequest, context: grpc.aio.ServicerContext
+    ) -> pb.BeginRunReply:
+        number = request.run if request.HasField("run") else None
+        run, start = await _answered(context, self._service.begin_run(number))
+        return pb.BeginRunReply(run=run, start_offset=start)
+
 
 async def _answered(
     context: grpc.aio.ServicerContext, call: Awaitable[Any] | Callable[..., Any], *args: Any

@@ -41,6 +41,9 @@ class ServiceConfig:
     """Largest payload of one fragment; a larger one is refused (INVALID_ARGUMENT). At most
     :data:`~orderer.wire.convert.MAX_PAYLOAD_BYTES` (4 MiB less 116 bytes), so that a reply
     holding one such fragment still fits a reader with gRPC's default 4 MiB limit."""
+    run: int = 1
+    """Number of the first run; ``evb begin-run`` starts the next ones. A data directory that
+    already holds begun runs continues from its last one (the arrival log wins)."""
     strict_sources: bool = False
     """Refuse fragments, watermarks and ends of sources not declared in ``sources``."""
     stop_grace: float = 10.0
@@ -85,6 +88,8 @@ class ServiceConfig:
             raise ConfigError("fsync", self.fsync, "must be always, batch or never") from None
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigError("metrics_port", self.metrics_port, "must be a port number")
+        if isinstance(self.run, bool) or not isinstance(self.run, int) or self.run < 0:
+            raise ConfigError("run", self.run, "must be an integer >= 0")
         for name in (
             "max_payload_bytes",
             "max_message_bytes",

@@ -438,6 +438,10 @@ class Recovered:
     resume_time: float
     """Time of the last record or flush of the recovered run; the live clock starts here."""
     run_ended: bool
+    run: int | None = None
+    """The run number of the log's last begin run; None: no run was begun (the first run)."""
+    run_start_offset: int = 0
+    """Output offset of that run's first fragment."""
 
 
 def recover(config: OrdererConfig, arrivals: ArrivalLog, ordered: OrderedLog) -> Recovered:
@@ -453,6 +457,8 @@ def recover(config: OrdererConfig, arrivals: ArrivalLog, ordered: OrderedLog) ->
     next_sequence: dict[int, int] = {}
     logged = ordered.next_offset
     run_ended = False
+    run: int | None = None
+    run_start_offset = 0
 
     def complete_log() -> None:
         emitted = orderer.take_emitted()
@@ -486,6 +492,10 @@ def recover(config: OrdererConfig, arrivals: ArrivalLog, ordered: OrderedLog) ->
                 top = int(values[valid & (sources == source)].max())
                 next_sequence[int(source)] = max(next_sequence.get(int(source), 0), top + 1)
         kind = int(records.kind[0])
+        if kind == ArrivalKind.BEGIN_RUN:
+            replay_pending()
+            run, run_start_offset, run_ended = int(records.value[0]), orderer.emitted_seq, False
+            continue
         if kind in (ArrivalKind.CONFIGURE, ArrivalKind.END_RUN):
             replay_pending()
             t = float(records.times()[0])
@@ -515,7 +525,7 @@ def recover(config: OrdererConfig, arrivals: ArrivalLog, ordered: OrderedLog) ->
             f"only {orderer.emitted_seq}: the two logs do not belong together"
         )
     ordered.sync()
-    return Recovered(orderer, next_sequence, resume, run_ended)
+    return Recovered(orderer, next_sequence, resume, run_ended, run, run_start_offset)
 
 
 class ConsumerOffsets:

@@ -304,6 +304,7 @@ def config_to_pb(config: OrdererConfig) -> pb.OrdererConfig:
         startup_delay=config.startup_delay,
         late_policy=config.late_policy,
         sources=list(config.sources),
+        reset_on_begin_run=config.reset_on_begin_run,
     )
     if config.barrier_timeout is not None:
         message.barrier_timeout = config.barrier_timeout
@@ -323,6 +324,7 @@ def config_to_mapping(message: pb.OrdererConfig) -> dict[str, Any]:
         "source_timeout": message.source_timeout if message.HasField("source_timeout") else "off",
         "late_policy": message.late_policy,
         "sources": list(message.sources),
+        "reset_on_begin_run": message.reset_on_begin_run,
     }
 
 
@@ -378,6 +380,8 @@ def stats_to_pb(
     barriers_by_type: Mapping[int, int] | None = None,
     connections: Sequence[Mapping[str, Any]] = (),
     wall_time: float = 0.0,
+    run: int = 0,
+    run_start_offset: int = 0,
 ) -> pb.Stats:
     """``GetStats`` from ``Orderer.counters()`` and ``Orderer.source_states()``, with each
     known consumer (``{"offset", "last_commit", "lag_seconds"}`` by name), the resolved
@@ -402,6 +406,8 @@ def stats_to_pb(
         queued=queued,
         now=now,
         run_ended=run_ended,
+        run=run,
+        run_start_offset=run_start_offset,
         config=config_to_pb(config),
         consumers=[
             pb.ConsumerOffset(
@@ -500,6 +506,8 @@ def stats_to_mapping(stats: pb.Stats) -> dict[str, Any]:
         "now": stats.now,
         "wall_time": stats.wall_time,
         "run_ended": stats.run_ended,
+        "run": stats.run,
+        "run_start_offset": stats.run_start_offset,
         "config": config_to_mapping(stats.config),
         "barrier_log": [
             {

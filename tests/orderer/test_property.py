@@ -101,6 +101,8 @@ def configs(draw: st.DrawFn, ids: list[int]) -> dict[str, Any]:
     declared = draw(st.lists(st.sampled_from([*ids, 42]), unique=True, max_size=3))
     if declared:
         config["sources"] = declared
+    if draw(st.booleans()):  # complete begin-run barriers (type 1) restart the clocks
+        config["reset_on_begin_run"] = True
     return config
 
 
