@@ -218,7 +218,9 @@ def _compare(path: tuple[str, ...], field: str, op: str, other: str, message: st
     )
 
 
-BUILDING_FIELDS = ("dt", "noBuild", "maxFragments", "timestampPolicy", "output.format")
+BUILDING_FIELDS = (
+    "dt", "noBuild", "maxFragments", "timestampPolicy", "output.format", "glomSourceId"
+)
 """How the Spark job builds a run's events, under ``spec.spark``: the job records them at the
 run's start and refuses to resume its checkpoint with others (``orderer/spark/job.py``,
 ``BUILDING_FLAGS``; a test holds the two together)."""
@@ -482,6 +484,13 @@ def _spec_schema() -> dict[str, Any]:
                 enum=["earliest", "latest", "average"],
                 default="earliest",
             ),
+            "glomSourceId": _integer(
+                "Source id in the body header of every built event with output.format"
+                " nscldaq, as glom's --sourceid. Building.",
+                minimum=0,
+                maximum=2**32 - 1,
+                default=0,
+            ),
             "partitions": _integer(
                 "Partitions of a micro-batch: how many executor cores build events at once;"
                 " unset: executors.instances x executors.cores (one partition per core).",
@@ -534,7 +543,11 @@ def _spec_schema() -> dict[str, Any]:
                         minLength=1,
                     ),
                     "format": _string(
-                        "Output format. Building.", enum=["parquet", "json"], default="parquet"
+                        "Output format: parquet or json event rows, or nscldaq (one"
+                        " PHYSICS_EVENT ring item per event, as NSCLDAQ's glom writes them)."
+                        " Building.",
+                        enum=["parquet", "json", "nscldaq"],
+                        default="parquet",
                     ),
                 },
                 required=["path"],

@@ -458,6 +458,8 @@ def spark_arguments(name: str, namespace: str, spark: Mapping[str, Any]) -> list
         spark["output"]["path"],
         "--format",
         spark["output"]["format"],
+        "--glom-source-id",
+        str(spark["glomSourceId"]),
         "--connect-timeout",
         str(c.SPARK_CONNECT_TIMEOUT_SECONDS),
     ]

@@ -15,7 +15,9 @@ Output layout under ``--output`` (:class:`Layout`); several runs share one outpu
 writes only its own directories::
 
     events/run=<run>/         the run's events (Parquet, or JSON lines); read OUTPUT/events for
-                              every run, with ``run`` as a partition column
+                              every run, with ``run`` as a partition column. With --format
+                              nscldaq: ring items, <batch>-<partition>.evt in offset order
+                              (:mod:`orderer.spark.nscldaq`)
     runs/<run>/summary.json   the run summary
     runs/<run>/report/        rates.png, lateness.png, multiplicity.png, dt_spectrum.png,
                               coincidences.png, index.html, and the histograms as data:
@@ -59,12 +61,14 @@ from typing import Any
 
 from orderer.errors import ConfigError, ServiceUnavailable
 from orderer.spark.glom import EVENT_SPARK_SCHEMA, GlomConfig, glom_batches
+from orderer.spark.nscldaq import DEFAULT_GLOM_SOURCE_ID, NscldaqSink, check_glom_source_id
 from orderer.wire.options import DEFAULT_CONNECT_TIMEOUT, add_security_arguments
 
 __all__ = ["JobResult", "Layout", "build_parser", "check_arguments", "main", "run"]
 
-FORMATS = ("parquet", "json")
-"""Output formats, as the EventBuilder CRD allows (spec.spark.output.format)."""
+FORMATS = ("parquet", "json", "nscldaq")
+"""Output formats, as the EventBuilder CRD allows (spec.spark.output.format); nscldaq: ring
+items as NSCLDAQ's glom writes them (:mod:`orderer.spark.nscldaq`)."""
 
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 """A run name: a directory name and a partition value that need no quoting (a Kubernetes
@@ -151,7 +155,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--output", required=True, metavar="DIR|URI", help="output directory or Hadoop URI"
     )
     parser.add_argument(
-        "--format", choices=FORMATS, default="parquet", help="(default: %(default)s)"
+        "--format",
+        choices=FORMATS,
+        default="parquet",
+        help="parquet or json: event rows; nscldaq: one PHYSICS_EVENT ring item per event, as "
+        "NSCLDAQ's glom writes them, in files RUN/<batch>-<partition>.evt that concatenate in "
+        "offset order (default: %(default)s)",
+    )
+    _valued(
+        parser,
+        "--glom-source-id",
+        int,
+        "N",
+        DEFAULT_GLOM_SOURCE_ID,
+        "--format nscldaq: source id in the body header of every built event, as glom's "
+        "--sourceid",
     )
     parser.add_argument(
         "--run",
@@ -290,6 +308,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     from orderer.spark.source import segment_files
 
     _glom(args)
+    check_glom_source_id(args.glom_source_id)
     if args.run is not None and not RUN_NAME.fullmatch(args.run):
         raise ConfigError(
             "--run", args.run, "must be letters, digits, '.', '_' or '-', starting with a "
@@ -440,6 +459,7 @@ BUILDING_FLAGS = {
     "maxFragments": "--max-fragments",
     "timestampPolicy": "--timestamp-policy",
     "format": "--format",
+    "glomSourceId": "--glom-source-id",
 }
 """The settings a streamed run records at its start (``runs/RUN/building.json``), by flag."""
 
@@ -492,7 +512,7 @@ def _stream(spark: Any, args: argparse.Namespace, glom: Any, layout: Layout) -> 
 
     security = _channel_security(args)
     checkpoint = args.checkpoint or layout.checkpoint
-    building = {**glom.to_options(), "format": args.format}
+    building = _building(args, glom)
     if _exists(spark, checkpoint):  # a restarted run resumes: it must build as it began
         _check_resumed_building(spark, layout, building)
     else:  # a new run, not a restarted one: replace the old
@@ -511,13 +531,13 @@ def _stream(spark: Any, args: argparse.Namespace, glom: Any, layout: Layout) -> 
     if args.max_fragments_per_trigger:
         reader = reader.option("maxFragmentsPerTrigger", args.max_fragments_per_trigger)
     events = reader.load().mapInArrow(_builder(glom), EVENT_SPARK_SCHEMA)
-    # the run's own directory, with its own sink log: the layout partitionBy("run") would give
-    writer = (
-        events.writeStream.format(args.format)
-        .option("path", layout.events)
-        .option("checkpointLocation", checkpoint)
-        .queryName(f"evb-{layout.run}")
+    writer = events.writeStream.option("checkpointLocation", checkpoint).queryName(
+        f"evb-{layout.run}"
     )
+    if args.format == "nscldaq":  # no file sink writes ring items: batch-id-named files
+        writer = writer.foreachBatch(NscldaqSink(spark, layout.events, args.glom_source_id))
+    else:  # the run's own directory, with its own sink log: the layout partitionBy("run") gives
+        writer = writer.format(args.format).option("path", layout.events)
     if args.trigger_seconds > 0:
         writer = writer.trigger(processingTime=f"{args.trigger_seconds} seconds")
     query = writer.start()
@@ -549,6 +569,15 @@ def _stream(spark: Any, args: argparse.Namespace, glom: Any, layout: Layout) -> 
     return batches
 
 
+def _building(args: argparse.Namespace, glom: Any) -> dict[str, str]:
+    """What a streamed run records of its event building (BUILDING_FLAGS); glom's source id
+    only where it is written (an older parquet run's record has none, and resumes)."""
+    building = {**glom.to_options(), "format": args.format}
+    if args.format == "nscldaq":
+        building["glomSourceId"] = str(args.glom_source_id)
+    return building
+
+
 def _end_offset(progress: dict[str, Any] | None) -> int | None:
     """The offset after the last fragment a query's last batch read (its progress holds the
     source's end offset as the JSON of ``{"offset": n}``); None before any batch."""
@@ -570,7 +599,11 @@ def _batch(spark: Any, args: argparse.Namespace, glom: Any, layout: Layout) -> i
     )
     events = fragments.mapInArrow(_builder(glom), EVENT_SPARK_SCHEMA)
     # overwrite the run's partition only: the other runs' partitions are not touched
-    events.write.format(args.format).mode("overwrite").save(layout.events)
+    if args.format == "nscldaq":  # one batch, number 0, through the streaming sink's writer
+        _remove(spark, layout.events)
+        NscldaqSink(spark, layout.events, args.glom_source_id)(events, 0)
+    else:
+        events.write.format(args.format).mode("overwrite").save(layout.events)
     _remove(spark, layout.run_dir)  # the run's summary, report and checkpoint were the old one's
     return 1
 
@@ -593,10 +626,15 @@ def run(spark: Any, args: argparse.Namespace) -> JobResult:
 
     if not _exists(spark, layout.events):  # a run without a fragment: an empty run all the same
         _make_directory(spark, layout.events)
-    if args.target:
-        _drop_uncommitted(spark, layout.events, SUMMARY_SCHEMA, args.format)
-    # the run's directory alone (a streamed run's sink log says which files are committed)
-    events = spark.read.format(args.format).schema(SUMMARY_SCHEMA).load(layout.events)
+    if args.format == "nscldaq":  # ring items hold no offsets: the sink's index of them
+        sink = NscldaqSink(spark, layout.events, args.glom_source_id)
+        sink.drop_uncommitted()
+        events = sink.summary_rows(SUMMARY_SCHEMA)
+    else:
+        if args.target:
+            _drop_uncommitted(spark, layout.events, SUMMARY_SCHEMA, args.format)
+        # the run's directory alone (a streamed run's sink log says which files are committed)
+        events = spark.read.format(args.format).schema(SUMMARY_SCHEMA).load(layout.events)
     glom_info = {
         "dt": glom.dt,
         "max_fragments": glom.max_fragments,
