@@ -13,6 +13,8 @@ CONFIG_NAME = "{name}-orderer-config"
 """ConfigMap holding the ``evb serve --config`` file."""
 SPARK_NAME = "{name}-spark"
 """SparkApplication of the Spark job."""
+FORWARD_NAME = "{name}-forward"
+"""Deployment of the forwarders of spec.upstreams."""
 
 ENDPOINT = "{orderer}.{namespace}.svc:{port}"
 """The orderer's gRPC address as the operator and the Spark job reach it."""

@@ -13,16 +13,30 @@ object.
 
 The orderer's parameters are named as :meth:`orderer.config.OrdererConfig.to_mapping` spells them
 with ``camel=True``; ``tests/operator/test_crd.py`` checks the schema against the dataclass fields.
-The status schema and the printer columns come from :mod:`evb_operator.crd_status`.
+The status schema and the printer columns come from :mod:`evb_operator.crd_status`; the fields
+of runs and upstreams from :mod:`evb_operator.crd_runs`; the property builders and :class:`Rule`
+from :mod:`evb_operator.crd_schema`.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from evb_operator.crd_runs import RUN_RULES, run_properties
+from evb_operator.crd_schema import (
+    MAX_SECONDS,
+    Rule,
+    _image,
+    _integer,
+    _number,
+    _object,
+    _quantity,
+    _resources,
+    _spark_pod,
+    _string,
+)
 from evb_operator.crd_status import PRINTER_COLUMNS, STATUS_SCHEMA
 from evb_operator.phases import REQUESTED_STATES, RunPhase
 
@@ -51,14 +65,6 @@ SHORT_NAME = "evb"
 LIVE_FIELDS = ("buildWindow", "startupDelay", "barrierTimeout", "sourceTimeout", "latePolicy")
 """Spec fields the operator pushes to a running orderer through ``Configure`` (no restart)."""
 
-MAX_SECONDS = 86400.0
-"""Upper bound of every duration in the spec (one day): a larger value is a typo."""
-
-_QUANTITY_PATTERN = (
-    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
-    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
-)
-_SPARK_MEMORY_PATTERN = r"^[0-9]+([kKmMgGtT][bB]?)?$"
 MAX_PARTITIONS = 65536
 """Upper bound of spec.spark.partitions, above the largest default (1000 executors x 64 cores)."""
 MAX_FRAGMENTS_PER_TRIGGER = 10**12
@@ -67,136 +73,7 @@ MAX_TICK_RATE = 1e15
 """Upper bound of spec.spark.tickRate (femtosecond ticks): more is a typo."""
 
 
-# ----------------------------------------------------------------------------- schema helpers
-
-
-def _number(
-    description: str,
-    *,
-    minimum: float,
-    exclusive: bool = False,
-    maximum: float = MAX_SECONDS,
-    default: float | None = None,
-) -> dict[str, Any]:
-    schema: dict[str, Any] = {
-        "type": "number",
-        "description": description,
-        "minimum": minimum,
-        "maximum": maximum,
-    }
-    if exclusive:
-        schema["exclusiveMinimum"] = True
-    if default is not None:
-        schema["default"] = default
-    return schema
-
-
-def _integer(
-    description: str, *, minimum: int, maximum: int | None = None, default: int | None = None
-) -> dict[str, Any]:
-    schema: dict[str, Any] = {
-        "type": "integer",
-        "format": "int64",
-        "description": description,
-        "minimum": minimum,
-    }
-    if maximum is not None:
-        schema["maximum"] = maximum
-    if default is not None:
-        schema["default"] = default
-    return schema
-
-
-def _string(description: str, **more: Any) -> dict[str, Any]:
-    return {"type": "string", "description": description, **more}
-
-
-def _object(
-    description: str,
-    properties: dict[str, Any],
-    *,
-    required: list[str] | None = None,
-    default: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    schema: dict[str, Any] = {"type": "object", "description": description}
-    if default is not None:
-        schema["default"] = default
-    schema["properties"] = properties
-    if required:
-        schema["required"] = required
-    return schema
-
-
-def _quantity(description: str, **more: Any) -> dict[str, Any]:
-    return {
-        "description": description,
-        "anyOf": [{"type": "integer"}, {"type": "string"}],
-        "pattern": _QUANTITY_PATTERN,
-        "x-kubernetes-int-or-string": True,
-        **more,
-    }
-
-
-def _image(description: str) -> dict[str, Any]:
-    """The ``image`` and ``imagePullPolicy`` properties of a section that runs pods."""
-    return {
-        "image": _string(description, minLength=1),
-        "imagePullPolicy": _string("Image pull policy.", enum=["Always", "IfNotPresent", "Never"]),
-    }
-
-
-def _spark_pod(cores: str, memory: str, default_memory: str) -> dict[str, Any]:
-    """The size of a Spark driver or executor: ``cores`` and ``memory`` (Spark's notation)."""
-    return {
-        "cores": _integer(cores, minimum=1, maximum=64, default=1),
-        "memory": _string(memory, pattern=_SPARK_MEMORY_PATTERN, default=default_memory),
-    }
-
-
-def _resources(description: str, default: dict[str, Any]) -> dict[str, Any]:
-    quantities = {"type": "object", "additionalProperties": _quantity("A quantity.")}
-    return _object(
-        description,
-        {
-            "requests": {**quantities, "description": "Minimum resources (cpu, memory)."},
-            "limits": {**quantities, "description": "Maximum resources (cpu, memory)."},
-        },
-        default=default,
-    )
-
-
 # ----------------------------------------------------------------------------- CEL rules
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One ``x-kubernetes-validations`` entry and its Python twin."""
-
-    path: tuple[str, ...]
-    """Where the rule sits, as property names from ``spec`` (``()`` is the spec itself)."""
-    cel: str
-    """The CEL expression the API server evaluates (``self`` is the object at ``path``)."""
-    message: str
-    """What the user is told when the rule fails."""
-    check: Callable[[Mapping[str, Any]], bool] | None = None
-    """The same rule in Python over the defaulted object at ``path``; None for transition rules
-    (they read ``oldSelf``, which only the API server has)."""
-    field_path: str | None = None
-    """The CEL ``fieldPath`` (relative to ``path``, ``.barrierTimeout``) a failure names."""
-    changed: Callable[[Mapping[str, Any], Mapping[str, Any]], str | None] | None = None
-    """A transition rule's twin, for whoever holds the old object too (the operator's last
-    handled spec): ``(old, new)`` -> the first offending field (relative to ``path``), or None."""
-
-    @property
-    def field(self) -> str:
-        """The field path a failure is reported under (``spec.barrierTimeout``)."""
-        return ".".join(("spec", *self.path)) + (self.field_path or "")
-
-    def entry(self) -> dict[str, str]:
-        entry = {"rule": self.cel, "message": self.message}
-        if self.field_path is not None:
-            entry["fieldPath"] = self.field_path
-        return entry
 
 
 _COMPARE: dict[str, Callable[[Any, Any], bool]] = {
@@ -321,6 +198,7 @@ RULES: tuple[Rule, ...] = (
         field_path=".noBuild",
     ),
     _building_rule(),
+    *RUN_RULES,
 )
 
 
@@ -641,6 +519,7 @@ def _spec_schema() -> dict[str, Any]:
             enum=["emit", "drop"],
             default="emit",
         ),
+        **run_properties(),
         "flowControl": flow_control,
         "storage": storage,
         "orderer": orderer,

@@ -162,6 +162,11 @@ def _status_schema() -> dict[str, Any]:
                 "additionalProperties": counter,
             },
             "runEnded": {"type": "boolean", "description": "The orderer ended the run."},
+            "run": {**counter, "description": "Number of the orderer's current run."},
+            "runStartOffset": {
+                **counter,
+                "description": "Output offset of the current run's first fragment.",
+            },
             "spark": {
                 "type": "object",
                 "properties": {
@@ -194,6 +199,12 @@ def _of_condition(kind: ConditionType, field: str) -> str:
 
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": describe()},
+    {
+        "name": "Run",
+        "type": "integer",
+        "jsonPath": ".status.run",
+        "description": "Number of the orderer's current run.",
+    },
     {
         "name": "Ready",
         "type": "string",

@@ -20,6 +20,10 @@ What happens when:
   is patched, which rolls the pod (the orderer recovers its run from its logs);
 - ``spec.spark`` changes: the SparkApplication's spec is patched;
 - ``spec.state`` becomes ``Ended``: ``EndRun``; the Spark job reads to the end and finishes;
+- ``spec.run`` raised: ``EndRun`` (unless the run ended), then ``BeginRun`` with the new
+  number; lowered: refused;
+- ``spec.upstreams`` changes: the forwarders' Deployment is patched (rolls them), created by
+  ``reconcile`` for the first upstream, deleted with the last;
 - every ``EVB_STATS_INTERVAL`` seconds: status from ``GetStats``, the orderer's StatefulSet and
   the SparkApplication (the ``Ready`` condition sums them up), and Events for each incomplete
   or heterogeneous barrier in the orderer's barrier log (a few per period, then a summary),
@@ -350,8 +354,76 @@ async def _reapply(
 @kopf.on.field(*RESOURCE, field="spec.auth")
 async def roll_orderer(**kwargs: Any) -> None:
     """Image, resources, service settings, TLS or token changed: a new pod template (rolls the
-    pod). The Spark job's mounts follow with its next spec change."""
+    pod), and the forwarders' (they run the orderer's image with its credentials). The Spark
+    job's mounts follow with its next spec change."""
     await _reapply(specs.STATEFULSET, "/spec/template", **kwargs)
+    await _reapply(specs.FORWARD, "/spec", **kwargs)
+
+
+@kopf.on.field(*RESOURCE, field="spec.upstreams")
+async def update_upstreams(old: Any, **kwargs: Any) -> None:
+    """Upstreams changed: patch the forwarders' Deployment (rolls them: each resumes from its
+    committed offset upstream); none left: delete it. The first upstreams: ``reconcile``
+    creates it."""
+    if old is None:
+        return
+    await _reapply(specs.FORWARD, "/spec", **kwargs)
+
+
+def _run_number(value: Any) -> int:
+    """``spec.run`` as kopf's old or new value: unset is the default, 1."""
+    return 1 if value is None else int(value)
+
+
+@kopf.on.field(*RESOURCE, field="spec.run")
+async def begin_run(
+    old: Any,
+    new: Any,
+    reason: str,
+    body: kopf.Body,
+    patch: kopf.Patch,
+    logger: kopf.Logger,
+    **kwargs: Any,
+) -> None:
+    """``spec.run`` raised: end the current run if it has not ended (``EndRun`` drains every
+    queue), then ``BeginRun`` with the new number. Lowered, or raised once ``state`` is Ended:
+    refused (the API server's CEL rules refuse it first; this holds where none did).
+
+    Safe to retry: an orderer already at that run (or past it) is left alone, so a retry after
+    ``BeginRun`` answered, or a run begun by hand (``evb begin-run``), begins nothing twice. At
+    creation the orderer starts with the number (its ConfigMap)."""
+    if reason == "create":
+        return
+    before, after = _run_number(old), _run_number(new)
+    if after <= before:
+        if after < before:
+            raise kopf.PermanentError(
+                f"spec.run: cannot be lowered from {before} to {after}: run numbers increase"
+                " from run to run"
+            )
+        return
+    orderer = _orderer(**kwargs)
+    if orderer.valid is None:
+        return
+    if orderer.valid.spec["state"] == RunPhase.ENDED:
+        raise kopf.PermanentError(
+            f"spec.run: run {after} not begun: this EventBuilder ended (spec.state Ended)"
+            " and begins no more runs; create a new EventBuilder"
+        )
+    stats = await _control(orderer_client.get_stats_async, orderer)
+    if int(stats["run"]) >= after:
+        logger.info("the orderer at %s is at run %s already", orderer.endpoint, stats["run"])
+        return
+    if not stats["run_ended"]:
+        last = await _control(orderer_client.end_run_async, orderer)
+        logger.info(
+            "ended run %s at %s: %d fragments in order", stats["run"], orderer.endpoint, last
+        )
+    begun = await _control(orderer_client.begin_run_async, orderer, after)
+    logger.info("began run %d at output offset %d", begun["run"], begun["start_offset"])
+    patch.status.update(
+        evb_status.begun(begun["run"], begun["start_offset"], generation=_generation(body))
+    )
 
 
 @kopf.on.field(*RESOURCE, field="spec.spark")

@@ -73,6 +73,7 @@ KINDS: dict[str, Kind] = {
     "Service": Kind("services", client.CoreV1Api, "service"),
     "Secret": Kind("secrets", client.CoreV1Api, "secret"),
     "StatefulSet": Kind("statefulsets", client.AppsV1Api, "stateful_set"),
+    "Deployment": Kind("deployments", client.AppsV1Api, "deployment"),
     "NetworkPolicy": Kind("networkpolicies", client.NetworkingV1Api, "network_policy"),
     "SparkApplication": Kind("sparkapplications"),
 }

@@ -18,6 +18,8 @@ The children, all named after the EventBuilder (``constants``):
 - SparkApplication ``<name>-spark`` (``sparkoperator.k8s.io/v1beta2``) running the Spark job
   against the Service.
 - NetworkPolicy ``<name>-orderer``, when ``spec.networkPolicy.enabled``.
+- Deployment ``<name>-forward``, when ``spec.upstreams`` is set: one ``evb forward`` container
+  per upstream (:func:`build_forward_spec` says why not in the orderer's pod).
 
 Security (``spec.tls``, ``spec.auth``): the orderer gets ``--tls-cert/--tls-key`` (and
 ``--tls-client-ca`` under mutual TLS) on the mounted Secret, ``--token-file`` on the mounted
@@ -44,6 +46,7 @@ from evb_operator.validation import ValidSpec, with_defaults
 __all__ = [
     "CONFIGMAP",
     "DELETION_ORDER",
+    "FORWARD",
     "NETWORKPOLICY",
     "SERVICE",
     "SPARKAPPLICATION",
@@ -51,10 +54,12 @@ __all__ = [
     "ChildKind",
     "build_children",
     "build_configmap_spec",
+    "build_forward_spec",
     "build_networkpolicy_spec",
     "build_service_spec",
     "build_sparkapplication_spec",
     "build_statefulset_spec",
+    "forward_args",
     "labels_for",
     "object_storage_conf",
     "object_storage_env",
@@ -91,9 +96,17 @@ SERVICE = ChildKind("v1", "Service", c.ORDERER_NAME)
 STATEFULSET = ChildKind("apps/v1", "StatefulSet", c.ORDERER_NAME)
 NETWORKPOLICY = ChildKind("networking.k8s.io/v1", "NetworkPolicy", c.ORDERER_NAME)
 SPARKAPPLICATION = ChildKind(SPARK_API_VERSION, "SparkApplication", c.SPARK_NAME)
+FORWARD = ChildKind("apps/v1", "Deployment", c.FORWARD_NAME)
 
-DELETION_ORDER = (SPARKAPPLICATION, NETWORKPOLICY, STATEFULSET, SERVICE, CONFIGMAP)
-"""The Spark job first (it stops reading), then the orderer, its configuration last."""
+DELETION_ORDER = (SPARKAPPLICATION, FORWARD, NETWORKPOLICY, STATEFULSET, SERVICE, CONFIGMAP)
+"""The Spark job first (it stops reading), the forwarders (they stop sending), then the orderer,
+its configuration last."""
+
+FORWARD_RESOURCES: dict[str, Any] = {
+    "requests": {"cpu": "100m", "memory": "256Mi"},
+    "limits": {"memory": "1Gi"},
+}
+"""A forwarder's container: it holds at most a few replies of the upstream in memory."""
 
 RESTRICTED_CONTAINER: dict[str, Any] = {
     "allowPrivilegeEscalation": False,
@@ -152,10 +165,18 @@ def orderer_endpoint(name: str, namespace: str) -> str:
 
 def serve_config(valid: ValidSpec) -> dict[str, Any]:
     """The ``evb serve --config`` mapping: the orderer's parameters (camelCase, as the CR spells
-    them) and the fixed service settings of the pod."""
+    them), the number of the run it starts with, and the fixed service settings of the pod.
+
+    ``run`` is here (``evb serve --run N`` in the file's spelling), not a flag: the ConfigMap is
+    written once, so the first run keeps the number it was created with. A flag would follow
+    ``spec.run`` into the pod template: a raise would then roll the pod (between two runs, when
+    the handler's ``BeginRun`` does the work), and a pod rolled before the orderer recorded
+    that ``BeginRun`` would relabel the run in progress (only begun runs are in the log, which
+    wins over the flag)."""
     ordering = {k: v for k, v in valid.orderer.to_mapping(camel=True).items() if v is not None}
     return {
         **ordering,
+        "run": valid.spec["run"],
         "listen": f"[::]:{c.GRPC_PORT}",
         "dataDir": c.DATA_DIR,
         "metricsPort": c.METRICS_PORT,
@@ -568,16 +589,24 @@ def _add_env(spec: dict[str, Any], env: list[dict[str, Any]]) -> None:
         spec[role].setdefault("env", []).extend(copy.deepcopy(env))
 
 
-def _spark_security(spec: dict[str, Any], valid: ValidSpec) -> None:
-    """Driver and executors reach the orderer like any client: the CA (only ``ca.crt`` of the
-    orderer's Secret: its key stays in the orderer pod), the client certificate under mutual
-    TLS, the token; found through the ``EVB_TLS_*``/``EVB_TOKEN_FILE`` variables."""
+@dataclass(frozen=True)
+class _ClientSecurity:
+    """What a client pod of the orderer mounts and sets to reach it (:func:`_client_security`)."""
+
+    volumes: list[dict[str, Any]]
+    mounts: list[dict[str, Any]]
+    env: list[dict[str, Any]]
+
+
+def _client_security(valid: ValidSpec) -> _ClientSecurity:
+    """A client pod (the Spark job's, a forwarder's) reaches the orderer like any client: the
+    CA (only ``ca.crt`` of the orderer's Secret: its key stays in the orderer pod), the client
+    certificate under mutual TLS, the token; found through the ``EVB_TLS_*``/``EVB_TOKEN_FILE``
+    variables (the defaults of every client's flags)."""
     tls, auth = valid.spec.get("tls"), valid.spec.get("auth")
-    volumes: list[dict[str, Any]] = []
-    mounts: list[dict[str, Any]] = []
-    env: list[dict[str, Any]] = []
+    found = _ClientSecurity([], [], [])
     if tls is not None:
-        volumes.append(
+        found.volumes.append(
             {
                 "name": "orderer-ca",
                 "secret": {
@@ -587,30 +616,118 @@ def _spark_security(spec: dict[str, Any], valid: ValidSpec) -> None:
                 },
             }
         )
-        mounts.append({"name": "orderer-ca", "mountPath": c.TLS_DIR, "readOnly": True})
-        env.append({"name": "EVB_TLS_CA", "value": f"{c.TLS_DIR}/ca.crt"})
+        found.mounts.append({"name": "orderer-ca", "mountPath": c.TLS_DIR, "readOnly": True})
+        found.env.append({"name": "EVB_TLS_CA", "value": f"{c.TLS_DIR}/ca.crt"})
         if tls["mutual"]:
-            volumes.append(
+            found.volumes.append(
                 {
                     "name": "client-tls",
                     "secret": {"secretName": tls["clientSecretName"], "defaultMode": 0o440},
                 }
             )
-            mounts.append({"name": "client-tls", "mountPath": c.CLIENT_TLS_DIR, "readOnly": True})
-            env += [
-                {"name": "EVB_TLS_CERT", "value": f"{c.CLIENT_TLS_DIR}/tls.crt"},
-                {"name": "EVB_TLS_KEY", "value": f"{c.CLIENT_TLS_DIR}/tls.key"},
-            ]
+            found.mounts.append(
+                {"name": "client-tls", "mountPath": c.CLIENT_TLS_DIR, "readOnly": True}
+            )
+            found.env.extend(
+                [
+                    {"name": "EVB_TLS_CERT", "value": f"{c.CLIENT_TLS_DIR}/tls.crt"},
+                    {"name": "EVB_TLS_KEY", "value": f"{c.CLIENT_TLS_DIR}/tls.key"},
+                ]
+            )
     if auth is not None:
-        volumes.append(_token_volume(valid))
-        mounts.append({"name": "auth", "mountPath": c.AUTH_DIR, "readOnly": True})
-        env.append({"name": "EVB_TOKEN_FILE", "value": f"{c.AUTH_DIR}/{c.TOKEN_FILE}"})
-    if not volumes:
+        found.volumes.append(_token_volume(valid))
+        found.mounts.append({"name": "auth", "mountPath": c.AUTH_DIR, "readOnly": True})
+        found.env.append({"name": "EVB_TOKEN_FILE", "value": f"{c.AUTH_DIR}/{c.TOKEN_FILE}"})
+    return found
+
+
+def _spark_security(spec: dict[str, Any], valid: ValidSpec) -> None:
+    """Driver and executors get :func:`_client_security`'s mounts and variables."""
+    found = _client_security(valid)
+    if not found.volumes:
         return
-    spec["volumes"] += volumes
+    spec["volumes"] += found.volumes
     for role in ("driver", "executor"):
-        spec[role]["volumeMounts"] += [dict(m) for m in mounts]
-    _add_env(spec, env)
+        spec[role]["volumeMounts"] += [dict(m) for m in found.mounts]
+    _add_env(spec, found.env)
+
+
+# ----------------------------------------------------------------------------- forwarders
+
+
+def forward_args(upstream: Mapping[str, Any], orderer: str) -> list[str]:
+    """``evb forward`` arguments for one of ``spec.upstreams`` into ``orderer`` (this
+    EventBuilder's gRPC address)."""
+    args = ["forward", "--from", upstream["target"], "--to", orderer]
+    if "asSource" in upstream:
+        args += ["--as-source", str(upstream["asSource"])]
+    if "consumer" in upstream:
+        args += ["--consumer", upstream["consumer"]]
+    return args
+
+
+def build_forward_spec(
+    name: str, namespace: str, valid: ValidSpec, *, default_image: str, labels: ExtraLabels = None
+) -> dict[str, Any]:
+    """The forwarders of ``spec.upstreams``: one Deployment, one ``evb forward`` container per
+    upstream, with the orderer's image and restricted security contexts.
+
+    Why a Deployment of its own, not containers in the orderer's pod: a container that is not
+    running makes its pod not Ready, and the Service then drops the orderer; an unreachable
+    upstream would cut off every source of this EventBuilder, and the forwarders too (they reach
+    the orderer through that Service: its certificate names the Service, not localhost). Here a
+    forwarder failing restarts alone (the kubelet restarts each container of a pod by itself),
+    and a change of ``spec.upstreams`` rolls the forwarders, not the orderer. Restarts lose
+    nothing: ``evb forward`` resumes from the offset its consumer committed upstream, and the
+    orderer drops what it already holds. ``Recreate``: two pods of one forwarder never run at
+    once. A forwarder whose upstream's run ended ends its sources here and exits; the kubelet
+    starts it again (with back-off), and it resumes at the upstream's end.
+
+    The forwarders present this EventBuilder's credentials (``spec.tls``, ``spec.auth``) to
+    both ends: ``evb forward`` has one set of them, so each upstream must accept them."""
+    image = valid.spec["orderer"].get("image", default_image)
+    target = orderer_endpoint(name, namespace)
+    found = _client_security(valid)
+    pod_labels = labels_for(name, "forward", labels)
+    containers = []
+    for index, upstream in enumerate(valid.spec["upstreams"]):
+        container: dict[str, Any] = {
+            "name": f"forward-{index}",
+            "image": image,
+            "command": ["evb"],
+            "args": forward_args(upstream, target),
+            "env": [{"name": "OPENBLAS_NUM_THREADS", "value": "1"}, *copy.deepcopy(found.env)],
+            "resources": copy.deepcopy(FORWARD_RESOURCES),
+            "securityContext": dict(RESTRICTED_CONTAINER),
+            "volumeMounts": [
+                {"name": "tmp", "mountPath": "/tmp"},
+                *copy.deepcopy(found.mounts),
+            ],
+        }
+        if "imagePullPolicy" in valid.spec["orderer"]:
+            container["imagePullPolicy"] = valid.spec["orderer"]["imagePullPolicy"]
+        containers.append(container)
+    return _manifest(
+        FORWARD,
+        name,
+        namespace,
+        pod_labels,
+        spec={
+            "replicas": 1,
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": selector_labels(name, "forward")},
+            "template": {
+                "metadata": {"labels": pod_labels},
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "securityContext": dict(RESTRICTED_POD),
+                    "containers": containers,
+                    "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}, *found.volumes],
+                },
+            },
+        },
+    )
 
 
 # ----------------------------------------------------------------------------- all of them
@@ -644,6 +761,10 @@ def build_children(
                 operator_labels=operator_labels,
                 labels=labels,
             )
+        )
+    if valid.spec.get("upstreams"):
+        children.append(
+            build_forward_spec(name, namespace, valid, default_image=orderer_image, labels=labels)
         )
     if valid.has_spark:
         children.append(

@@ -25,7 +25,16 @@ from evb_operator.phases import FINAL_PHASES, ConditionType, RunPhase
 from evb_operator.validation import ValidSpec
 from orderer.config import LIVE_PARAMETERS
 
-__all__ = ["Notice", "accepted", "ended", "invalid", "observe", "ready", "set_condition"]
+__all__ = [
+    "Notice",
+    "accepted",
+    "begun",
+    "ended",
+    "invalid",
+    "observe",
+    "ready",
+    "set_condition",
+]
 
 SPARK_DONE = {
     "COMPLETED": RunPhase.COMPLETED,
@@ -130,6 +139,15 @@ def accepted(
         new["observedGeneration"] = generation
     if previous.get("phase") in (None, RunPhase.INVALID):
         new["phase"] = RunPhase.PENDING
+    return new
+
+
+def begun(run: int, start_offset: int, *, generation: int | None) -> dict[str, Any]:
+    """The status once ``BeginRun`` answered: the run and its first offset; not ended (the
+    status timer brings the phase and the conditions back to the orderer's)."""
+    new: dict[str, Any] = {"run": run, "runStartOffset": start_offset, "runEnded": False}
+    if generation is not None:
+        new["observedGeneration"] = generation
     return new
 
 
@@ -356,6 +374,8 @@ def _counters(stats: Mapping[str, Any]) -> dict[str, Any]:
         },
         "missing": {str(k): int(v) for k, v in (stats.get("missing") or {}).items()},
         "runEnded": bool(stats.get("run_ended")),
+        "run": _count(stats, "run"),
+        "runStartOffset": _count(stats, "run_start_offset"),
     }
     if stats.get("high_water_mark") is not None:
         new["highWaterMark"] = str(stats["high_water_mark"])

@@ -20,6 +20,7 @@ from typing import Any
 import jsonschema
 
 from evb_operator import crd
+from evb_operator.crd_runs import target_problem
 from orderer.config import OrdererConfig
 from orderer.errors import ConfigError
 
@@ -101,6 +102,7 @@ def orderer_config(spec: Mapping[str, Any]) -> OrdererConfig:
             "barrierTimeout",
             "sourceTimeout",
             "latePolicy",
+            "resetOnBeginRun",
             "sources",
         )
         if name in spec
@@ -129,6 +131,10 @@ def validate(spec: Mapping[str, Any] | None) -> ValidSpec:
     if errors:
         error = errors[0]
         raise InvalidSpec(_path(error.path), error.message)
+    for index, upstream in enumerate(full.get("upstreams", [])):
+        problem = target_problem(upstream["target"])
+        if problem is not None:  # before the CEL twin: this message names the value
+            raise InvalidSpec(f"spec.upstreams[{index}].target", problem)
     for rule in crd.RULES:
         if rule.check is None:
             continue

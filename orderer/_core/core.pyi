@@ -66,3 +66,20 @@ class OrdererCore:
     def global_paused(self) -> bool: ...
     @property
     def source_ids(self) -> list[int]: ...
+
+# nscldaq.pyx: the walk of NSCLDAQ records (orderer.nscldaq.format makes the messages)
+RING_WHOLE: int
+RING_PARTIAL: int
+RING_TYPE_UPPER_BITS: int
+RING_SIZE_BELOW_MINIMUM: int
+RING_BODY_HEADER_WORD: int
+RING_NO_ROOM_FOR_BODY_HEADER: int
+
+def index_ring_items(
+    buf: _U8,
+) -> tuple[
+    npt.NDArray[np.int64], _U32, _U32, npt.NDArray[np.bool_], _U64, _U32, _U32, int, int
+]: ...
+def index_evb_fragments(
+    buf: _U8,
+) -> tuple[npt.NDArray[np.int64], _U64, _U32, _U32, _U32, int]: ...

@@ -43,3 +43,4 @@ include "flow.pyx"       # flow control: pause and resume
 include "emitted.pyx"    # emitted fragments until taken
 include "rules.pyx"      # batch rules, checked before a batch is taken in
 include "calls.pyx"      # OrdererCore and its coarse calls
+include "nscldaq.pyx"    # the walk of NSCLDAQ ring items and event-builder fragments

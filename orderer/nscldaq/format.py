@@ -14,8 +14,10 @@ is how a reader tells, and every system evb runs on is little-endian).
   ``{u64 timestamp, u32 source id, u32 payload size, u32 barrier type}`` then the payload.
 
 Readers come in two shapes: one item at a time (:func:`unpack_ring_item`, for tests and tools)
-and a whole buffer at a time (:func:`index_ring_items`, :func:`index_fragments`), whose per-item
-fields are gathered as numpy arrays with no Python work per field.
+and a whole buffer at a time (:func:`index_ring_items`, :func:`index_fragments`). Both walk the
+records in the compiled core (each record's size says where the next begins, a loop by nature:
+in Python it was the bottleneck of ``evb send --nscldaq``), which gathers the header fields in
+the same pass and says where and why it stopped; the messages are made here, once.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from orderer._core import core
 from orderer.errors import InterfaceError
 
 __all__ = [
@@ -62,6 +65,7 @@ __all__ = [
     "pack_ring_format",
     "pack_ring_item",
     "scan_ring_items",
+    "truncated_item_error",
     "unpack_fragment_header",
     "unpack_ring_format",
     "unpack_ring_item",
@@ -186,22 +190,28 @@ def unpack_ring_format(
 
 
 def unpack_ring_item(buf: bytes | memoryview, offset: int = 0, file: str = "<bytes>") -> RingItem:
-    """The ring item at ``offset`` (checked: size, the body-header word)."""
-    view = memoryview(buf)
-    if len(view) - offset < RING_HEADER_SIZE:
-        raise NscldaqFormatError(file, offset, "truncated ring item header")
-    size, item_type = _RING_HEADER.unpack_from(view, offset)
-    _check_size(file, offset, size, item_type, len(view) - offset)
-    word = struct.unpack_from("<I", view, offset + RING_HEADER_SIZE)[0]
-    if word == 0:
-        return RingItem(item_type, bytes(view[offset + _MIN_ITEM : offset + size]))
-    if word != BODY_HEADER_SIZE or size < RING_HEADER_SIZE + BODY_HEADER_SIZE:
-        raise NscldaqFormatError(
-            file, offset, f"body header size {word}: expected 0 (none) or {BODY_HEADER_SIZE}"
-        )
-    _, ts, src, bar = _BODY_HEADER.unpack_from(view, offset + RING_HEADER_SIZE)
-    start = offset + RING_HEADER_SIZE + BODY_HEADER_SIZE
-    return RingItem(item_type, bytes(view[start : offset + size]), ts, src, bar)
+    """The ring item at ``offset``, checked as :func:`index_ring_items` checks every item."""
+    view = memoryview(buf)[offset:]
+    if len(view) >= RING_HEADER_SIZE:  # the item alone: its size, if it has room, bounds it
+        view = view[: max(_RING_HEADER.unpack_from(view, 0)[0], _MIN_ITEM)]
+    index, error = scan_ring_items(view, file, offset)
+    if error is not None:
+        raise error
+    if not len(index):
+        raise truncated_item_error(file, offset, view)
+    start = int(
+        RING_HEADER_SIZE + (BODY_HEADER_SIZE if index.has_body_header[0] else _NO_BODY_HEADER)
+    )
+    body = bytes(view[start : int(index.size[0])])
+    if not index.has_body_header[0]:
+        return RingItem(int(index.type[0]), body)
+    return RingItem(
+        int(index.type[0]),
+        body,
+        int(index.timestamp[0]),
+        int(index.source[0]),
+        int(index.barrier[0]),
+    )
 
 
 def pack_fragment_header(timestamp: int, source: int, payload_size: int, barrier: int) -> bytes:
@@ -219,36 +229,46 @@ def unpack_fragment_header(buf: bytes | memoryview, offset: int = 0) -> tuple[in
     return ts, src, size, bar
 
 
-def _check_size(file: str, offset: int, size: int, item_type: int, left: int) -> None:
-    if item_type >> 16:
-        raise NscldaqFormatError(
-            file,
-            offset,
+def truncated_item_error(file: str, offset: int, tail: bytes | memoryview) -> NscldaqFormatError:
+    """The error for ``tail``, the bytes at the end of a file (at ``offset``) that do not make a
+    whole item."""
+    if len(tail) < RING_HEADER_SIZE:
+        what = f"truncated ring item: {len(tail)} bytes at the end, not even a header"
+    else:
+        size = _RING_HEADER.unpack_from(tail, 0)[0]
+        what = f"truncated ring item: its header says {size} bytes, the data ends after {len(tail)}"
+    return NscldaqFormatError(file, offset, what)
+
+
+def _stop_error(
+    stop: int, buf: npt.NDArray[np.uint8], at: int, file: str, base: int
+) -> NscldaqFormatError | None:
+    """What the compiled walk's ``stop`` code says of the item at ``at`` (None: nothing wrong
+    with it, the buffer ended)."""
+    if stop in (core.RING_WHOLE, core.RING_PARTIAL):
+        return None
+    data = buf.data
+    size, item_type = _RING_HEADER.unpack_from(data, at)
+    if stop == core.RING_TYPE_UPPER_BITS:
+        what = (
             f"item type {item_type:#x} has its upper 16 bits set: not a little-endian "
-            "NSCLDAQ ring item (or not a ring-item file)",
+            "NSCLDAQ ring item (or not a ring-item file)"
         )
-    if size < _MIN_ITEM:
-        raise NscldaqFormatError(file, offset, f"item size {size} is below the minimum {_MIN_ITEM}")
-    if size > left:
-        raise NscldaqFormatError(
-            file, offset, f"truncated ring item: its header says {size} bytes, {left} are left"
-        )
+    elif stop == core.RING_SIZE_BELOW_MINIMUM:
+        what = f"item size {size} is below the minimum {_MIN_ITEM}"
+    elif stop == core.RING_BODY_HEADER_WORD:
+        word = struct.unpack_from("<I", data, at + RING_HEADER_SIZE)[0]
+        what = f"body header size {word}: expected 0 (none) or {BODY_HEADER_SIZE}"
+    else:
+        what = f"item size {size} too small for a body header"
+    return NscldaqFormatError(file, base + at, what)
 
 
 # --- a buffer at a time ---------------------------------------------------------------------------
 def _as_array(buf: bytes | bytearray | memoryview | npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
     if isinstance(buf, np.ndarray):
-        return buf
+        return np.ascontiguousarray(buf)
     return np.frombuffer(buf, dtype=np.uint8)
-
-
-def _gather(data: npt.NDArray[np.uint8], at: npt.NDArray[np.int64], dtype: str) -> npt.NDArray:
-    """The little-endian field of type ``dtype`` at each byte offset ``at``, as one array."""
-    width = np.dtype(dtype).itemsize
-    if at.size == 0:
-        return np.zeros(0, dtype=dtype)
-    rows = data[at[:, None] + np.arange(width, dtype=np.int64)]
-    return rows.view(np.dtype(dtype).newbyteorder("<")).reshape(-1).astype(dtype)
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,31 +294,10 @@ class RingIndex:
         return int(self.offset.shape[0])
 
 
-def _walk(
-    data: npt.NDArray[np.uint8], min_size: int, size_at: int, size_fmt: str, extra: int
-) -> tuple[npt.NDArray[np.int64], int]:
-    """Offsets of the whole records of a buffer where each record's length is a field at
-    ``size_at`` (+ ``extra``). The one step that is sequential by nature: each record's size
-    says where the next begins."""
-    raw = memoryview(np.ascontiguousarray(data).data)
-    unpack = struct.Struct(size_fmt).unpack_from
-    total = len(data)
-    offsets: list[int] = []
-    append = offsets.append
-    pos = 0
-    while total - pos >= min_size:
-        length = unpack(raw, pos + size_at)[0] + extra
-        if length < min_size or length > total - pos:
-            break
-        append(pos)
-        pos += length
-    return np.array(offsets, dtype=np.int64), pos
-
-
 def index_ring_items(
-    buf: bytes | npt.NDArray[np.uint8], file: str = "<bytes>", base: int = 0
+    buf: bytes | memoryview | npt.NDArray[np.uint8], file: str = "<bytes>", base: int = 0
 ) -> RingIndex:
-    """Index every whole ring item of ``buf``; the fields are gathered with numpy.
+    """Index every whole ring item of ``buf``, its header fields gathered in the same pass.
 
     A malformed item (size below the minimum, a type with its upper bits set, a body-header
     word that is neither 0 nor 20) raises :class:`NscldaqFormatError` naming ``file`` and its
@@ -313,51 +312,16 @@ def index_ring_items(
 
 
 def scan_ring_items(
-    buf: bytes | npt.NDArray[np.uint8], file: str = "<bytes>", base: int = 0
+    buf: bytes | memoryview | npt.NDArray[np.uint8], file: str = "<bytes>", base: int = 0
 ) -> tuple[RingIndex, NscldaqFormatError | None]:
     """:func:`index_ring_items` for a stream: the items before a malformed one, and its error
     (None if there is none), so that a sender can deliver what came before it."""
     data = _as_array(buf)
-    offsets, end = _walk(data, _MIN_ITEM, 0, "<I", 0)
-    errors: list[tuple[int, NscldaqFormatError]] = []  # (item number, error)
-    # what stopped the walk early: a size that cannot be, or the buffer's end
-    if len(data) - end >= RING_HEADER_SIZE:
-        size, item_type = _RING_HEADER.unpack_from(data.data, end)
-        try:
-            _check_size(file, base + end, size, item_type, 1 << 62)
-        except NscldaqFormatError as error:
-            errors.append((len(offsets), error))
-    sizes = _gather(data, offsets, "u4").astype(np.uint32)
-    types = _gather(data, offsets + 4, "u4").astype(np.uint32)
-    word = _gather(data, offsets + RING_HEADER_SIZE, "u4")
-    has = word == BODY_HEADER_SIZE
-    for i in np.flatnonzero(types >> np.uint32(16))[:1].tolist():
-        try:
-            _check_size(file, base + int(offsets[i]), int(sizes[i]), int(types[i]), 1 << 62)
-        except NscldaqFormatError as error:
-            errors.append((i, error))
-    bad = ~has & (word != 0) | has & (sizes < RING_HEADER_SIZE + BODY_HEADER_SIZE)
-    for i in np.flatnonzero(bad)[:1].tolist():
-        what = (
-            f"body header size {int(word[i])}: expected 0 (none) or {BODY_HEADER_SIZE}"
-            if int(word[i]) != BODY_HEADER_SIZE
-            else f"item size {int(sizes[i])} too small for a body header"
-        )
-        errors.append((i, NscldaqFormatError(file, base + int(offsets[i]), what)))
-    first_error = min(errors, key=lambda e: e[0]) if errors else None
-    if first_error is not None:
-        keep = first_error[0]
-        offsets, sizes, types, has = offsets[:keep], sizes[:keep], types[:keep], has[:keep]
-        end = int(offsets[-1]) + int(sizes[-1]) if keep else 0
-    stamped = offsets[has]
-    timestamp = np.zeros(len(offsets), dtype=np.uint64)
-    source = np.zeros(len(offsets), dtype=np.uint32)
-    barrier = np.zeros(len(offsets), dtype=np.uint32)
-    timestamp[has] = _gather(data, stamped + 12, "u8")
-    source[has] = _gather(data, stamped + 20, "u4")
-    barrier[has] = _gather(data, stamped + 24, "u4")
-    index = RingIndex(offsets, sizes, types, has, timestamp, source, barrier, end)
-    return index, None if first_error is None else first_error[1]
+    offset, size, item_type, has, timestamp, source, barrier, end, stop = core.index_ring_items(
+        data
+    )
+    index = RingIndex(offset, size, item_type, has, timestamp, source, barrier, end)
+    return index, _stop_error(stop, data, end, file, base)
 
 
 _FRAGMENT_DTYPE = np.dtype([("ts", "<u8"), ("source", "<u4"), ("size", "<u4"), ("barrier", "<u4")])
@@ -427,14 +391,5 @@ class FragmentIndex:
 
 
 def index_fragments(buf: bytes | npt.NDArray[np.uint8]) -> FragmentIndex:
-    """Index every whole event-builder fragment of ``buf`` (fields gathered with numpy)."""
-    data = _as_array(buf)
-    offsets, end = _walk(data, FRAGMENT_HEADER_SIZE, 12, "<I", FRAGMENT_HEADER_SIZE)
-    return FragmentIndex(
-        offsets,
-        _gather(data, offsets, "u8"),
-        _gather(data, offsets + 8, "u4"),
-        _gather(data, offsets + 12, "u4"),
-        _gather(data, offsets + 16, "u4"),
-        end,
-    )
+    """Index every whole event-builder fragment of ``buf`` (walked in the compiled core)."""
+    return FragmentIndex(*core.index_evb_fragments(_as_array(buf)))

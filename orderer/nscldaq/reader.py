@@ -2,10 +2,12 @@
 ``evb replay --nscldaq`` read.
 
 Why streaming, in chunks: a readout's output may be piped in (``-``) and never end, and a file
-may be many gigabytes; a chunk is indexed at once (:func:`~orderer.nscldaq.format.scan_ring_items`)
-and becomes one :class:`~orderer.batch.FragmentBatch` whose payloads are the whole ring items, as
-NSCLDAQ's fragments carry them. Every fragment before a bad item is handed on before its error
-is raised, so a sender can have them acknowledged first: nothing that came before is lost.
+may be many gigabytes; a chunk is indexed at once (:func:`~orderer.nscldaq.format.scan_ring_items`,
+the walk compiled) and becomes one :class:`~orderer.batch.FragmentBatch` whose payloads are the
+whole ring items, as NSCLDAQ's fragments carry them: the batch's payload is the chunk's bytes
+themselves (no copy) whenever the items it keeps are contiguous, as they are but for a skipped
+item. Every fragment before a bad item is handed on before its error is raised, so a sender can
+have them acknowledged first: nothing that came before is lost.
 
 Rules (docs/nscldaq.md): a RING_FORMAT item is checked (a major version evb does not read is
 refused) and not sent; an item without a body header is refused, or with ``skip_unstamped``
@@ -15,11 +17,11 @@ item of the same source (0 if there was none), as NSCLDAQ's orderer does.
 
 from __future__ import annotations
 
+import io
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -29,10 +31,10 @@ from orderer.nscldaq.format import (
     NULL_TIMESTAMP,
     READABLE_MAJORS,
     RING_FORMAT,
-    RING_HEADER_SIZE,
     NscldaqFormatError,
     RingIndex,
     scan_ring_items,
+    truncated_item_error,
     unpack_ring_format,
 )
 
@@ -73,21 +75,26 @@ class RingItemReader:
         """The batches of each file in turn (``-``: standard input)."""
         for path in paths:
             if str(path) == STDIN:
-                yield from self.read_stream(sys.stdin.buffer, "<stdin>")
+                with open(sys.stdin.fileno(), "rb", closefd=False) as stdin:
+                    yield from self.read_stream(stdin, "<stdin>")
             else:
                 with Path(path).open("rb") as stream:
                     yield from self.read_stream(stream, str(path))
 
-    def read_stream(self, stream: BinaryIO, name: str) -> Iterator[FragmentBatch]:
+    def read_stream(self, stream: io.BufferedIOBase, name: str) -> Iterator[FragmentBatch]:
         """The batches of one stream, one a chunk; a truncated last item is an error naming
-        its offset (what came before it has been yielded)."""
-        pending = b""
+        its offset (what came before it has been yielded). Each chunk is read into a buffer of
+        its own, after the partial item the last one ended with: the batches' payloads are
+        views of it, and nothing writes to it once read."""
+        pending = np.zeros(0, dtype=np.uint8)
         base = 0  # offset in the stream of pending[0]
         while True:
-            chunk = stream.read(self.chunk_size)
-            if not chunk:
+            buf = np.empty(len(pending) + self.chunk_size, dtype=np.uint8)
+            buf[: len(pending)] = pending
+            got = stream.readinto(buf.data[len(pending) :])
+            if not got:
                 break
-            buf = pending + chunk if pending else chunk
+            buf = buf[: len(pending) + got]
             index, error = scan_ring_items(buf, name, base)
             if len(index):
                 batch, unstamped = self._batch(buf, index, name, base)
@@ -98,11 +105,11 @@ class RingItemReader:
                 raise error
             pending = buf[index.end :]
             base += index.end
-        if pending:
-            raise _truncated(name, base, pending)
+        if len(pending):
+            raise truncated_item_error(name, base, pending.data)
 
     def _batch(
-        self, buf: bytes, index: RingIndex, name: str, base: int
+        self, buf: npt.NDArray[np.uint8], index: RingIndex, name: str, base: int
     ) -> tuple[FragmentBatch, NscldaqFormatError | None]:
         """The chunk's fragments; with an unstamped item (not skipped), those before it and its
         error."""
@@ -135,29 +142,34 @@ class RingItemReader:
         self.bytes_read += int(index.offset[items]) if items < len(index) else index.end
 
     def _fragments(
-        self, buf: bytes, index: RingIndex, keep: npt.NDArray[np.bool_]
+        self, buf: npt.NDArray[np.uint8], index: RingIndex, keep: npt.NDArray[np.bool_]
     ) -> FragmentBatch:
-        """The kept items as a batch; payload = each whole ring item."""
+        """The kept items as a batch; payload = each whole ring item, a slice of ``buf`` when
+        the kept items are contiguous (offsets relative to the first), else gathered."""
         rows = np.flatnonzero(keep)
+        if not len(rows):
+            return FragmentBatch.from_arrays([], [])
         source = index.source[rows]
-        timestamp = index.timestamp[rows].copy()
-        self._fill_null(source, timestamp)
-        sizes = index.size[rows].astype(np.uint64)
-        offsets = np.zeros(len(rows) + 1, dtype=np.uint64)
-        np.cumsum(sizes, out=offsets[1:])
-        data = np.frombuffer(buf, dtype=np.uint8)
-        if len(rows) == len(index):  # every item kept: the payloads are one slice of the buffer
-            payload = data[: index.end]
+        timestamp = index.timestamp[rows]
+        first, last = int(rows[0]), int(rows[-1])
+        start, stop = int(index.offset[first]), int(index.offset[last]) + int(index.size[last])
+        offsets = np.empty(len(rows) + 1, dtype=np.uint64)
+        if last - first + 1 == len(rows):
+            offsets[:-1] = index.offset[first : last + 1] - start
+            offsets[-1] = stop - start
+            payload = buf[start:stop]
         else:
-            mask = np.repeat(keep[: len(index)], index.size.astype(np.int64))
-            payload = data[: index.end][mask]
+            offsets[0] = 0
+            np.cumsum(index.size[rows], out=offsets[1:])
+            payload = buf[: index.end][np.repeat(keep[: len(index)], index.size)]
+        self._fill_null(source, timestamp)
         self.fragments += len(rows)
-        self.sources.update(np.unique(source).tolist())
         return FragmentBatch(source, timestamp, index.barrier[rows], offsets, payload)
 
     def _fill_null(self, source: npt.NDArray[np.uint32], timestamp: npt.NDArray[np.uint64]) -> None:
         """NSCLDAQ's orderer: a fragment stamped all-ones takes the timestamp of the fragment
-        its source sent just before (0 if none). In place; remembers each source's last."""
+        its source sent just before (0 if none). In place (``timestamp`` is the index's own
+        copy); remembers each source's last, and every source seen."""
         null = timestamp == np.uint64(NULL_TIMESTAMP)
         if null.any():
             self.null_timestamps += int(null.sum())
@@ -170,18 +182,22 @@ class RingItemReader:
                 np.maximum.accumulate(last, out=last)
                 before = np.uint64(self._last.get(s, 0))
                 timestamp[rows] = np.where(last >= 0, values[np.maximum(last, 0)], before)
-        if len(source):
-            reversed_sources = source[::-1]
-            ids, first_from_end = np.unique(reversed_sources, return_index=True)
-            last_rows = len(source) - 1 - first_from_end
-            for s, row in zip(ids.tolist(), last_rows.tolist(), strict=True):
-                self._last[s] = int(timestamp[row])
+        if source[0] == source[-1] and (source == source[0]).all():  # the usual: one source
+            ids, last_rows = [int(source[0])], [len(source) - 1]
+        else:
+            unique, first_from_end = np.unique(source[::-1], return_index=True)
+            ids, last_rows = unique.tolist(), (len(source) - 1 - first_from_end).tolist()
+        for s, row in zip(ids, last_rows, strict=True):
+            self._last[s] = int(timestamp[row])
+        self.sources.update(ids)
 
     @staticmethod
-    def _check_format(buf: bytes, index: RingIndex, i: int, name: str, base: int) -> None:
+    def _check_format(
+        buf: npt.NDArray[np.uint8], index: RingIndex, i: int, name: str, base: int
+    ) -> None:
         start = int(index.offset[i])
         major, minor = unpack_ring_format(
-            buf[start : start + int(index.size[i])], name, base + start
+            buf[start : start + int(index.size[i])].data, name, base + start
         )
         if major not in READABLE_MAJORS:
             readable = ", ".join(str(m) for m in sorted(READABLE_MAJORS))
@@ -191,17 +207,6 @@ class RingItemReader:
                 f"RING_FORMAT says NSCLDAQ format {major}.{minor}; evb reads major version "
                 f"{readable}",
             )
-
-
-def _truncated(name: str, base: int, pending: bytes) -> NscldaqFormatError:
-    if len(pending) < RING_HEADER_SIZE:
-        what = f"truncated ring item: {len(pending)} bytes at the end, not even a header"
-    else:
-        size = int.from_bytes(pending[:4], "little")
-        what = (
-            f"truncated ring item: its header says {size} bytes, the file ends after {len(pending)}"
-        )
-    return NscldaqFormatError(name, base, what)
 
 
 def read_records(paths: Iterable[str | Path], *, skip_unstamped: bool = False) -> ArrivalRecords:

@@ -43,6 +43,7 @@ NAMESPACED_RULES = [
         "resources": ["statefulsets"],
         "verbs": ["get", "create", "patch", "delete"],
     },
+    {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["create", "patch", "delete"]},
     {
         "apiGroups": ["networking.k8s.io"],
         "resources": ["networkpolicies"],

@@ -79,6 +79,7 @@ def test_the_crd_has_the_names_status_and_printer_columns() -> None:
     }
     assert columns == {
         "Phase": (".status.phase", 0),
+        "Run": (".status.run", 0),
         "Ready": ('.status.conditions[?(@.type=="Ready")].status', 0),
         "Window (s)": (".status.window", 0),
         "Fragments": (".status.fragments", 0),

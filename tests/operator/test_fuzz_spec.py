@@ -246,6 +246,15 @@ def test_the_transition_rules_refuse_what_they_should() -> None:
         (("spark",), _spark(noBuild=True), _spark(dt=5), False),
         (("spark",), _spark(dt=5, format="json"), _spark(dt=5), False),
         (("spark",), _spark(dt=5, partitions=9), _spark(dt=5), True),
+        (("resetOnBeginRun",), True, False, False),
+        (("resetOnBeginRun",), False, False, True),
+        (("run",), 3, 2, True),
+        (("run",), 2, 2, True),
+        (("run",), 1, 2, False),
+        ((), {"state": "Ended", "run": 2}, {"state": "Ended", "run": 1}, False),
+        ((), {"state": "Ended", "run": 1}, {"state": "Ended", "run": 1}, True),
+        ((), {"state": "Running", "run": 2}, {"state": "Running", "run": 1}, True),
+        ((), {"state": "Ended", "run": 2}, {"state": "Running", "run": 1}, True),
     ]
     rules = {
         path: entry["rule"] for path, entry in _rules(SPEC_SCHEMA) if "oldSelf" in entry["rule"]

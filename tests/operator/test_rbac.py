@@ -31,6 +31,7 @@ SPEC: dict[str, Any] = {
     "auth": {"tokenSecretRef": {"name": "run-token"}},
     "networkPolicy": {"enabled": True, "allowedClients": [{"podSelector": {}}]},
     "spark": {"dt": 10, "output": {"path": "file:///tmp/out"}},
+    "upstreams": [{"target": "lower-orderer.daq.svc:50051", "asSource": 7}],
 }
 
 KOPF_NEEDS = {
@@ -56,6 +57,7 @@ def _used_by_the_handlers(monkeypatch: pytest.MonkeyPatch) -> set[tuple[str, str
             "sources": {},
             "barriers": {},
             "run_ended": False,
+            "run": 1,
         }
 
     async def control(*_: Any, **__: Any) -> Any:
@@ -64,9 +66,13 @@ def _used_by_the_handlers(monkeypatch: pytest.MonkeyPatch) -> set[tuple[str, str
     async def end(*_: Any, **__: Any) -> int:
         return 0
 
+    async def begin(*_: Any, **__: Any) -> dict[str, int]:
+        return {"run": 2, "start_offset": 0}
+
     monkeypatch.setattr(handlers.orderer_client, "get_stats_async", stats)
     monkeypatch.setattr(handlers.orderer_client, "configure_async", control)
     monkeypatch.setattr(handlers.orderer_client, "end_run_async", end)
+    monkeypatch.setattr(handlers.orderer_client, "begin_run_async", begin)
     monkeypatch.setattr(handlers.kopf, "event", lambda *_, **__: None)
     body = {
         "apiVersion": "evb.io/v1alpha1",
@@ -101,6 +107,11 @@ def _used_by_the_handlers(monkeypatch: pytest.MonkeyPatch) -> set[tuple[str, str
             await handlers.update_network_policy(
                 **{**common, "reason": "update", "spec": no_policy}
             )
+            await handlers.update_upstreams(**{**common, "reason": "update", "old": []})
+            await handlers.update_upstreams(
+                **{**common, "reason": "update", "old": [], "spec": {**SPEC, "upstreams": []}}
+            )
+            await handlers.begin_run(**{**common, "reason": "update", "old": 1, "new": 2})
             await handlers.end_run(**{**common, "new": "Ended"})
             await handlers.refresh_status(**common)
             await handlers.delete_children(**common)
