@@ -75,6 +75,14 @@ class SourceClient:
         batch = source_batch(source, *arrays, **named)
         self._added(source, client._buffer_batch(source, batch))
 
+    def number_from(self, source: int, first_sequence: int) -> None:
+        """:meth:`AsyncSourceClient.number_from` from this thread."""
+
+        async def number() -> None:
+            self._client.number_from(source, first_sequence)
+
+        self._call(number())
+
     def send_fragments(self, batch: FragmentBatch) -> None:
         client = self._client
         client._check()

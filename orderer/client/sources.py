@@ -101,6 +101,7 @@ class AsyncSourceClient:
         self._linger = linger
         self._max_unacked = max_unacked
         self._first_sequence = dict(first_sequence or {})
+        self._warned: set[int] = set()
         self._backoff = (backoff_initial, backoff_max)
         self._reconnect_timeout = reconnect_timeout
         self._connect_timeout = connect_timeout
@@ -444,6 +445,9 @@ class AsyncSourceClient:
         while True:
             call = stub.Submit()
             code, details = await self._connection(call)
+            if self._error is not None:
+                self._notify()
+                return
             if code == grpc.StatusCode.OK and self._closing:
                 self._finished = True
                 self._notify()
@@ -483,12 +487,18 @@ class AsyncSourceClient:
         writer = loop.create_task(self._write(call))
         try:
             done, _ = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
-            if writer in done and not writer.cancelled() and writer.exception() is None:
+            for task in done:  # a failure of this code, not of the stream: raised below
+                if not task.cancelled() and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+            if writer in done:
                 await reader
         except grpc.aio.AioRpcError:
             pass
-        except Exception:
+        except Exception as error:
+            # reconnecting would only meet the same failure again, for ever: the client fails
+            # and the next call raises it, instead of hanging
             log.exception("Submit stream failed")
+            self._error = error
         finally:
             self._connected = False
             for task in (reader, writer):
@@ -528,7 +538,12 @@ class AsyncSourceClient:
         known = self._next_seq[source]
         if known is None:
             self._next_seq[source] = durable  # a new client continues the source's sequence
-        elif durable > known:
+        elif durable > known and not (
+            source in self._first_sequence or source in self._warned
+        ):
+            # a sender numbering from a known point (resume, forward) expects this: no warning;
+            # otherwise once per source
+            self._warned.add(source)
             log.warning(
                 "source %d: the server has sequence %d, beyond this client's %d; fragments "
                 "numbered below it will be taken for resends and dropped",

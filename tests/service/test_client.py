@@ -203,6 +203,30 @@ def test_the_blocking_client_and_readers(tmp_path: Path) -> None:
     run(body())
 
 
+def test_a_failure_inside_the_client_is_raised_not_retried_for_ever(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fault in the client's own stream handling (here its ack handler) would meet the same
+    fault on every reconnection: the client fails and the next call raises it, instead of
+    hanging in reconnects (as a wrong set operation in the ack handler once did)."""
+
+    def broken(self: AsyncSourceClient, source: int, durable: int) -> None:
+        raise RuntimeError("ack handler fault")
+
+    async def body() -> None:
+        async with serving(tmp_path, CONFIG) as running:
+            client = AsyncSourceClient(target(running), sources=[1], batch_size=4)
+            monkeypatch.setattr(AsyncSourceClient, "_on_ack", broken)
+            await client.start()
+            with pytest.raises(RuntimeError, match="ack handler fault"):
+                for k in range(1000):
+                    await client.send(1, k)
+                await asyncio.wait_for(client.wait_acked(), 20)
+            assert client.reconnects == 0
+
+    run(body())
+
+
 def test_refused_input_stops_the_client_with_the_servers_reason(tmp_path: Path) -> None:
     async def body() -> None:
         async with serving(tmp_path, CONFIG, strict_sources=True) as running:
