@@ -2,7 +2,7 @@
 in levels as NSCLDAQ's multi-level event builders do.
 
 Why it is exactly once across a kill -9 of A, of B or of the forwarder itself, without a state
-file of its own:
+file of its own (its state travels with its commits to A):
 
 - **Numbering.** Each fragment goes to B with a per-source sequence number that is a function of
   A's ordered log alone: by default (each upstream source keeps its id) the number of fragments
@@ -11,12 +11,16 @@ file of its own:
   source's durable sequence (and refuses gaps), so a replay of A's output from any earlier
   offset brings nothing twice.
 - **Acknowledgements chain.** An offset X is committed to A (consumer ``forward-to-<B>`` unless
-  named) only once B acknowledged durable every fragment A emitted below X. A restarted
-  forwarder resumes at its committed offset, computing the sequences there again (by default by
-  counting the sources of A's log below it, payloads left out: A must still hold its log from
-  offset 0, as it does unless retention is set); everything after it is sent again, and B drops
-  what it already holds. A restarted A serves the same durable log; a restarted B is resent what
-  it had not acknowledged, by the client.
+  named) only once B acknowledged durable every fragment A emitted below X, and the commit
+  carries the per-source counts below X as its metadata (JSON, :func:`_metadata`). A restarted
+  forwarder reads its committed offset and those counts (``GetCommitted``) and resumes there
+  with the same sequences, reading nothing of A's log below it, so it restarts as well when A's
+  retention deleted the start of the log (A keeps what a known consumer has not committed).
+  Only a commit without usable counts (written by an older forwarder, or with another
+  ``as_source``) makes it count the sources of A's log below the offset again, payloads left
+  out, which needs that log from offset 0. Everything after the offset is sent again, and B
+  drops what it already holds. A restarted A serves the same durable log; a restarted B is
+  resent what it had not acknowledged, by the client.
 - **Watermarks.** A's output is in timestamp order above its high-water mark: every ordinary
   fragment A emits later that is not late has a timestamp at least the high-water mark. So,
   once a batch of A's output is sent, the high-water mark is sent to B as the watermark of every
@@ -42,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections import deque
 from typing import Any
@@ -55,10 +60,12 @@ from orderer.client import (
     AsyncSourceClient,
     ChannelSecurity,
     commit_async,
+    get_committed_async,
     get_stats_async,
     subscribe,
 )
 from orderer.errors import InterfaceError, ServiceUnavailable
+from orderer.wire.convert import MAX_COMMIT_METADATA
 
 __all__ = ["forward", "forward_async"]
 
@@ -115,6 +122,34 @@ class _Groups:
         return self._t is not None
 
 
+def _metadata(counts: dict[int, int], as_source: int | None) -> bytes:
+    """The commit metadata of a checkpoint: the fragments sent of each source below it."""
+    state = {
+        "evb_forward": 1,
+        "as_source": as_source,
+        "counts": {str(s): n for s, n in counts.items()},
+    }
+    return json.dumps(state, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _counts_from(metadata: bytes, offset: int, as_source: int | None) -> dict[int, int] | None:
+    """The counts a commit at ``offset`` carried, or None when it carried none this forwarder
+    can use: none at all, not a forwarder's, another ``as_source``, or counts that do not add up
+    to the offset (every fragment of A is one source's)."""
+    if not metadata:
+        return None
+    try:
+        state = json.loads(metadata)
+        if state.get("evb_forward") != 1 or state.get("as_source") != as_source:
+            return None
+        counts = {int(s): int(n) for s, n in state["counts"].items()}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    if sum(counts.values()) != offset or any(n < 0 for n in counts.values()):
+        return None
+    return counts
+
+
 async def _counts_below(target: str, offset: int, connection: dict[str, Any]) -> dict[int, int]:
     """How many fragments of each source A emitted below ``offset`` (payloads left out)."""
     counts: dict[int, int] = {}
@@ -149,17 +184,28 @@ class _Forwarder:
         self.counts: dict[int, int] = {}
         self.forwarded = 0
         self.high_water = -1
+        self.recounted = False
+        """Whether the start counted A's log (no usable commit metadata)."""
         self._groups = _Groups()
         self._checkpoints: deque[tuple[int, dict[int, int]]] = deque()
+        self._unsent: tuple[int, dict[int, int]] | None = None
+        """An acknowledged checkpoint not committed yet (A was down)."""
         self._ended = asyncio.Event()
 
-    async def start_at(self, offset: int) -> None:
+    async def start_at(self, offset: int, metadata: bytes = b"") -> None:
+        """Start at the committed ``offset``, with the counts its ``metadata`` carried."""
         self.position = self.committed = offset
+        counts = _counts_from(metadata, offset, self.as_source)
         if self.as_source is not None:
-            self.client.number_from(self.as_source, offset)
-            self.counts = {self.as_source: offset}
-            return
-        self.counts = await _counts_below(self.upstream, offset, self.connection)
+            counts = {self.as_source: offset}  # the offset is the sequence
+        elif counts is None:
+            if offset:
+                log.info(
+                    "no counts committed with offset %d: counting %s's log", offset, self.upstream
+                )
+            self.recounted = offset > 0
+            counts = await _counts_below(self.upstream, offset, self.connection)
+        self.counts = counts
         for source, count in self.counts.items():
             self.client.number_from(source, count)
 
@@ -204,26 +250,42 @@ class _Forwarder:
             for source in self.counts:
                 await self.client.watermark(source, self.high_water)
 
-    def _acknowledged(self) -> int:
-        """The highest checkpoint below which B acknowledged everything."""
-        offset = self.committed
+    def _acknowledged(self) -> tuple[int, dict[int, int]] | None:
+        """The highest checkpoint below which B acknowledged everything, with its counts; None
+        when no checkpoint was passed since the last look."""
+        passed = None
         while self._checkpoints and all(
             self.client.acked(s) >= c for s, c in self._checkpoints[0][1].items()
         ):
-            offset = self._checkpoints.popleft()[0]
-        return offset
+            passed = self._checkpoints.popleft()
+        return passed
 
-    async def commit(self, offset: int) -> None:
+    async def commit(self, offset: int, counts: dict[int, int]) -> None:
+        """Commit ``offset`` to A with ``counts`` (the counts below it) as its metadata."""
         if offset > self.committed:
-            await commit_async(self.upstream, self.consumer, offset, **self.connection)
+            metadata: bytes | None = _metadata(counts, self.as_source)
+            if len(metadata or b"") > MAX_COMMIT_METADATA:  # thousands of sources: recount
+                log.warning(
+                    "the counts of %d sources exceed a commit's metadata: a restart recounts",
+                    len(counts),
+                )
+                metadata = None
+            await commit_async(
+                self.upstream, self.consumer, offset, metadata=metadata, **self.connection
+            )
             self.committed = offset
 
     async def committing(self) -> None:
         """Commit to A what B acknowledged, every :data:`_POLL` seconds (A down: later)."""
         while True:
             await asyncio.sleep(_POLL)
-            with contextlib.suppress(ServiceUnavailable):
-                await self.commit(self._acknowledged())
+            passed = self._acknowledged()
+            if passed is not None:
+                self._unsent = passed
+            if self._unsent is not None:
+                with contextlib.suppress(ServiceUnavailable):
+                    await self.commit(*self._unsent)
+                    self._unsent = None
 
     async def watching(self) -> None:
         """Return once A's run ended and everything up to its end was handed to the client."""
@@ -254,8 +316,10 @@ async def forward_async(
         raise InterfaceError(f"as_source: {as_source} does not fit in uint32")
     name = consumer or f"forward-to-{downstream}"
     connection: dict[str, Any] = {"security": security, "connect_timeout": connect_timeout}
-    stats = await get_stats_async(upstream, barrier_log_limit=1, **connection)
-    start = int(stats["consumers"].get(name, {}).get("committed", 0))
+    committed = await get_committed_async(upstream, name, **connection)
+    start = int(committed["offset"])
+    if not committed["known"]:  # from now on A's retention keeps its log for this forwarder
+        await commit_async(upstream, name, 0, **connection)
     client = AsyncSourceClient(
         downstream,
         batch_size=batch_size,
@@ -265,7 +329,7 @@ async def forward_async(
     )
     async with client:
         forwarder = _Forwarder(client, upstream, name, as_source, connection)
-        await forwarder.start_at(start)
+        await forwarder.start_at(start, committed["metadata"])
         log.info("forwarding %s from offset %d to %s", upstream, start, downstream)
         tasks = [
             asyncio.create_task(forwarder.read()),
@@ -287,10 +351,11 @@ async def forward_async(
             for source in forwarder.counts:
                 await client.end_source(source)
         await client.close()
-        await forwarder.commit(forwarder.position)
+        await forwarder.commit(forwarder.position, forwarder.counts)
         reconnects = client.reconnects
     return {
         "from_offset": start,
+        "recounted": forwarder.recounted,
         "next_offset": forwarder.position,
         "fragments": forwarder.forwarded,
         "sources": sorted(forwarder.counts),

@@ -163,6 +163,7 @@ def send_nscldaq(
     *,
     skip_unstamped: bool = False,
     end_sources: bool = False,
+    resume: bool = False,
     client_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Send NSCLDAQ ring-item files (``-``: standard input) as they are read, chunk by chunk
@@ -170,16 +171,26 @@ def send_nscldaq(
     At a bad item (unstamped, truncated, a format evb does not read) everything before it is
     flushed and acknowledged before the error is raised, so nothing that came before is lost
     and the error's offset is where to resume. Ends the sources only with ``end_sources``: an
-    NSCLDAQ run ends with its END_RUN barrier, and the next run's files may follow."""
+    NSCLDAQ run ends with its END_RUN barrier, and the next run's files may follow.
+
+    ``resume``: the files are sent again from their start after an interruption (a bad item
+    mended, the command killed): each source's fragments are numbered from its first one in
+    these files, so the server drops those it already holds and nothing arrives twice. Without
+    it, the files are new input after whatever the server holds."""
     reader = RingItemReader(skip_unstamped=skip_unstamped)
     started = time.monotonic()
+    numbered: set[int] = set()
     with SourceClient(target, sources=[], **(client_options or {})) as client:
         try:
             for batch in reader.read_paths(paths):
                 source = batch.source
                 bounds = (np.flatnonzero(source[1:] != source[:-1]) + 1).tolist()
                 for a, b in zip([0, *bounds], [*bounds, len(batch)], strict=True):
-                    client.send_fragments(batch.slice(a, b))
+                    piece = batch.slice(a, b)
+                    if resume and int(source[a]) not in numbered:
+                        numbered.add(int(source[a]))
+                        client.number_from(int(source[a]), 0)
+                    client.send_fragments(piece)
         except NscldaqFormatError as error:
             client.flush()
             client.wait_acked()

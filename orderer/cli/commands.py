@@ -200,6 +200,7 @@ def cmd_send(args: argparse.Namespace) -> int:
             args.nscldaq,
             skip_unstamped=args.skip_unstamped,
             end_sources=args.end_sources,
+            resume=args.resume,
             client_options=options,
         )
     elif args.replay is not None:

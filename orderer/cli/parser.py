@@ -234,7 +234,8 @@ def _add_send(commands: Any) -> None:
     synthetic.add_argument(
         "--resume",
         action="store_true",
-        help="after a crash: skip what the server already holds of each source",
+        help="after a crash: skip what the server already holds of each source (also with "
+        "--nscldaq: the same files sent again from their start)",
     )
     send.add_argument(
         "--speed",

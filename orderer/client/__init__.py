@@ -12,8 +12,8 @@ One job a module:
 - :mod:`~orderer.client.readers`: :func:`subscribe` (asyncio) and :class:`OrderedStreamReader`
   (blocking) iterate the ordered output from an offset and resume after reconnects;
 - :mod:`~orderer.client.control`: :func:`get_stats`, :func:`configure`, :func:`end_run`,
-  :func:`commit`, :func:`delete_consumer`, :func:`set_source_state` and their ``*_async``
-  twins;
+  :func:`commit`, :func:`get_committed`, :func:`delete_consumer`, :func:`set_source_state`
+  and their ``*_async`` twins;
 - :mod:`~orderer.client.connect`: channel options, the first connection bounded by
   ``connect_timeout`` (seconds, :data:`DEFAULT_CONNECT_TIMEOUT`; None waits as the call's other
   limits allow), gRPC statuses as :mod:`orderer.errors`: ``ServiceUnavailable`` naming the
@@ -40,6 +40,8 @@ from orderer.client.control import (
     delete_consumer_async,
     end_run,
     end_run_async,
+    get_committed,
+    get_committed_async,
     get_stats,
     get_stats_async,
     set_source_state,
@@ -67,6 +69,8 @@ __all__ = [
     "delete_consumer_async",
     "end_run",
     "end_run_async",
+    "get_committed",
+    "get_committed_async",
     "get_stats",
     "get_stats_async",
     "set_source_state",

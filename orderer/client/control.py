@@ -1,6 +1,6 @@
 """Control calls of the orderer: :func:`get_stats`, :func:`configure`, :func:`end_run`,
-:func:`commit`, :func:`delete_consumer`, :func:`set_source_state`, each blocking and as an
-``*_async`` twin.
+:func:`commit`, :func:`get_committed`, :func:`delete_consumer`, :func:`set_source_state`, each
+blocking and as an ``*_async`` twin.
 
 Why one module: each is one unary call on a channel of its own, bounded twice the same way:
 ``connect_timeout`` bounds the connection (``ServiceUnavailable`` naming the address and the
@@ -180,18 +180,47 @@ def _commit(
     consumer: str,
     offset: int,
     *,
+    metadata: bytes | None = None,
     timeout: float = 10.0,
     security: ChannelSecurity | None = None,
     connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
 ) -> _Exchange[tuple[int, int]]:
     """``consumer`` processed every offset below ``offset``: the orderer's retention keeps the
-    rest for it. Returns (the consumer's committed offset now, the lowest over all consumers)."""
+    rest for it. Returns (the consumer's committed offset now, the lowest over all consumers).
+    ``metadata`` (at most 65,536 bytes) is kept with the offset, for :func:`get_committed`: a
+    commit that moves the offset stores it (none when None), one at exactly the committed
+    offset replaces it unless None, one below it changes nothing."""
+    if metadata is not None and not isinstance(metadata, bytes | bytearray | memoryview):
+        raise InterfaceError(f"metadata: must be bytes, got {type(metadata).__name__}")
     request = pb.CommitRequest(consumer=consumer, offset=offset)
+    if metadata is not None:
+        request.metadata = bytes(metadata)
     return _Exchange(target, security, connect_timeout, "Commit", request, timeout, _committed)
 
 
 def _committed(reply: pb.CommitReply) -> tuple[int, int]:
     return int(reply.offset), int(reply.lowest)
+
+
+def _get_committed(
+    target: str,
+    consumer: str,
+    *,
+    timeout: float = 10.0,
+    security: ChannelSecurity | None = None,
+    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
+) -> _Exchange[dict[str, Any]]:
+    """``consumer``'s committed offset and the metadata committed with it, changing nothing (a
+    :func:`commit` would register an unknown name). Returns ``{"known": bool, "offset": int,
+    "metadata": bytes}``; an unknown name is ``{"known": False, "offset": 0, "metadata": b""}``."""
+    request = pb.GetCommittedRequest(consumer=consumer)
+    return _Exchange(
+        target, security, connect_timeout, "GetCommitted", request, timeout, _read_committed
+    )
+
+
+def _read_committed(reply: pb.CommitReply) -> dict[str, Any]:
+    return {"known": reply.known, "offset": int(reply.offset), "metadata": bytes(reply.metadata)}
 
 
 def _delete_consumer(
@@ -245,5 +274,6 @@ configure, configure_async = _faces(_configure)
 end_run, end_run_async = _faces(_end_run)
 begin_run, begin_run_async = _faces(_begin_run)
 commit, commit_async = _faces(_commit)
+get_committed, get_committed_async = _faces(_get_committed)
 delete_consumer, delete_consumer_async = _faces(_delete_consumer)
 set_source_state, set_source_state_async = _faces(_set_source_state)

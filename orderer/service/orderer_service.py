@@ -85,6 +85,8 @@ class OrdererService:
         self._run_ended = recovered.run_ended
         self._run = run if recovered.run is None else recovered.run
         self._run_start = recovered.run_start_offset
+        # the run table: (number, first offset) of every run, the first the server's own
+        self._runs = [(run, 0), *recovered.runs]
         self._streams: set[SubmitStream] = set()
         self._paused: dict[int, bool] = {}
         self._timer: asyncio.TimerHandle | None = None
@@ -392,6 +394,7 @@ class OrdererService:
         self._after_call()
         await self._durable(self._commit.written_generation)
         self._run, self._run_start, self._run_ended = number, self._commit.durable_offset, False
+        self._runs.append((number, self._run_start))
         log.info("run %d begun at output offset %d", number, self._run_start)
         return number, self._run_start
 
@@ -482,10 +485,16 @@ class OrdererService:
         (:meth:`.Subscriptions.subscribe`)."""
         return self._output.subscribe(from_offset, max_fragments, payload=payload)
 
-    def commit(self, consumer: str, offset: int) -> tuple[int, int]:
+    def commit(
+        self, consumer: str, offset: int, metadata: bytes | None = None
+    ) -> tuple[int, int, bytes]:
         """A consumer processed every offset below ``offset``: ``(its offset now, lowest over
-        every consumer)``."""
-        return self._output.commit(consumer, offset)
+        every consumer, the metadata kept with its offset)``."""
+        return self._output.commit(consumer, offset, metadata)
+
+    def get_committed(self, consumer: str) -> tuple[bool, int, int, bytes]:
+        """``(known, offset, lowest, metadata)`` of a consumer, read only."""
+        return self._output.get_committed(consumer)
 
     def delete_consumer(self, consumer: str) -> tuple[bool, int | None]:
         """Forget a consumer: ``(whether it was known, lowest offset over those left)``."""
@@ -498,6 +507,7 @@ class OrdererService:
         1000), the open Submit streams and the consumers with their lag."""
         now = self._peek()
         durable = self._commit.durable_offset
+        ended = self._run_ended and durable == self._commit.written_offset
         return convert.stats_to_pb(
             counters=self._orderer.counters(),
             states=self._orderer.source_states(now=now),
@@ -507,7 +517,7 @@ class OrdererService:
             now=now,
             # ended only once the run's last output is durable: a consumer that sees run_ended
             # and next_offset has the whole run (the Spark source closes its last event there)
-            run_ended=self._run_ended and durable == self._commit.written_offset,
+            run_ended=ended,
             config=self._orderer.config,
             consumers=self._output.consumer_states(now),
             barrier_log=self._barrier_log.newest(barrier_log_limit),
@@ -516,7 +526,18 @@ class OrdererService:
             wall_time=time.time() - (self._clock.now() - now),
             run=self._run,
             run_start_offset=self._run_start,
+            runs=self._run_table(durable if ended else None),
         )
+
+    def _run_table(self, current_end: int | None) -> list[tuple[int, int, int | None]]:
+        """``(run, start, end)`` of every run: a run ends where the next began (output between
+        an end of run and the next begin run is the earlier run's, as ``run_start_offset``
+        says), the current one at ``current_end`` once it has ended (None: it goes on)."""
+        ends: list[int | None] = [start for _, start in self._runs[1:]]
+        return [
+            (number, start, end)
+            for (number, start), end in zip(self._runs, [*ends, current_end], strict=True)
+        ]
 
     def metrics_snapshot(self) -> MetricsSnapshot:
         now = self._peek()

@@ -132,8 +132,18 @@ class OrdererServicer(pb_grpc.OrdererServicer):
         self, request: pb.CommitRequest, context: grpc.aio.ServicerContext
     ) -> pb.CommitReply:
         commit = self._service.commit
-        offset, lowest = await _answered(context, commit, request.consumer, request.offset)
-        return pb.CommitReply(offset=offset, lowest=lowest)
+        metadata = request.metadata if request.HasField("metadata") else None
+        offset, lowest, kept = await _answered(
+            context, commit, request.consumer, request.offset, metadata
+        )
+        return pb.CommitReply(offset=offset, lowest=lowest, metadata=kept, known=True)
+
+    async def GetCommitted(
+        self, request: pb.GetCommittedRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CommitReply:
+        read = self._service.get_committed
+        known, offset, lowest, metadata = await _answered(context, read, request.consumer)
+        return pb.CommitReply(offset=offset, lowest=lowest, metadata=metadata, known=known)
 
     async def DeleteConsumer(
         self, request: pb.DeleteConsumerRequest, context: grpc.aio.ServicerContext

@@ -16,6 +16,7 @@ service needs: fsync policies, a failed write cut back, retention, recovery.
 
 from __future__ import annotations
 
+import base64
 import bisect
 import contextlib
 import enum
@@ -26,7 +27,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Self
+from typing import Any, ClassVar, Self
 
 import numpy as np
 import pyarrow as pa
@@ -38,6 +39,7 @@ from orderer.clock import MonotonicClock
 from orderer.config import OrdererConfig
 from orderer.errors import InterfaceError, InternalOrdererError
 from orderer.replay import write_records
+from orderer.wire import convert
 
 __all__ = [
     "ArrivalKind",
@@ -442,6 +444,9 @@ class Recovered:
     """The run number of the log's last begin run; None: no run was begun (the first run)."""
     run_start_offset: int = 0
     """Output offset of that run's first fragment."""
+    runs: tuple[tuple[int, int], ...] = ()
+    """Every begun run, in order: ``(number, output offset of its first fragment)`` (the
+    service's run table, after its first run)."""
 
 
 def recover(config: OrdererConfig, arrivals: ArrivalLog, ordered: OrderedLog) -> Recovered:
@@ -459,6 +464,7 @@ def recover(config: OrdererConfig, arrivals: ArrivalLog, ordered: OrderedLog) ->
     run_ended = False
     run: int | None = None
     run_start_offset = 0
+    runs: list[tuple[int, int]] = []
 
     def complete_log() -> None:
         emitted = orderer.take_emitted()
@@ -495,6 +501,7 @@ def recover(config: OrdererConfig, arrivals: ArrivalLog, ordered: OrderedLog) ->
         if kind == ArrivalKind.BEGIN_RUN:
             replay_pending()
             run, run_start_offset, run_ended = int(records.value[0]), orderer.emitted_seq, False
+            runs.append((run, run_start_offset))
             continue
         if kind in (ArrivalKind.CONFIGURE, ArrivalKind.END_RUN):
             replay_pending()
@@ -525,7 +532,9 @@ def recover(config: OrdererConfig, arrivals: ArrivalLog, ordered: OrderedLog) ->
             f"only {orderer.emitted_seq}: the two logs do not belong together"
         )
     ordered.sync()
-    return Recovered(orderer, next_sequence, resume, run_ended, run, run_start_offset)
+    return Recovered(
+        orderer, next_sequence, resume, run_ended, run, run_start_offset, tuple(runs)
+    )
 
 
 class ConsumerOffsets:
@@ -536,16 +545,20 @@ class ConsumerOffsets:
     has not processed yet, or a restarted consumer could not replay it (exactly-once). Each
     consumer's offset only moves forward; the file is replaced atomically (write, fsync,
     rename), so a crash leaves the old or the new content, never a torn one. The file maps each
-    name to ``{"offset", "last_commit"}``; a file of a server before last commit times were kept
-    maps names to offsets alone, and reads with no last commit time.
+    name to ``{"offset", "last_commit"}`` and, when the commit carried some, ``"metadata"``
+    (base64: the consumer's opaque state at that offset, so that it can resume there without
+    reading the log before it, which retention may have deleted); a file of a server before last
+    commit times were kept maps names to offsets alone, and reads with no last commit time.
     """
 
     MAX_NAME = 253
+    MAX_METADATA = convert.MAX_COMMIT_METADATA
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._offsets: dict[str, int] = {}
         self._last_commit: dict[str, float] = {}
+        self._metadata: dict[str, bytes] = {}
         if self.path.exists():
             try:
                 loaded = json.loads(self.path.read_text(encoding="utf-8"))
@@ -554,6 +567,10 @@ class ConsumerOffsets:
                         self._offsets[str(name)] = int(entry["offset"])
                         if entry.get("last_commit") is not None:
                             self._last_commit[str(name)] = float(entry["last_commit"])
+                        if entry.get("metadata"):
+                            self._metadata[str(name)] = base64.b64decode(
+                                entry["metadata"], validate=True
+                            )
                     else:  # offsets only
                         self._offsets[str(name)] = int(entry)
             except (ValueError, AttributeError, TypeError, KeyError) as error:
@@ -571,31 +588,59 @@ class ConsumerOffsets:
         """Unix time of the consumer's last commit; None if the file did not keep it."""
         return self._last_commit.get(consumer)
 
+    def metadata(self, consumer: str) -> bytes:
+        """The metadata committed with the consumer's offset (empty when none)."""
+        return self._metadata.get(consumer, b"")
+
     def lowest(self) -> int | None:
         """The lowest committed offset over every known consumer; None when there is none."""
         return min(self._offsets.values(), default=None)
 
-    def commit(self, consumer: str, offset: int, *, now: float | None = None) -> int:
+    def commit(
+        self,
+        consumer: str,
+        offset: int,
+        *,
+        metadata: bytes | None = None,
+        now: float | None = None,
+    ) -> int:
         """Record that ``consumer`` processed everything below ``offset`` at Unix time ``now``
         (the wall clock when omitted); returns its offset now (a lower offset than the recorded
         one changes nothing but the last commit time, which then is not written down: a commit
-        that moves nothing costs no fsync)."""
+        that moves nothing costs no fsync). ``metadata`` always describes the recorded offset: a
+        commit that moves the offset stores it (none when None), one at exactly the recorded
+        offset replaces it unless None, one below it is ignored with the offset."""
         if not consumer or len(consumer) > self.MAX_NAME or not consumer.isprintable():
             raise InterfaceError(
                 f"consumer: {consumer!r} must be 1 to {self.MAX_NAME} printable characters"
             )
+        if metadata is not None and len(metadata) > self.MAX_METADATA:
+            raise InterfaceError(
+                f"metadata: {len(metadata)} bytes is above the limit of {self.MAX_METADATA}"
+            )
         self._last_commit[consumer] = time.time() if now is None else now
         current = self._offsets.get(consumer)
         if current is not None and offset <= current:
+            if offset == current and metadata is not None and metadata != self.metadata(consumer):
+                self._set_metadata(consumer, metadata)
+                self._save()
             return current
         self._offsets[consumer] = offset
+        self._set_metadata(consumer, metadata or b"")
         self._save()
         return offset
+
+    def _set_metadata(self, consumer: str, metadata: bytes) -> None:
+        if metadata:
+            self._metadata[consumer] = bytes(metadata)
+        else:
+            self._metadata.pop(consumer, None)
 
     def delete(self, consumer: str) -> bool:
         """Forget ``consumer`` (durably): its offset no longer holds retention back. Returns
         whether it was known; forgetting an unknown consumer writes nothing."""
         self._last_commit.pop(consumer, None)
+        self._metadata.pop(consumer, None)
         if self._offsets.pop(consumer, None) is None:
             return False
         self._save()
@@ -605,10 +650,12 @@ class ConsumerOffsets:
         """Replace the file atomically (write, fsync, rename, fsync the directory)."""
         temporary = self.path.with_suffix(".tmp")
         with temporary.open("w", encoding="utf-8") as out:
-            entries = {
+            entries: dict[str, dict[str, Any]] = {
                 name: {"offset": offset, "last_commit": self._last_commit.get(name)}
                 for name, offset in self._offsets.items()
             }
+            for name, metadata in self._metadata.items():
+                entries[name]["metadata"] = base64.b64encode(metadata).decode("ascii")
             json.dump(entries, out, sort_keys=True)
             out.flush()
             os.fsync(out.fileno())

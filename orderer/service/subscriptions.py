@@ -150,32 +150,48 @@ class Subscriptions:
         fits = int(np.searchsorted(sizes, self._max_bytes, "right")) - 1
         return batch.slice(0, max(fits, 1))
 
-    def commit(self, consumer: str, offset: int) -> tuple[int, int]:
+    def commit(
+        self, consumer: str, offset: int, metadata: bytes | None = None
+    ) -> tuple[int, int, bytes]:
         """A consumer processed every offset below ``offset``: ``(its offset now, lowest over
-        every consumer)``. Retention keeps everything from the lowest; an offset beyond the
-        durable output is refused (the consumer cannot have processed it)."""
-        if self._consumers is None:
-            raise ServiceUnavailable("this orderer keeps no consumer offsets")
+        every consumer, the metadata kept with its offset)``. Retention keeps everything from the
+        lowest; an offset beyond the durable output is refused (the consumer cannot have
+        processed it). ``metadata``: see :meth:`.ConsumerOffsets.commit`."""
+        consumers = self._offsets()
         durable = self._commit.durable_offset
         if offset > durable:
             raise InterfaceError(
                 f"offset: {offset} is beyond the durable output (next offset {durable})"
             )
-        now = self._consumers.commit(consumer, offset)
-        lowest = self._consumers.lowest()
-        return now, now if lowest is None else lowest
+        now = consumers.commit(consumer, offset, metadata=metadata)
+        lowest = consumers.lowest()
+        return now, now if lowest is None else lowest, consumers.metadata(consumer)
+
+    def get_committed(self, consumer: str) -> tuple[bool, int, int, bytes]:
+        """``(known, committed offset, lowest over every consumer, metadata)`` of ``consumer``,
+        changing nothing: an unknown name is ``(False, 0, lowest, b"")`` (lowest 0 when no
+        consumer is known)."""
+        consumers = self._offsets()
+        lowest = consumers.lowest() or 0
+        if consumer not in consumers.as_dict():
+            return False, 0, lowest, b""
+        return True, consumers[consumer], lowest, consumers.metadata(consumer)
+
+    def _offsets(self) -> ConsumerOffsets:
+        if self._consumers is None:
+            raise ServiceUnavailable("this orderer keeps no consumer offsets")
+        return self._consumers
 
     def delete_consumer(self, consumer: str) -> tuple[bool, int | None]:
         """Forget ``consumer``: ``(whether it was known, lowest offset over the consumers left)``.
         Why: a consumer gone for good would hold the ordered log forever. Retention runs at
         once, so the segments it alone held go now, not at the next seal."""
-        if self._consumers is None:
-            raise ServiceUnavailable("this orderer keeps no consumer offsets")
-        existed = self._consumers.delete(consumer)
+        consumers = self._offsets()
+        existed = consumers.delete(consumer)
         if existed:
             self._retention.rush()
             self.apply_retention()
-        return existed, self._consumers.lowest()
+        return existed, consumers.lowest()
 
     def committed(self) -> dict[str, int]:
         """Committed offset per known consumer (the ``evb_consumer_committed_offset`` metric)."""

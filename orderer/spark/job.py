@@ -39,7 +39,13 @@ accepted as ``--output``: the summary and the report are written locally first a
 Bad arguments are refused before Spark starts (a JVM start is seconds): the flag and the value
 in one line, exit status 2; so is a missing Java (Spark needs Java 17 or later).
 
-The SparkSession is created only in :func:`main`; :func:`run` takes one (the tests share theirs).
+With ``--follow-runs`` the job follows the orderer from run to run (:mod:`orderer.spark.runs`):
+each run of its run table is a run of the layout above, named by its number (``events/run=8/``,
+``runs/8/``), built by a query of its own over exactly its offsets, its summary and report
+written once it ended and was read to its end; the job goes on until SIGTERM or ``--until-run``.
+
+The SparkSession is created only in :func:`main`; :func:`run` and :func:`follow_runs` take one
+(the tests share theirs).
 """
 
 from __future__ import annotations
@@ -60,11 +66,14 @@ from pathlib import Path
 from typing import Any
 
 from orderer.errors import ConfigError, ServiceUnavailable
+from orderer.spark import files, runs
 from orderer.spark.glom import EVENT_SPARK_SCHEMA, GlomConfig, glom_batches
 from orderer.spark.nscldaq import DEFAULT_GLOM_SOURCE_ID, NscldaqSink, check_glom_source_id
 from orderer.wire.options import DEFAULT_CONNECT_TIMEOUT, add_security_arguments
 
-__all__ = ["JobResult", "Layout", "build_parser", "check_arguments", "main", "run"]
+__all__ = [
+    "JobResult", "Layout", "build_parser", "check_arguments", "follow_runs", "main", "run"
+]
 
 FORMATS = ("parquet", "json", "nscldaq")
 """Output formats, as the EventBuilder CRD allows (spec.spark.output.format); nscldaq: ring
@@ -180,8 +189,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--checkpoint",
         metavar="DIR",
-        help="checkpoint location (default: OUTPUT/runs/RUN/checkpoint)",
+        help="checkpoint location; with --follow-runs, DIR/NUMBER for each run (default: "
+        "OUTPUT/runs/RUN/checkpoint)",
     )
+    runs.add_arguments(parser)
     _valued(parser, "--partitions", int, "N", 2, "partitions per micro-batch")
     parser.add_argument(
         "--max-fragments-per-trigger",
@@ -309,6 +320,7 @@ def check_arguments(args: argparse.Namespace) -> None:
 
     _glom(args)
     check_glom_source_id(args.glom_source_id)
+    runs.check_arguments(args)
     if args.run is not None and not RUN_NAME.fullmatch(args.run):
         raise ConfigError(
             "--run", args.run, "must be letters, digits, '.', '_' or '-', starting with a "
@@ -398,62 +410,6 @@ def java_problem(environ: dict[str, str] | None = None) -> str | None:
     return None
 
 
-def _publish(spark: Any, local: Path, uri: str) -> None:
-    """Copy a local file or directory to a Hadoop URI (s3a://, hdfs://)."""
-    jvm = spark.sparkContext._jvm
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
-    destination = jvm.org.apache.hadoop.fs.Path(uri)
-    filesystem = destination.getFileSystem(conf)
-    source = jvm.org.apache.hadoop.fs.Path(str(local))
-    filesystem.copyFromLocalFile(False, True, source, destination)
-
-
-def _exists(spark: Any, uri: str) -> bool:
-    filesystem, path = _filesystem(spark, uri)
-    return bool(filesystem.exists(path))
-
-
-def _remove(spark: Any, uri: str) -> None:
-    """Remove a directory (or file) with everything in it, local or at a Hadoop URI."""
-    filesystem, path = _filesystem(spark, uri)
-    filesystem.delete(path, True)
-
-
-def _make_directory(spark: Any, uri: str) -> None:
-    filesystem, path = _filesystem(spark, uri)
-    filesystem.mkdirs(path)
-
-
-def _filesystem(spark: Any, uri: str) -> tuple[Any, Any]:
-    """Hadoop's file system of ``uri`` and the path in it (local paths too)."""
-    path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path(uri)
-    return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), path
-
-
-def _drop_uncommitted(spark: Any, directory: str, schema: str, fmt: str) -> list[str]:
-    """Remove the data files of a streamed run's directory that its sink log does not list;
-    returns their names.
-
-    Why: Spark reads the run's own directory through the log (exactly once), but a reader of
-    ``OUTPUT/events`` as a whole lists the files, and a driver that died in the middle of a
-    micro-batch can have left a partial one, which the restarted query wrote again."""
-    filesystem, path = _filesystem(spark, directory)
-    log = spark.sparkContext._jvm.org.apache.hadoop.fs.Path(path, "_spark_metadata")
-    if not filesystem.exists(log):
-        return []
-    committed = {
-        uri.rsplit("/", 1)[-1]
-        for uri in spark.read.format(fmt).schema(schema).load(directory).inputFiles()
-    }
-    dropped = []
-    for status in filesystem.listStatus(path):
-        name = status.getPath().getName()
-        if status.isFile() and not name.startswith(("_", ".")) and name not in committed:
-            filesystem.delete(status.getPath(), False)
-            dropped.append(name)
-    return dropped
-
-
 BUILDING_FLAGS = {
     "dt": "--dt",
     "maxFragments": "--max-fragments",
@@ -467,9 +423,9 @@ BUILDING_FLAGS = {
 def _check_resumed_building(spark: Any, layout: Layout, building: dict[str, str]) -> None:
     """Why: a run resumed from its checkpoint with another ``--dt`` (or policy, or format)
     would hold events built two ways, and nothing would tell them apart."""
-    if not _exists(spark, layout.building):  # a run started before the record existed
+    if not files.exists(spark, layout.building):  # a run started before the record existed
         return
-    began = json.loads(_read_text(spark, layout.building))
+    began = json.loads(files.read_text(spark, layout.building))
     for key, flag in BUILDING_FLAGS.items():
         if began.get(key) != building.get(key):
             raise ConfigError(
@@ -482,24 +438,6 @@ def _check_resumed_building(spark: Any, layout: Layout, building: dict[str, str]
             )
 
 
-def _write_text(spark: Any, uri: str, text: str) -> None:
-    filesystem, path = _filesystem(spark, uri)
-    stream = filesystem.create(path, True)
-    try:
-        stream.write(bytearray(text.encode()))
-    finally:
-        stream.close()
-
-
-def _read_text(spark: Any, uri: str) -> str:
-    filesystem, path = _filesystem(spark, uri)
-    stream = filesystem.open(path)
-    try:
-        return str(spark.sparkContext._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
-    finally:
-        stream.close()
-
-
 def _builder(glom: Any) -> Any:
     def build(batches: Iterator[Any]) -> Any:
         return glom_batches(batches, glom)
@@ -507,18 +445,30 @@ def _builder(glom: Any) -> Any:
     return build
 
 
-def _stream(spark: Any, args: argparse.Namespace, glom: Any, layout: Layout) -> int:
+def _stream(
+    spark: Any,
+    args: argparse.Namespace,
+    glom: Any,
+    layout: Layout,
+    span: runs.RunSpan | None = None,
+    stopped: Callable[[], bool] = lambda: False,
+) -> tuple[int, int | None]:
+    """Stream the orderer into ``layout`` until the run ended and was read to its end: the
+    whole output until ``run_ended``, or with ``span`` that run of the run table alone.
+    Returns (micro-batches, the offset read to; None: stopped before the run's end)."""
     from orderer.client import commit, get_stats
 
     security = _channel_security(args)
     checkpoint = args.checkpoint or layout.checkpoint
+    if span is not None and args.checkpoint:
+        checkpoint = f"{str(args.checkpoint).rstrip('/')}/{span.run}"
     building = _building(args, glom)
-    if _exists(spark, checkpoint):  # a restarted run resumes: it must build as it began
+    if files.exists(spark, checkpoint):  # a restarted run resumes: it must build as it began
         _check_resumed_building(spark, layout, building)
     else:  # a new run, not a restarted one: replace the old
-        _remove(spark, layout.events)
-        _remove(spark, layout.run_dir)
-    _write_text(spark, layout.building, json.dumps(building, sort_keys=True))
+        files.remove(spark, layout.events)
+        files.remove(spark, layout.run_dir)
+    files.write_text(spark, layout.building, json.dumps(building, sort_keys=True))
 
     reader = (
         spark.readStream.format("evb")
@@ -530,6 +480,8 @@ def _stream(spark: Any, args: argparse.Namespace, glom: Any, layout: Layout) -> 
     )
     if args.max_fragments_per_trigger:
         reader = reader.option("maxFragmentsPerTrigger", args.max_fragments_per_trigger)
+    if span is not None:  # this run's offsets alone: its last event closes at its end
+        reader = reader.option("run", span.run).option("startingOffset", span.start)
     events = reader.load().mapInArrow(_builder(glom), EVENT_SPARK_SCHEMA)
     writer = events.writeStream.option("checkpointLocation", checkpoint).queryName(
         f"evb-{layout.run}"
@@ -541,32 +493,40 @@ def _stream(spark: Any, args: argparse.Namespace, glom: Any, layout: Layout) -> 
     if args.trigger_seconds > 0:
         writer = writer.trigger(processingTime=f"{args.trigger_seconds} seconds")
     query = writer.start()
+    read_to: int | None = None
     try:
-        while True:  # until the run ended; then read to its end and stop
+        while not stopped():  # until the run ended; then read to its end and stop
             if query.awaitTermination(args.poll):
                 break
             try:
                 stats = get_stats(args.target, security=security, barrier_log_limit=1)
-                ended = stats["run_ended"]
             except ServiceUnavailable as error:  # the orderer restarts: the query retries too
                 print(f"evb spark-job: orderer unavailable, waiting: {error}", file=sys.stderr)
                 continue
-            if ended:
-                query.processAllAvailable()
-                # Spark commits a batch's end to the source when it plans the next batch, so
-                # the last one is never committed: commit it here, or the finished job would
-                # show a lag for ever and hold that much of the log from retention
-                end = _end_offset(query.lastProgress)
-                if end is not None:
-                    commit(args.target, args.consumer, end, security=security)
-                break
+            if span is None:
+                run_end = int(stats["next_offset"]) if stats["run_ended"] else None
+            else:
+                run_end = runs.run_end(stats["runs"], span.run)
+            if run_end is None:
+                continue
+            query.processAllAvailable()
+            # Spark commits a batch's end to the source when it plans the next batch, so
+            # the last one is never committed: commit it here, or the finished job would
+            # show a lag for ever and hold that much of the log from retention
+            end = _end_offset(query.lastProgress)
+            if span is not None and (span.start if end is None else end) < run_end:
+                continue  # not read to the run's end yet
+            if end is not None:
+                commit(args.target, args.consumer, end, security=security)
+            read_to = run_end if end is None else end
+            break
     finally:
         batches = int(query.lastProgress["batchId"]) + 1 if query.lastProgress else 0
         query.stop()
     failure = query.exception()
     if failure is not None:
         raise RuntimeError(f"the streaming query failed: {failure}")
-    return batches
+    return batches, read_to
 
 
 def _building(args: argparse.Namespace, glom: Any) -> dict[str, str]:
@@ -600,39 +560,90 @@ def _batch(spark: Any, args: argparse.Namespace, glom: Any, layout: Layout) -> i
     events = fragments.mapInArrow(_builder(glom), EVENT_SPARK_SCHEMA)
     # overwrite the run's partition only: the other runs' partitions are not touched
     if args.format == "nscldaq":  # one batch, number 0, through the streaming sink's writer
-        _remove(spark, layout.events)
+        files.remove(spark, layout.events)
         NscldaqSink(spark, layout.events, args.glom_source_id)(events, 0)
     else:
         events.write.format(args.format).mode("overwrite").save(layout.events)
-    _remove(spark, layout.run_dir)  # the run's summary, report and checkpoint were the old one's
+    # the run's summary, report and checkpoint were the old one's
+    files.remove(spark, layout.run_dir)
     return 1
 
 
 def run(spark: Any, args: argparse.Namespace) -> JobResult:
     """Build the events, then write the summary and the report; returns where they are."""
-    from orderer.spark.report import write_report
     from orderer.spark.source import register
-    from orderer.spark.summary import SUMMARY_SCHEMA, summarize
 
     register(spark)
     glom = _glom(args)
     layout = Layout(str(args.output).rstrip("/"), _run_name(args))
     started = time.monotonic()
     if args.target:
-        batches = _stream(spark, args, glom, layout)
+        batches, _ = _stream(spark, args, glom, layout)
     else:
         batches = _batch(spark, args, glom, layout)
-    built = time.monotonic() - started
+    return _finish(spark, args, glom, layout, batches, time.monotonic() - started)
 
-    if not _exists(spark, layout.events):  # a run without a fragment: an empty run all the same
-        _make_directory(spark, layout.events)
+
+def follow_runs(spark: Any, args: argparse.Namespace) -> list[JobResult]:
+    """``--follow-runs``: every run of the orderer's run table, one after another
+    (:func:`orderer.spark.runs.follow`), until SIGTERM, a query that stopped, or
+    ``--until-run``; returns the runs built, in order."""
+    from orderer.client import get_stats
+    from orderer.spark.source import register
+
+    register(spark)
+    glom = _glom(args)
+    output = str(args.output).rstrip("/")
+    security = _channel_security(args)
+    results: list[JobResult] = []
+
+    def table() -> list[runs.RunSpan]:
+        return runs.table(get_stats(args.target, security=security, barrier_log_limit=1))
+
+    def done(number: int) -> bool:
+        return files.exists(spark, Layout(output, str(number)).summary)
+
+    with runs.StopSignal() as stop:
+
+        def build(span: runs.RunSpan) -> bool:
+            layout = Layout(output, str(span.run))
+            started = time.monotonic()
+            batches, end = _stream(spark, args, glom, layout, span, stop.requested)
+            if end is None:
+                return False
+            offsets = {"run_offsets": {"start": span.start, "end": end}}
+            built = time.monotonic() - started
+            results.append(_finish(spark, args, glom, layout, batches, built, offsets))
+            return True
+
+        runs.follow(
+            table, done, build, until=args.until_run, stopped=stop.requested, poll=args.poll
+        )
+    return results
+
+
+def _finish(
+    spark: Any,
+    args: argparse.Namespace,
+    glom: Any,
+    layout: Layout,
+    batches: int,
+    built: float,
+    extra: dict[str, Any] | None = None,
+) -> JobResult:
+    """The run's summary (with ``extra``) and report, from its events as written."""
+    from orderer.spark.report import write_report
+    from orderer.spark.summary import SUMMARY_SCHEMA, summarize
+
+    if not files.exists(spark, layout.events):  # no fragment: an empty run all the same
+        files.make_directory(spark, layout.events)
     if args.format == "nscldaq":  # ring items hold no offsets: the sink's index of them
         sink = NscldaqSink(spark, layout.events, args.glom_source_id)
         sink.drop_uncommitted()
         events = sink.summary_rows(SUMMARY_SCHEMA)
     else:
         if args.target:
-            _drop_uncommitted(spark, layout.events, SUMMARY_SCHEMA, args.format)
+            files.drop_uncommitted(spark, layout.events, SUMMARY_SCHEMA, args.format)
         # the run's directory alone (a streamed run's sink log says which files are committed)
         events = spark.read.format(args.format).schema(SUMMARY_SCHEMA).load(layout.events)
     glom_info = {
@@ -644,6 +655,7 @@ def run(spark: Any, args: argparse.Namespace) -> JobResult:
     summary.data["build_seconds"] = round(built, 3)
     summary.data["micro_batches"] = batches
     summary.data["events_path"] = layout.events
+    summary.data.update(extra or {})
 
     local = _local(layout.run_dir)
     with tempfile.TemporaryDirectory() as scratch:
@@ -653,8 +665,8 @@ def run(spark: Any, args: argparse.Namespace) -> JobResult:
         summary_file.write_text(json.dumps(summary.as_dict(), indent=2), encoding="utf-8")
         write_report(summary, base / "report")
         if local is None:
-            _publish(spark, summary_file, layout.summary)
-            _publish(spark, base / "report", layout.report)
+            files.publish(spark, summary_file, layout.summary)
+            files.publish(spark, base / "report", layout.report)
     result = JobResult(
         summary=summary.as_dict(),
         events_path=layout.events,
@@ -721,7 +733,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 3
     spark = create_session(args.master)
     try:
-        run(spark, args)
+        if args.follow_runs:
+            follow_runs(spark, args)
+        else:
+            run(spark, args)
     except ConfigError as error:  # seen only once Spark reads the output (a resumed run)
         print(f"evb spark-job: {error}", file=sys.stderr)
         return 2

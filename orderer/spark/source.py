@@ -28,7 +28,10 @@ build (every offset is an event start).
 Options: ``target`` or ``path``; ``dt``, ``maxFragments`` (1000); ``numPartitions`` (2);
 ``maxFragmentsPerTrigger`` (a micro-batch holds at most this many fragments, or one whole event if
 that is longer); ``consumer`` (``spark``, the name commits are kept under); ``startingOffset``
-(0); ``endingOffset`` (read only a prefix of the run: it ends there); ``pollInterval``
+(0); ``endingOffset`` (read only a prefix of the run: it ends there); ``run`` (a run number of
+the orderer's run table, ``GetStats.runs``: the read ends where that run ends, the end of the run
+closing its last event, so no event spans two runs; give ``startingOffset`` = the run's start to
+read that run alone, as ``evb spark-job --follow-runs`` does); ``pollInterval``
 (seconds between two looks at an idle orderer, 0.05); ``reconnectTimeout`` (seconds, 120);
 ``tlsCa``, ``tlsCert``, ``tlsKey``, ``tokenFile``, ``tls`` (an orderer serving TLS and tokens,
 as ``evb tail``'s flags; the files must be readable on the driver and the executors).
@@ -62,6 +65,7 @@ from orderer.batch import EmittedBatch
 from orderer.errors import ConfigError, InterfaceError, ServiceUnavailable
 from orderer.log_format import ordered_batches, ordered_segments
 from orderer.spark.glom import FRAGMENT_SCHEMA, FRAGMENT_SPARK_SCHEMA, GlomConfig, event_starts
+from orderer.spark.runs import run_end
 
 __all__ = [
     "EvbDataSource",
@@ -112,6 +116,8 @@ class _Options:
     ending_offset: int | None
     poll_interval: float
     reconnect_timeout: float
+    run: int | None = None
+    """Read up to the end of this run of the orderer's run table (``GetStats.runs``)."""
     security: tuple[tuple[str, str], ...] = ()
     """TLS and token files (``tlsCa``, ``tlsCert``, ``tlsKey``, ``tokenFile``, ``tls``), read
     where a channel is opened (driver and executors alike)."""
@@ -148,6 +154,7 @@ class _Options:
             ending_offset=number("endingOffset", None, int, 0),
             poll_interval=number("pollInterval", 0.05, float, 0),
             reconnect_timeout=number("reconnectTimeout", 120.0, float, 0),
+            run=number("run", None, int, 0),
             security=tuple(
                 (name, lowered[name.lower()])
                 for name in _SECURITY_OPTIONS
@@ -269,7 +276,8 @@ def _scan_target(options: _Options, first: int, until: int) -> tuple[np.ndarray,
 
 
 def _stats(options: _Options) -> tuple[int, bool]:
-    """(durable end of the ordered log, whether the run ended)."""
+    """(durable end of the ordered log, whether the run ended); with the option ``run``, (that
+    run's end, True) once the run table gives it one, else (the durable end, False)."""
     from orderer.client import get_stats
 
     assert options.target is not None
@@ -279,7 +287,11 @@ def _stats(options: _Options) -> tuple[int, bool]:
         connect_timeout=options.reconnect_timeout,
         security=channel_security(options.security),
     )
-    return int(stats["next_offset"]), bool(stats["run_ended"])
+    available = int(stats["next_offset"])
+    if options.run is None:
+        return available, bool(stats["run_ended"])
+    end = run_end(stats["runs"], options.run)
+    return (available, False) if end is None else (min(available, end), True)
 
 
 class _Planner:

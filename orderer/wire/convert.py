@@ -66,6 +66,9 @@ _BARRIER_COUNTERS = ("complete", "incomplete", "homogeneous", "heterogeneous")
 DEFAULT_READER_MAX_BYTES = 4 * 1024 * 1024
 """gRPC's default receive limit (4 MiB): the largest reply a reader with a plain generated stub,
 on a channel without options, accepts; one byte more and its call ends RESOURCE_EXHAUSTED."""
+MAX_COMMIT_METADATA = 65536
+"""The most bytes of metadata a ``Commit`` may carry (it is rewritten, with every consumer's, on
+each commit that moves an offset)."""
 REPLY_MAX_BYTES = 3584 * 1024
 """The service's default bound on one encoded ``OrderedBatch`` (3.5 MiB): headroom under
 :data:`DEFAULT_READER_MAX_BYTES`."""
@@ -382,11 +385,13 @@ def stats_to_pb(
     wall_time: float = 0.0,
     run: int = 0,
     run_start_offset: int = 0,
+    runs: Sequence[tuple[int, int, int | None]] = (),
 ) -> pb.Stats:
     """``GetStats`` from ``Orderer.counters()`` and ``Orderer.source_states()``, with each
     known consumer (``{"offset", "last_commit", "lag_seconds"}`` by name), the resolved
-    barriers (``Orderer.take_barrier_log()`` entries, oldest first) and the open Submit streams
-    (``{"peer", "sources", "since", "messages", "bytes", "acked"}``)."""
+    barriers (``Orderer.take_barrier_log()`` entries, oldest first), the open Submit streams
+    (``{"peer", "sources", "since", "messages", "bytes", "acked"}``) and the run table
+    (``(run, start offset, end offset or None)``, in order)."""
     missing = counters.get("missing", {})
     sources = []
     per_source = counters.get("sources", {})
@@ -408,6 +413,7 @@ def stats_to_pb(
         run_ended=run_ended,
         run=run,
         run_start_offset=run_start_offset,
+        runs=[pb.RunRecord(run=r, start_offset=start, end_offset=end) for r, start, end in runs],
         config=config_to_pb(config),
         consumers=[
             pb.ConsumerOffset(
@@ -508,6 +514,10 @@ def stats_to_mapping(stats: pb.Stats) -> dict[str, Any]:
         "run_ended": stats.run_ended,
         "run": stats.run,
         "run_start_offset": stats.run_start_offset,
+        "runs": [
+            {"run": r.run, "start_offset": r.start_offset, "end_offset": _optional(r, "end_offset")}
+            for r in stats.runs
+        ],
         "config": config_to_mapping(stats.config),
         "barrier_log": [
             {

@@ -26,8 +26,9 @@ from typing import Any
 import pytest
 
 from orderer.batch import EmittedBatch
-from orderer.client import OrderedStreamReader, end_run, get_stats
+from orderer.client import OrderedStreamReader, commit, end_run, get_stats
 from orderer.config import OrdererConfig
+from orderer.forward import _counts_from, _metadata
 from orderer.replay import replay
 from orderer.synthetic import SyntheticRun, generate_records, iter_batches
 from tests.e2e.conftest import ServerProcess, environment, evb_command
@@ -129,14 +130,24 @@ def _build(
     top_sources: str = "1,2,3,4",
     as_source: dict[str, str] | None = None,
     kill: str | None = None,
+    lower_flags: dict[str, list[str]] | None = None,
+    before_restart: Callable[[], None] | None = None,
+    register: bool = False,
 ) -> tuple[list[EmittedBatch], list[dict[str, Any]]]:
     """The two-level build of SPEC; ``kill``: which process gets a kill -9 mid-run (``low-1``,
-    ``forward-low-1`` or ``top``), restarted at once. Returns the top's output."""
+    ``forward-low-1`` or ``top``), restarted once ``before_restart`` returned (at once by
+    default). ``lower_flags``: more ``evb serve`` flags of a lower orderer; ``register``: the
+    forwarders' consumers are registered at the lower orderers before the run (as with retention
+    on, which would otherwise delete what no known consumer holds). Returns the top's output."""
     top = server_factory(tmp_path / "top", *SERVE_FLAGS, "--sources", top_sources)
     lower = {
-        name: server_factory(tmp_path / name, *SERVE_FLAGS, "--sources", sources)
+        name: server_factory(
+            tmp_path / name, *SERVE_FLAGS, "--sources", sources, *(lower_flags or {}).get(name, [])
+        )
         for name, sources in LOWER.items()
     }
+    for server in lower.values() if register else ():
+        commit(server.target, f"forward-to-{top.target}", 0)
     senders = [
         subprocess.Popen(
             evb_command(
@@ -175,6 +186,8 @@ def _build(
             victim.process.kill()
             victim.process.wait(30)
             time.sleep(0.5)  # the run goes on at the lower level meanwhile
+            if before_restart is not None:
+                before_restart()
             victim.start()
         else:
             lower[kill].kill()
@@ -235,3 +248,50 @@ def test_kill_9_mid_run_every_fragment_once_at_the_top(
         assert summaries[0]["from_offset"] > 0
     if kill == "top":
         assert all(s["reconnects"] >= 1 for s in summaries)
+
+
+def test_forwarder_restarts_from_its_commit_metadata_when_retention_took_the_log_start(
+    tmp_path: Path, server_factory: Callable[..., ServerProcess]
+) -> None:
+    """A lower orderer with small segments and retention on: while its forwarder is down
+    (kill -9), retention deletes the start of its log (everything the forwarder committed is
+    fair game). The restarted forwarder resumes from the per-source counts it committed as the
+    commit's metadata, reading nothing below its offset: every fragment once at the top."""
+    config = tmp_path / "low-1.yaml"
+    config.write_text("segmentBytes: 4096\nretentionBytes: 16384\n")
+    ordered = tmp_path / "low-1" / "ordered"
+
+    def first_offset() -> int:
+        return min(int(p.stem.rsplit("-", 1)[1]) for p in ordered.glob("*.arrow"))
+
+    def log_start_deleted() -> None:
+        deadline = time.monotonic() + 30
+        while first_offset() == 0:
+            assert time.monotonic() < deadline, "retention deleted nothing"
+            time.sleep(0.05)
+
+    output, summaries = _build(
+        tmp_path,
+        server_factory,
+        kill="forward-low-1",
+        lower_flags={"low-1": ["--config", str(config)]},
+        before_restart=log_start_deleted,
+        register=True,
+    )
+    got = collections.Counter(item for item, _ in _fragments(output))
+    assert got == _expected()
+    assert summaries[0]["from_offset"] > 0 and not summaries[0]["recounted"]
+    assert first_offset() > summaries[0]["from_offset"] // 2  # the early segments are gone
+
+
+def test_commit_metadata_is_used_only_when_it_fits_the_offset() -> None:
+    """A restart resumes from the counts a commit carried only when they are a forwarder's, of
+    the same ``--as-source``, and add up to the committed offset; otherwise (a commit of an older
+    forwarder, without metadata) it counts A's log again."""
+    counts = {1: 30, 2: 12}
+    assert _counts_from(_metadata(counts, None), 42, None) == counts
+    assert _counts_from(b"", 42, None) is None  # an older forwarder's commit
+    assert _counts_from(_metadata(counts, None), 43, None) is None
+    assert _counts_from(_metadata(counts, 100), 42, None) is None
+    assert _counts_from(b'{"counts": {"1": 42}}', 42, None) is None
+    assert _counts_from(b"\xff not json", 42, None) is None

@@ -161,3 +161,29 @@ def test_replay_nscldaq_equals_replay_of_the_jsonl(tmp_path: Path) -> None:
     assert evb("replay", str(jsonl), "--output", str(b)).returncode == 0
     assert a.read_text() == b.read_text()
     assert len(a.read_text().splitlines()) == len(lines)
+
+
+def test_a_mended_file_sent_again_with_resume_lands_each_fragment_once(
+    tmp_path: Path, server_factory: Callable[..., ServerProcess]
+) -> None:
+    """The error names the offset and what was acknowledged; the user mends the file and sends
+    it again with --resume: the server keeps what it held and takes the rest, nothing twice.
+    Without --resume the same file is new input (sent twice, held twice)."""
+    server = server_factory(tmp_path / "data")
+    good = [writer.item(30, bytes([k % 256]) * 9, 10 * k, 5) for k in range(300)]
+    head = writer.ring_format() + b"".join(good)
+    _acknowledged_before_error(
+        tmp_path, server, head + writer.item(30, b"cut", 5000, 5)[:-3], good, "truncated"
+    )
+    mended = tmp_path / "mended.evt"
+    more = [writer.item(30, b"after", 5000 + k, 5) for k in range(50)]
+    mended.write_bytes(head + b"".join(more))
+    done = evb("send", "--target", server.target, "--nscldaq", str(mended), "--resume")
+    assert done.returncode == 0, done.stderr.decode()
+    assert json.loads(done.stdout)["acked"] == {"5": 350}
+    end = evb("end-run", "--target", server.target)
+    assert end.returncode == 0, end.stderr.decode()
+    tail = tmp_path / "out.evf"
+    assert evb("tail", "--target", server.target, "--nscldaq", str(tail)).returncode == 0
+    payloads = [payload for *_, payload in writer.read_fragments(tail.read_bytes())]
+    assert payloads == good + more  # each once, in timestamp order

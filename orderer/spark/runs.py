@@ -1,0 +1,188 @@
+"""Following an orderer from run to run (``evb spark-job --follow-runs``): which run to build
+next, when to stop, and the run table they are decided from.
+
+One EventBuilder serves a sequence of runs (docs/ordering.md, "Runs one after another"); its
+``GetStats.runs`` is the run table: each run's number and output offsets ``[start_offset,
+end_offset)``, the end known once the next run began or the current one ended. The job builds
+the runs one at a time, each as its own streaming query over exactly its own offsets (the
+source's option ``run`` ends the read where that run ends and closes its last event there), so
+an event never spans two runs however the micro-batches fall, and each run keeps the layout,
+the checkpoint and the sink log a single run has (``events/run=<number>/``, ``runs/<number>/``).
+
+Why a query per run rather than one query with a ``run`` column: the file sink's log belongs
+to one directory, a run's summary needs the run's events alone, and a run resumed from its
+checkpoint after a restart must build exactly as it began; per run, all three hold as they do
+for a single run. The cost is a query start (about a second) between two runs.
+
+A run is done when its summary exists (``runs/<number>/summary.json``, written only once the
+run ended and the job had consumed it to its end): a restarted job goes on with the first run
+that is not. The job stops when told (SIGTERM), when a run's query stops, or with
+``--until-run N`` once every run up to N is done and the table holds N or a later run.
+
+This module imports neither Spark nor the job: :mod:`orderer.spark.job` gives :func:`follow` its
+way to build a run, and the source takes :func:`run_end` from here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from orderer.errors import ConfigError, ServiceUnavailable
+
+__all__ = [
+    "RunSpan",
+    "StopSignal",
+    "add_arguments",
+    "check_arguments",
+    "finished",
+    "follow",
+    "next_run",
+    "run_end",
+    "table",
+]
+
+
+@dataclass(frozen=True)
+class RunSpan:
+    """One run of the run table: output offsets ``[start, end)``; ``end`` None while it goes
+    on."""
+
+    run: int
+    start: int
+    end: int | None
+
+
+def table(stats: Mapping[str, Any]) -> list[RunSpan]:
+    """The run table of a ``GetStats`` mapping (``stats_to_mapping``), in order."""
+    return [
+        RunSpan(int(entry["run"]), int(entry["start_offset"]), entry["end_offset"])
+        for entry in stats["runs"]
+    ]
+
+
+def run_end(runs: Sequence[Mapping[str, Any]], run: int) -> int | None:
+    """Where ``run`` ends in a run table (``GetStats.runs``); None while it goes on. A run the
+    table does not hold is a ConfigError naming the option ``run`` and the runs it holds."""
+    for entry in runs:
+        if entry["run"] == run:
+            end = entry["end_offset"]
+            return None if end is None else int(end)
+    known = ", ".join(str(entry["run"]) for entry in runs) or "none"
+    raise ConfigError("run", run, f"is not in the orderer's run table (runs: {known})")
+
+
+def next_run(
+    runs: Sequence[RunSpan], done: Callable[[int], bool], until: int | None
+) -> RunSpan | None:
+    """The first run of the table that is not done (and not above ``until``); None: none yet."""
+    for span in runs:
+        if (until is None or span.run <= until) and not done(span.run):
+            return span
+    return None
+
+
+def finished(runs: Sequence[RunSpan], done: Callable[[int], bool], until: int | None) -> bool:
+    """Whether ``--until-run until`` is reached: every run up to it done, and the table holds it
+    or a later run (a later one: the numbers skipped it, and no run up to it can come any more,
+    run numbers only increase)."""
+    if until is None:
+        return False
+    if not any(span.run >= until for span in runs):
+        return False
+    return all(done(span.run) for span in runs if span.run <= until)
+
+
+def follow(
+    runs: Callable[[], list[RunSpan]],
+    done: Callable[[int], bool],
+    build: Callable[[RunSpan], bool],
+    *,
+    until: int | None,
+    stopped: Callable[[], bool],
+    poll: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Build run after run: ``build(span)`` builds one whole run (True) or gives up when told to
+    stop or when its query stopped (False: the job stops too); between runs the run table is
+    looked at every ``poll`` seconds until the next run begins."""
+    while not stopped():
+        try:
+            spans = runs()
+        except ServiceUnavailable as error:  # the orderer restarts: wait for it
+            print(f"evb spark-job: orderer unavailable, waiting: {error}", file=sys.stderr)
+            sleep(poll)
+            continue
+        if finished(spans, done, until):
+            return
+        span = next_run(spans, done, until)
+        if span is None:
+            sleep(poll)
+        elif not build(span):
+            return
+
+
+class StopSignal:
+    """SIGTERM asks the job to stop (a SparkApplication's driver pod being deleted): the flag is
+    looked at between two polls, the query is stopped (its checkpoint keeps what it committed)
+    and the run in progress gets no summary; the previous handler is back on exit."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._previous: Any = None
+
+    def requested(self) -> bool:
+        return self._event.is_set()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self._event.set()
+
+    def __enter__(self) -> StopSignal:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--follow-runs`` and ``--until-run`` of ``evb spark-job``."""
+    parser.add_argument(
+        "--follow-runs",
+        action="store_true",
+        help="--target: build every run of the orderer's run table, one after another, each in "
+        "OUTPUT/events/run=NUMBER and OUTPUT/runs/NUMBER (its summary and report once it ended "
+        "and was read to its end); keep going after a run ends, until SIGTERM or --until-run",
+    )
+    parser.add_argument(
+        "--until-run",
+        type=int,
+        metavar="N",
+        help="--follow-runs: stop once every run up to run N is built",
+    )
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """The follow flags' mistakes, as ConfigErrors naming the flag."""
+    if args.until_run is not None:
+        if not args.follow_runs:
+            raise ConfigError("--until-run", args.until_run, "needs --follow-runs")
+        if not 0 <= args.until_run < 2**64:
+            raise ConfigError("--until-run", args.until_run, "must be a run number >= 0")
+    if not args.follow_runs:
+        return
+    if args.target is None:
+        raise ConfigError("--follow-runs", None, "needs --target (a live orderer's runs)")
+    if args.run is not None:
+        raise ConfigError(
+            "--run", args.run, "cannot be given with --follow-runs: the run numbers name the runs"
+        )
