@@ -96,7 +96,8 @@ def _compare(path: tuple[str, ...], field: str, op: str, other: str, message: st
 
 
 BUILDING_FIELDS = (
-    "dt", "noBuild", "maxFragments", "timestampPolicy", "output.format", "glomSourceId"
+    "dt", "noBuild", "maxFragments", "timestampPolicy", "output.format", "glomSourceId",
+    "followRuns",
 )
 """How the Spark job builds a run's events, under ``spec.spark``: the job records them at the
 run's start and refuses to resume its checkpoint with others (``orderer/spark/job.py``,
@@ -362,6 +363,14 @@ def _spec_schema() -> dict[str, Any]:
                 enum=["earliest", "latest", "average"],
                 default="earliest",
             ),
+            "followRuns": {
+                "type": "boolean",
+                "description": "Build every run of the orderer (spec.run raised: the next run),"
+                " each under its run number (events/run=<number>/), the job running until"
+                " the EventBuilder goes; false: one run, under the EventBuilder's name, the job"
+                " finishing when it ends. Building.",
+                "default": False,
+            },
             "glomSourceId": _integer(
                 "Source id in the body header of every built event with output.format"
                 " nscldaq, as glom's --sourceid. Building.",

@@ -486,6 +486,8 @@ def spark_arguments(name: str, namespace: str, spark: Mapping[str, Any]) -> list
     ]
     if "maxFragmentsPerTrigger" in spark:
         arguments += ["--max-fragments-per-trigger", str(spark["maxFragmentsPerTrigger"])]
+    if spark["followRuns"]:
+        arguments.append("--follow-runs")
     return arguments
 
 

@@ -220,6 +220,18 @@ def test_the_full_spec_reaches_the_orderer_and_the_job() -> None:
     assert job.connect_timeout == c.SPARK_CONNECT_TIMEOUT_SECONDS
     assert app["sparkConf"]["spark.ui.enabled"] == "false"
     assert app["image"] == "registry.example/evb-spark:1.2"
+    assert not job.follow_runs  # one run, the default
+
+
+def test_follow_runs_makes_the_job_build_every_run() -> None:
+    """``spec.spark.followRuns``: raising spec.run begins the next run on the same orderer; the
+    job follows it (``--follow-runs``) instead of finishing at the first run's end."""
+    from orderer.spark.job import build_parser as job_parser
+
+    spec = {**FULL_SPEC, "spark": {**FULL_SPEC["spark"], "followRuns": True}}
+    app = _by_kind(_children(spec))["SparkApplication"]["spec"]
+    job = job_parser().parse_args(app["arguments"])
+    assert job.follow_runs and job.run is None
 
 
 def _ingress(policy: dict[str, Any]) -> dict[int, list[dict[str, Any]]]:
