@@ -357,7 +357,8 @@ async def roll_orderer(**kwargs: Any) -> None:
     pod), and the forwarders' (they run the orderer's image with its credentials). The Spark
     job's mounts follow with its next spec change."""
     await _reapply(specs.STATEFULSET, "/spec/template", **kwargs)
-    await _reapply(specs.FORWARD, "/spec", **kwargs)
+    if kwargs["spec"].get("upstreams"):  # none: there is no Deployment to roll (nor to delete)
+        await _reapply(specs.FORWARD, "/spec", **kwargs)
 
 
 @kopf.on.field(*RESOURCE, field="spec.upstreams")

@@ -255,7 +255,8 @@ def summarize(rounds: list[dict[str, Any]], n: int, ingest: float,
     }
     figures["orderer_ingest"] = ingest
     figures["job_per_core"] = round(per_slot, 1)
-    figures["executor_cores_needed"] = int(-(-ingest // per_slot))
+    # from the printed (rounded) figure, so that the arithmetic shown is the one done
+    figures["executor_cores_needed"] = int(-(-ingest // figures["job_per_core"]))
     per_busy = job[f"{two} per busy core"]
     figures["cpu_cores_needed"] = int(-(-ingest // per_busy)) if per_busy else None
     return figures
