@@ -190,7 +190,9 @@ class _Forwarder:
         self._checkpoints: deque[tuple[int, dict[int, int]]] = deque()
         self._unsent: tuple[int, dict[int, int]] | None = None
         """An acknowledged checkpoint not committed yet (A was down)."""
-        self._ended = asyncio.Event()
+        self._stopping = asyncio.Event()
+        """Set at the end: the committer finishes the commit it is making and returns (cancelling
+        a unary call in flight could leave its channel's close waiting)."""
 
     async def start_at(self, offset: int, metadata: bytes = b"") -> None:
         """Start at the committed ``offset``, with the counts its ``metadata`` carried."""
@@ -275,10 +277,15 @@ class _Forwarder:
             )
             self.committed = offset
 
+    def stop(self) -> None:
+        """The committer returns once its commit in flight is made."""
+        self._stopping.set()
+
     async def committing(self) -> None:
         """Commit to A what B acknowledged, every :data:`_POLL` seconds (A down: later)."""
-        while True:
-            await asyncio.sleep(_POLL)
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), _POLL)
             passed = self._acknowledged()
             if passed is not None:
                 self._unsent = passed
@@ -290,8 +297,11 @@ class _Forwarder:
     async def watching(self) -> None:
         """Return once A's run ended and everything up to its end was handed to the client."""
         while True:
-            with contextlib.suppress(ServiceUnavailable):
+            try:
                 stats = await get_stats_async(self.upstream, barrier_log_limit=1, **self.connection)
+            except ServiceUnavailable as error:
+                log.info("no stats from %s (%s): asking again", self.upstream, error)
+            else:
                 if stats["run_ended"] and self.position >= int(stats["next_offset"]):
                     return
             await asyncio.sleep(_POLL)
@@ -331,27 +341,33 @@ async def forward_async(
         forwarder = _Forwarder(client, upstream, name, as_source, connection)
         await forwarder.start_at(start, committed["metadata"])
         log.info("forwarding %s from offset %d to %s", upstream, start, downstream)
-        tasks = [
+        reading = [
             asyncio.create_task(forwarder.read()),
-            asyncio.create_task(forwarder.committing()),
             asyncio.create_task(forwarder.watching()),
         ]
+        committer = asyncio.create_task(forwarder.committing())
         try:
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                [*reading, committer], return_when=asyncio.FIRST_COMPLETED
+            )
             for task in done:
                 task.result()  # an error of the reader or the committer ends the forwarder
         finally:
-            for task in tasks:
+            forwarder.stop()
+            for task in reading:
                 task.cancel()
-            for task in tasks:
+            for task in [*reading, committer]:
                 with contextlib.suppress(BaseException):
                     await task
+        log.info("%s's run ended at offset %d: waiting for %s", upstream, forwarder.position,
+                 downstream)
         await client.wait_acked()
         if end_sources:
             for source in forwarder.counts:
                 await client.end_source(source)
         await client.close()
         await forwarder.commit(forwarder.position, forwarder.counts)
+        log.info("all forwarded and acknowledged; committed %d", forwarder.position)
         reconnects = client.reconnects
     return {
         "from_offset": start,

@@ -325,8 +325,18 @@ def cmd_begin_run(args: argparse.Namespace) -> int:
 
 
 def cmd_forward(args: argparse.Namespace) -> int:
-    """``evb forward``: one orderer's ordered output into another (:mod:`orderer.forward`)."""
+    """``evb forward``: one orderer's ordered output into another (:mod:`orderer.forward`).
+    It runs for a whole run (a Deployment's container in a cluster): its steps and reconnects
+    are logged at info level on stderr."""
+    import logging
+
     from orderer.forward import forward
+
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
 
     summary = forward(
         args.upstream,

@@ -61,6 +61,12 @@ __all__ = ["AsyncSourceClient"]
 log = logging.getLogger("evb.client")
 
 
+_STREAM_ENDED = (grpc.aio.AioRpcError, asyncio.InvalidStateError)
+"""How a Submit stream ends under the client: the server's status, or a write into a call the
+server (or a dead connection) already finished ("RPC already finished"). Either one reconnects;
+anything else is a fault of the client's own code, and fails it."""
+
+
 class AsyncSourceClient:
     """One connection (one ``Submit`` stream) for one or more data sources, asyncio flavour.
 
@@ -488,11 +494,12 @@ class AsyncSourceClient:
         try:
             done, _ = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
             for task in done:  # a failure of this code, not of the stream: raised below
-                if not task.cancelled() and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
-            if writer in done:
+                failure = None if task.cancelled() else task.exception()
+                if failure is not None and not isinstance(failure, _STREAM_ENDED):
+                    raise failure
+            if writer in done and writer.exception() is None:
                 await reader
-        except grpc.aio.AioRpcError:
+        except _STREAM_ENDED:
             pass
         except Exception as error:
             # reconnecting would only meet the same failure again, for ever: the client fails
