@@ -324,6 +324,11 @@ async def forward_async(
     the sources at B and the reconnects to B."""
     if as_source is not None and not 0 <= as_source < 2**32:
         raise InterfaceError(f"as_source: {as_source} does not fit in uint32")
+    if upstream == downstream:  # its output would come back as its input, for ever
+        raise InterfaceError(
+            f"downstream: {downstream} is the upstream itself",
+            hint="forward one orderer's output into another one",
+        )
     name = consumer or f"forward-to-{downstream}"
     connection: dict[str, Any] = {"security": security, "connect_timeout": connect_timeout}
     committed = await get_committed_async(upstream, name, **connection)

@@ -295,3 +295,14 @@ def test_commit_metadata_is_used_only_when_it_fits_the_offset() -> None:
     assert _counts_from(_metadata(counts, 100), 42, None) is None
     assert _counts_from(b'{"counts": {"1": 42}}', 42, None) is None
     assert _counts_from(b"\xff not json", 42, None) is None
+
+
+def test_an_orderer_is_not_forwarded_into_itself() -> None:
+    """``--to`` equal to ``--from`` would feed the orderer's output back as its input for ever:
+    refused before connecting, exit 2, naming the address."""
+    done = subprocess.run(
+        evb_command("forward", "--from", "127.0.0.1:1", "--to", "127.0.0.1:1"),
+        capture_output=True, text=True, env=environment(), timeout=60, check=False,
+    )
+    assert done.returncode == 2
+    assert "downstream: 127.0.0.1:1 is the upstream itself" in done.stderr
