@@ -341,7 +341,9 @@ def _ordered(
     """The ordered output from ``from_offset``; without ``follow`` or ``until``, up to what is
     durable now."""
     if until is None and not follow:
-        stats = get_stats(target, security=security, connect_timeout=connect_timeout)
+        stats = get_stats(
+            target, barrier_log_limit=1, security=security, connect_timeout=connect_timeout
+        )
         until = int(stats["next_offset"])
     if until is not None and from_offset >= until:
         return

@@ -706,7 +706,12 @@ def _reach_orderer(args: argparse.Namespace) -> None:
     its ``reconnectTimeout``.)"""
     from orderer.client import get_stats
 
-    get_stats(args.target, connect_timeout=args.connect_timeout, security=_channel_security(args))
+    get_stats(
+        args.target,
+        barrier_log_limit=1,
+        connect_timeout=args.connect_timeout,
+        security=_channel_security(args),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

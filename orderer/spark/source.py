@@ -281,8 +281,9 @@ def _stats(options: _Options) -> tuple[int, bool]:
     from orderer.client import get_stats
 
     assert options.target is not None
-    stats = get_stats(
+    stats = get_stats(  # every latestOffset: one barrier record, not the default thousand
         options.target,
+        barrier_log_limit=1,
         timeout=options.reconnect_timeout,
         connect_timeout=options.reconnect_timeout,
         security=channel_security(options.security),
