@@ -30,6 +30,7 @@ from collections.abc import Callable
 from orderer.api import Orderer
 from orderer.batch import ArrivalRecords, EmittedBatch
 from orderer.errors import InternalOrdererError, ServiceUnavailable
+from orderer.service.intake import IntakePass
 from orderer.service.metrics import FSYNC_BUCKETS, Histogram
 from orderer.service.storage import ArrivalLog, OrderedLog
 
@@ -46,6 +47,11 @@ STORAGE_RETRY = 1.0
 """Seconds between attempts to write to a log volume that refused a write (full, quota)."""
 
 _RETRYABLE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def _records(staged: ArrivalRecords | IntakePass) -> int:
+    """Arrival-log rows of something staged."""
+    return staged.records if isinstance(staged, IntakePass) else len(staged)
 
 
 def _retryable(error: OSError) -> bool:
@@ -90,7 +96,7 @@ class GroupCommit:
         """The log volume refuses writes (full): input is refused until a retry succeeds."""
         self._failed: BaseException | None = None
         self._closing = False
-        self._unwritten_arrivals: deque[tuple[float, ArrivalRecords]] = deque()
+        self._unwritten_arrivals: deque[tuple[float, ArrivalRecords | IntakePass]] = deque()
         self._unwritten_output: deque[EmittedBatch] = deque()
         self._unwritten_records = 0
         self._caught_up = asyncio.Event()
@@ -106,10 +112,11 @@ class GroupCommit:
         """Arrival records taken in at ``t`` (a configure, an end of run), for the next round."""
         self._unwritten_arrivals.append((t, rows))
 
-    def stage_input(self, t: float, rows: ArrivalRecords) -> None:
-        """An intake pass's records: staged, and counted against ``max_unwritten``."""
-        self.stage(t, rows)
-        self._unwritten_records += len(rows)
+    def stage_input(self, t: float, taken: IntakePass) -> None:
+        """An intake pass: staged as it is (the write round makes its arrival-log rows, off
+        the event loop), and counted against ``max_unwritten``."""
+        self._unwritten_arrivals.append((t, taken))
+        self._unwritten_records += taken.records
         if self._unwritten_records >= self.max_unwritten:
             self._caught_up.clear()
 
@@ -158,6 +165,8 @@ class GroupCommit:
         arrivals, output = self._unwritten_arrivals, self._unwritten_output
         while arrivals:
             t, rows = arrivals[0]
+            if isinstance(rows, IntakePass):
+                rows = rows.arrival_rows()
             self.arrivals.append_rows(t, rows)
             arrivals.popleft()
         while output:
@@ -196,7 +205,8 @@ class GroupCommit:
                     continue
                 if self.degraded is not None:
                     self._recovered_from(self.degraded)
-                self._unwritten_records = sum(len(rows) for _, rows in self._unwritten_arrivals)
+                staged = self._unwritten_arrivals
+                self._unwritten_records = sum(_records(rows) for _, rows in staged)
                 if self._unwritten_records < self.max_unwritten:
                     self._caught_up.set()
                 self.synced_generation = generation

@@ -55,28 +55,37 @@ class IntakePass:
     acks: list[tuple[Any, int, int]] = field(default_factory=list)
     """(stream, source, durable sequence) owed once this pass is written."""
     fragments: int = 0
-    _joined: dict[tuple[int, int], FragmentBatch] = field(default_factory=dict)
-    """Runs of batches joined for the orderer, reused for the arrival log (one copy, not two)."""
 
     def __bool__(self) -> bool:
         return bool(self.batches or self.markers or self.acks)
 
+    @property
+    def records(self) -> int:
+        """Rows this pass adds to the arrival log."""
+        return self.fragments + len(self.markers)
+
     def run(self, orderer: Orderer, now: float) -> None:
-        """The orderer calls of this pass at ``now``: each run of batches as one submit."""
+        """The orderer calls of this pass at ``now``: a submit per batch, markers between them.
+
+        A submit per batch rather than one of the batches joined: the same output (records of
+        one arrival time, each followed by a flush, see above), and the copy that joining costs
+        is left to :meth:`arrival_rows`, which the write round runs off the event loop."""
+        batches = iter(self.batches)
         start = 0
         for before, marker in self.markers:
-            if before > start:
-                orderer.submit(self._join(start, before), now=now)
-                start = before
+            for _ in range(before - start):
+                orderer.submit(next(batches), now=now)
+            start = before
             if marker.kind is ArrivalKind.WATERMARK:
                 orderer.watermark(marker.source, marker.value, now=now)
             else:
                 orderer.end_source(marker.source, now=now)
-        if len(self.batches) > start:
-            orderer.submit(self._join(start, len(self.batches)), now=now)
+        for batch in batches:
+            orderer.submit(batch, now=now)
 
     def arrival_rows(self) -> ArrivalRecords:
-        """The pass as arrival-log rows (fragments and markers interleaved in arrival order)."""
+        """The pass as arrival-log rows (fragments and markers interleaved in arrival order).
+        Safe in a worker thread: a taken pass is never changed again."""
         pieces: list[ArrivalRecords] = []
         start = 0
         for before, marker in self.markers:
@@ -88,14 +97,8 @@ class IntakePass:
             pieces.append(self._fragment_rows(start, len(self.batches)))
         return ArrivalRecords.concat(pieces)
 
-    def _join(self, start: int, stop: int) -> FragmentBatch:
-        joined = self._joined.get((start, stop))
-        if joined is None:
-            joined = self._joined[start, stop] = FragmentBatch.concat(self.batches[start:stop])
-        return joined
-
     def _fragment_rows(self, start: int, stop: int) -> ArrivalRecords:
-        batch = self._join(start, stop)
+        batch = FragmentBatch.concat(self.batches[start:stop])
         lengths = [len(b) for b in self.batches[start:stop]]
         firsts = self.sequences[start:stop]
         sequence = np.zeros(len(batch), dtype=np.uint64)

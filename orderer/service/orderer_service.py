@@ -302,7 +302,7 @@ class OrdererService:
         if taken.batches or taken.markers:
             # convert checked every batch as the core does: the core cannot refuse one here
             taken.run(self._orderer, now)
-            self._commit.stage_input(now, taken.arrival_rows())
+            self._commit.stage_input(now, taken)
         if taken.fragments:
             self._latency.arrived(now, taken.fragments)
             self._run_ended = False
