@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(PY) tests/bench/bench_spark.py --json bench-output/spark.json
 	$(PY) tests/bench/bench_spark_scaling.py --json bench-output/spark-scaling.json
 	$(PY) tests/bench/bench_nscldaq.py --json bench-output/nscldaq.json
+	$(PY) tests/bench/bench_replay.py --json bench-output/replay.json
 
 # Long randomised runs of the property tests and the bad-input fuzzers (twenty times the inputs
 # of `make test`), and the load test at full size: 64 sources x 10,000,000 fragments

@@ -171,6 +171,10 @@ class EmittedBatch:
     late: npt.NDArray[np.bool_]
     payload_offsets: npt.NDArray[np.uint64]
     payload: npt.NDArray[np.uint8]
+    arrival: npt.NDArray[np.float64] | None = None
+    """When each fragment arrived (the orderer's output has it: ``t - arrival`` is its delay in
+    the orderer); None where the batch was read back from the ordered log, which has no such
+    column."""
 
     def __len__(self) -> int:
         return int(self.timestamp.shape[0])
@@ -193,6 +197,7 @@ class EmittedBatch:
             late=self.late[start:stop],
             payload_offsets=offsets - np.uint64(base),
             payload=self.payload[base : int(offsets[-1])],
+            arrival=None if self.arrival is None else self.arrival[start:stop],
         )
 
     def copy(self) -> EmittedBatch:
@@ -207,6 +212,7 @@ class EmittedBatch:
             late=self.late.copy(),
             payload_offsets=self.payload_offsets.copy(),
             payload=self.payload.copy(),
+            arrival=None if self.arrival is None else self.arrival.copy(),
         )
 
     def records(self) -> Iterator[dict[str, object]]:
@@ -249,6 +255,7 @@ class EmittedBatch:
         if len(batches) == 1:
             return batches[0]
         offsets, payload = concat_payloads([(b.payload_offsets, b.payload) for b in batches])
+        arrivals = [b.arrival for b in batches if b.arrival is not None]
         return cls(
             batches[0].first_seq,
             np.concatenate([b.t for b in batches]),
@@ -258,6 +265,7 @@ class EmittedBatch:
             np.concatenate([b.late for b in batches]),
             offsets,
             payload,
+            np.concatenate(arrivals) if len(arrivals) == len(batches) else None,
         )
 
 

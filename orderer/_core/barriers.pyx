@@ -59,6 +59,8 @@ cdef bint _resolve_barriers(OrdererCore self, double now, bint drain) except -1:
         self._out_barrier[n_out] = q.barrier[q.head]
         self._out_late[n_out] = 0
         self._out_t[n_out] = now
+        if self._track_arrival:
+            self._out_arrival[n_out] = q.arrival[q.head]
         _pay_move(q, q.head, self._out_pay, &self._out_pay_len)
         self._out_pay_end[n_out] = self._out_pay_len
         n_out += 1

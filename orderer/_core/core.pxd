@@ -133,6 +133,8 @@ cdef class OrdererCore:
     cdef uint32_t *_out_barrier
     cdef uint8_t *_out_late
     cdef double *_out_t
+    cdef double *_out_arrival        # when each emitted fragment arrived (its delay: t - arrival)
+    cdef bint _track_arrival         # whether _out_arrival is written (opt-in: it costs)
     cdef uint64_t *_out_pay_end
     cdef uint8_t *_out_pay
     cdef size_t _out_pay_len

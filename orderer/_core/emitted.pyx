@@ -34,6 +34,7 @@ cdef int _resize_out(OrdererCore self, Py_ssize_t cap) except -1:
     _grow(<void **>&self._out_barrier, cap * sizeof(uint32_t))
     _grow(<void **>&self._out_late, cap * sizeof(uint8_t))
     _grow(<void **>&self._out_t, cap * sizeof(double))
+    _grow(<void **>&self._out_arrival, cap * sizeof(double))
     _grow(<void **>&self._out_pay_end, cap * sizeof(uint64_t))
     self._out_cap = cap
     return 0
@@ -57,7 +58,8 @@ cdef int _reserve_out(OrdererCore self, Py_ssize_t n, size_t pay) except -1:
 
 
 cdef tuple _take_emitted(OrdererCore self):
-    """Everything emitted since the last call, as columns (numpy arrays) plus ``first_seq``."""
+    """Everything emitted since the last call, as columns (numpy arrays) plus ``first_seq``,
+    in the order of EmittedBatch's fields (its ``arrival`` last)."""
     cdef Py_ssize_t n = self._out_n
     if n >= _HANDOVER:
         return _hand_over_emitted(self)
@@ -66,6 +68,7 @@ cdef tuple _take_emitted(OrdererCore self):
     cdef cnp.ndarray barrier = np.empty(n, dtype=np.uint32)
     cdef cnp.ndarray late = np.empty(n, dtype=np.bool_)
     cdef cnp.ndarray t = np.empty(n, dtype=np.float64)
+    cdef cnp.ndarray arrival = np.empty(n if self._track_arrival else 0, dtype=np.float64)
     cdef cnp.ndarray offsets = np.empty(n + 1, dtype=np.uint64)
     cdef cnp.ndarray payload = np.empty(self._out_pay_len, dtype=np.uint8)
     cdef uint64_t first_seq = self._out_seq
@@ -75,6 +78,8 @@ cdef tuple _take_emitted(OrdererCore self):
         memcpy(cnp.PyArray_DATA(barrier), self._out_barrier, n * sizeof(uint32_t))
         memcpy(cnp.PyArray_DATA(late), self._out_late, n * sizeof(uint8_t))
         memcpy(cnp.PyArray_DATA(t), self._out_t, n * sizeof(double))
+        if self._track_arrival:
+            memcpy(cnp.PyArray_DATA(arrival), self._out_arrival, n * sizeof(double))
         memcpy(<uint64_t *>cnp.PyArray_DATA(offsets) + 1, self._out_pay_end,
                n * sizeof(uint64_t))
     (<uint64_t *>cnp.PyArray_DATA(offsets))[0] = 0
@@ -84,7 +89,8 @@ cdef tuple _take_emitted(OrdererCore self):
     self._out_n = 0
     self._out_pay_len = 0
     _shrink_out(self, n)
-    return first_seq, t, source, ts, barrier, late, offsets, payload
+    return (first_seq, t, source, ts, barrier, late, offsets, payload,
+            arrival if self._track_arrival else None)
 
 
 cdef tuple _hand_over_emitted(OrdererCore self):
@@ -100,6 +106,7 @@ cdef tuple _hand_over_emitted(OrdererCore self):
     cdef void *barrier = self._out_barrier
     cdef void *late = self._out_late
     cdef void *t = self._out_t
+    cdef void *arrival = self._out_arrival
     cdef void *payload = self._out_pay
     cdef Py_ssize_t pay_len = self._out_pay_len
     self._out_ts = NULL
@@ -107,6 +114,7 @@ cdef tuple _hand_over_emitted(OrdererCore self):
     self._out_barrier = NULL
     self._out_late = NULL
     self._out_t = NULL
+    self._out_arrival = NULL
     self._out_pay = NULL
     self._out_cap = 0
     self._out_pay_cap = 0
@@ -124,7 +132,14 @@ cdef tuple _hand_over_emitted(OrdererCore self):
         _adopt(late, n, cnp.NPY_BOOL),
         offsets,
         _adopt(payload, pay_len, cnp.NPY_UINT8),
+        _adopt(arrival, n, cnp.NPY_FLOAT64) if self._track_arrival else _owned_empty(arrival),
     )
+
+
+cdef object _owned_empty(void *ptr):
+    """None, freeing ``ptr`` (an output buffer handed over but not tracked)."""
+    PyMem_Free(ptr)
+    return None
 
 
 cdef int _shrink_out(OrdererCore self, Py_ssize_t used) except -1:

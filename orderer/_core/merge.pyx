@@ -12,9 +12,11 @@ cdef extern from "merge.h":
                            const Py_ssize_t *end, const uint64_t **tsp, Py_ssize_t w,
                            Py_ssize_t k) noexcept nogil
     Py_ssize_t evb_merge_plain(Py_ssize_t *tree, evb_key_t *key, Py_ssize_t *cur,
-                               const Py_ssize_t *end, const uint64_t **tsp, const uint32_t *ids,
-                               Py_ssize_t w, Py_ssize_t k, Py_ssize_t count, uint64_t *out_ts,
-                               uint32_t *out_source, Py_ssize_t n_out) noexcept nogil
+                               const Py_ssize_t *end, const uint64_t **tsp,
+                               const double **arrp, const uint32_t *ids, Py_ssize_t w,
+                               Py_ssize_t k, Py_ssize_t count, uint64_t *out_ts,
+                               uint32_t *out_source, double *out_arrival,
+                               Py_ssize_t n_out) noexcept nogil
 
 
 cdef int _merge_emit(OrdererCore self, double now, Py_ssize_t k) except -1:
@@ -43,6 +45,7 @@ cdef int _merge_emit(OrdererCore self, double now, Py_ssize_t k) except -1:
     cdef Py_ssize_t *dropped_now
     cdef uint32_t *ids
     cdef const uint64_t **tsp
+    cdef const double **arrp
     cdef uint64_t *out_ts
     cdef uint32_t *out_source
     cdef uint64_t *out_pay_end
@@ -55,7 +58,7 @@ cdef int _merge_emit(OrdererCore self, double now, Py_ssize_t k) except -1:
                 pay_total += _pay_size(&s.q, pos)
     _reserve_out(self, total, pay_total)
     key = <evb_key_t *>PyMem_Malloc(
-        k * (sizeof(evb_key_t) + 5 * sizeof(Py_ssize_t) + sizeof(uint32_t) + sizeof(void *)))
+        k * (sizeof(evb_key_t) + 5 * sizeof(Py_ssize_t) + sizeof(uint32_t) + 2 * sizeof(void *)))
     if key == NULL:
         raise MemoryError()
     cur = <Py_ssize_t *>(key + k)
@@ -63,7 +66,8 @@ cdef int _merge_emit(OrdererCore self, double now, Py_ssize_t k) except -1:
     dropped_now = end + k
     win = dropped_now + k  # 2k entries
     tsp = <const uint64_t **>(win + 2 * k)
-    ids = <uint32_t *>(tsp + k)
+    arrp = <const double **>(tsp + k)
+    ids = <uint32_t *>(arrp + k)
     try:
         for i in range(k):
             s = &src[runs[i]]
@@ -71,6 +75,7 @@ cdef int _merge_emit(OrdererCore self, double now, Py_ssize_t k) except -1:
             end[i] = s.pop_end
             dropped_now[i] = 0
             tsp[i] = s.q.ts
+            arrp[i] = s.q.arrival
             ids[i] = s.id
             key[i] = s.q.ts[s.q.head]
         w = evb_build_tree(tree, win, key, k)
@@ -104,8 +109,9 @@ cdef int _merge_emit(OrdererCore self, double now, Py_ssize_t k) except -1:
                 w = evb_advance(tree, key, cur, end, tsp, w, k)
                 j += 1
         else:
-            n_out = evb_merge_plain(tree, key, cur, end, tsp, ids, w, k, total - j,
-                                    out_ts, out_source, n_out)
+            n_out = evb_merge_plain(tree, key, cur, end, tsp, arrp, ids, w, k, total - j,
+                                    out_ts, out_source,
+                                    self._out_arrival if self._track_arrival else NULL, n_out)
             j = total
             for j in range(first_fast, n_out):
                 out_pay_end[j] = self._out_pay_len
@@ -140,6 +146,8 @@ cdef inline Py_ssize_t _emit_queued(OrdererCore self, Queue *q, Py_ssize_t pos, 
     output length."""
     self._out_ts[n_out] = ts
     self._out_source[n_out] = source_id
+    if self._track_arrival:
+        self._out_arrival[n_out] = q.arrival[pos]
     _pay_move(q, pos, self._out_pay, &self._out_pay_len)
     self._out_pay_end[n_out] = self._out_pay_len
     return n_out + 1

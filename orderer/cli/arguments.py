@@ -183,6 +183,32 @@ def config_from_flags(args: argparse.Namespace) -> OrdererConfig:
         raise ConfigError(flag(error.parameter), error.value, error.why) from None
 
 
+SWEEPABLE = ("build_window", "startup_delay", "barrier_timeout", "source_timeout")
+"""The flags ``evb replay`` takes a comma list of (a sweep: every combination)."""
+
+
+def sweep_from_flags(args: argparse.Namespace) -> list[tuple[dict[str, str], OrdererConfig]]:
+    """``evb replay``'s settings: the cartesian product of the comma lists of
+    :data:`SWEEPABLE`, in the flags' order, the last flag varying fastest; each with the swept
+    flags' values (those given more than one value) and its configuration. A single value
+    everywhere is one setting, the configuration of :func:`config_from_flags`."""
+    import itertools
+
+    lists: dict[str, list[str]] = {}
+    for name in SWEEPABLE:
+        raw = getattr(args, name)
+        if raw is not None and "," in str(raw):
+            values = [value.strip() for value in str(raw).split(",")]
+            if any(not value for value in values) or len(set(values)) != len(values):
+                raise ConfigError(flag(name), raw, "a sweep is a comma list of distinct values")
+            lists[name] = values
+    settings = []
+    for combination in itertools.product(*lists.values()):
+        chosen = dict(zip(lists, combination, strict=True))
+        settings.append((chosen, config_from_flags(argparse.Namespace(**{**vars(args), **chosen}))))
+    return settings
+
+
 # ------------------------------------------------------------------------ client flags
 
 

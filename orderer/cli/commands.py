@@ -18,7 +18,7 @@ import sys
 from collections.abc import Iterator
 from typing import IO, Any
 
-from orderer.cli.arguments import config_from_flags, renamed
+from orderer.cli.arguments import renamed, sweep_from_flags
 from orderer.cli.config_file import serve_configs
 from orderer.errors import ConfigError
 from orderer.wire.options import security_from_args
@@ -41,14 +41,21 @@ __all__ = [
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from orderer.replay import replay_file
+    from orderer.replay_sweep import Setting, print_summary, replay_sweep, write_sweep_stats
 
-    config = config_from_flags(args)
+    grid = [Setting(params, config) for params, config in sweep_from_flags(args)]
     if (args.input is None) == (args.nscldaq is None):
-        raise ConfigError("INPUT.jsonl", None, "give either INPUT.jsonl or --nscldaq FILE...")
+        raise ConfigError("INPUT", None, "give either INPUT or --nscldaq FILE...")
     if args.nscldaq is not None:
-        return _replay_nscldaq(args, config)
-    replay_file(args.input, args.output, args.stats, config)
+        if args.output is None or len(grid) > 1:
+            raise ConfigError("--nscldaq", None, "needs --output OUT.jsonl and one setting")
+        return _replay_nscldaq(args, grid[0].config)
+    table = len(grid) > 1 or (args.output is None and args.stats is None)
+    results = replay_sweep(args.input, grid, args.output, delays=table)
+    if args.stats is not None:
+        write_sweep_stats(args.stats, grid, results)
+    if table:
+        print_summary(grid, results)
     return 0
 
 

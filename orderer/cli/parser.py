@@ -105,16 +105,29 @@ def _add_replay(commands: Any) -> None:
         "replay",
         "order a recorded run deterministically (docs/ordering.md)",
         cmd_replay,
-        "Replay a JSON Lines run through the orderer on simulated time.",
+        "Replay a recorded run through the orderer on simulated time: a JSON Lines run, a "
+        "data directory (or its arrivals/), an Arrow IPC file or stream, or a Parquet file "
+        "(docs/ordering.md, evb replay). A comma list of --build-window, --startup-delay, "
+        "--barrier-timeout or --source-timeout sweeps: every combination is replayed in one "
+        "pass over INPUT and a table compares them (late fraction, barriers, delays).",
     )
     replay.add_argument(
-        "input", type=Path, nargs="?", metavar="INPUT.jsonl", help="the recorded run"
+        "input", type=Path, nargs="?", metavar="INPUT", help="the recorded run"
     )
     _add_nscldaq_input(replay, "replay these NSCLDAQ ring-item files instead (all at t = 0)")
     replay.add_argument(
-        "--output", type=Path, required=True, metavar="OUT.jsonl", help="the ordered output"
+        "--output",
+        type=Path,
+        metavar="OUT",
+        help="the ordered output: OUT.arrow (the ordered log's layout, an Arrow IPC stream), "
+        "OUT.parquet, else JSON Lines (slow); left out: a table of the counters only. A sweep "
+        "writes one file per setting: {} in the name becomes the setting, e.g. out-{}.arrow "
+        "gives out-build-window=0.5,startup-delay=2.arrow",
     )
-    replay.add_argument("--stats", type=Path, metavar="STATS.json", help="write the counters")
+    replay.add_argument(
+        "--stats", type=Path, metavar="STATS.json",
+        help="write the counters (a sweep: a list of {setting, counters})",
+    )
     add_orderer_flags(replay)
 
 

@@ -39,6 +39,7 @@ from orderer.clock import MonotonicClock
 from orderer.config import OrdererConfig
 from orderer.errors import InterfaceError, InternalOrdererError
 from orderer.replay import write_records
+from orderer.run_walk import walk_arrivals
 from orderer.wire import convert
 
 __all__ = [
@@ -295,10 +296,11 @@ class ArrivalLog(_Log):
         last = self._last_batch()
         return None if last is None else float(log_format.arrivals_from_arrow(last).times()[-1])
 
-    def append_rows(self, t: float, rows: ArrivalRecords) -> None:
-        """Records that arrived together at ``t``, as one record batch."""
+    def append_rows(self, t: float | None, rows: ArrivalRecords) -> None:
+        """Records that arrived together at ``t`` (None: each at the time it carries), as one
+        record batch."""
         if len(rows):
-            self._stream.append(log_format.arrivals_to_arrow(rows.at(t)))
+            self._stream.append(log_format.arrivals_to_arrow(rows if t is None else rows.at(t)))
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         """Every record batch, in arrival order."""
@@ -461,10 +463,6 @@ def recover(config: OrdererConfig, arrivals: ArrivalLog, ordered: OrderedLog) ->
     orderer = Orderer(config, clock=MonotonicClock(start=resume))
     next_sequence: dict[int, int] = {}
     logged = ordered.next_offset
-    run_ended = False
-    run: int | None = None
-    run_start_offset = 0
-    runs: list[tuple[int, int]] = []
 
     def complete_log() -> None:
         emitted = orderer.take_emitted()
@@ -479,50 +477,18 @@ def recover(config: OrdererConfig, arrivals: ArrivalLog, ordered: OrderedLog) ->
             emitted = emitted.slice(skip)
         ordered.append(emitted)
 
-    pending: list[ArrivalRecords] = []
-    pending_rows = 0
+    def noting_sequences() -> Iterator[ArrivalRecords]:
+        for records in arrivals.read_records():
+            if records.sequence is not None:
+                sources, values = records.source, records.sequence
+                valid = records.carries_sequence()
+                for source in np.unique(sources[valid]):
+                    top = int(values[valid & (sources == source)].max())
+                    next_sequence[int(source)] = max(next_sequence.get(int(source), 0), top + 1)
+            yield records
 
-    def replay_pending() -> None:
-        nonlocal pending, pending_rows
-        if not pending:
-            return
-        orderer.replay_records(ArrivalRecords.concat(pending))
-        pending, pending_rows = [], 0
-        complete_log()
-
-    for records in arrivals.read_records():
-        if records.sequence is not None:
-            sources, values = records.source, records.sequence
-            valid = records.carries_sequence()
-            for source in np.unique(sources[valid]):
-                top = int(values[valid & (sources == source)].max())
-                next_sequence[int(source)] = max(next_sequence.get(int(source), 0), top + 1)
-        kind = int(records.kind[0])
-        if kind == ArrivalKind.BEGIN_RUN:
-            replay_pending()
-            run, run_start_offset, run_ended = int(records.value[0]), orderer.emitted_seq, False
-            runs.append((run, run_start_offset))
-            continue
-        if kind in (ArrivalKind.CONFIGURE, ArrivalKind.END_RUN):
-            replay_pending()
-            t = float(records.times()[0])
-            if kind == ArrivalKind.CONFIGURE:
-                changes = json.loads(records.payload_of(0))
-                orderer.configure(
-                    orderer.config.from_mapping({**orderer.config.to_mapping(), **changes}), now=t
-                )
-            else:
-                orderer.end_run(now=t)
-                run_ended = True
-            complete_log()
-            continue
-        if kind == ArrivalKind.FRAGMENT:
-            run_ended = False
-        pending.append(records)
-        pending_rows += len(records)
-        if pending_rows >= 1 << 16:
-            replay_pending()
-    replay_pending()
+    walk = walk_arrivals(orderer, noting_sequences(), complete_log)
+    run, run_start_offset = walk.runs[-1] if walk.runs else (None, 0)
     # deadline flushes the live run made after its last arrival, up to its last logged flush
     orderer.advance(now=resume)
     complete_log()
@@ -533,7 +499,7 @@ def recover(config: OrdererConfig, arrivals: ArrivalLog, ordered: OrderedLog) ->
         )
     ordered.sync()
     return Recovered(
-        orderer, next_sequence, resume, run_ended, run, run_start_offset, tuple(runs)
+        orderer, next_sequence, resume, walk.run_ended, run, run_start_offset, tuple(walk.runs)
     )
 
 
