@@ -34,7 +34,7 @@ from orderer.service.intake import IntakePass
 from orderer.service.metrics import FSYNC_BUCKETS, Histogram
 from orderer.service.storage import ArrivalLog, OrderedLog
 
-__all__ = ["MAX_UNWRITTEN", "STORAGE_RETRY", "GroupCommit"]
+__all__ = ["JOIN_RECORDS", "MAX_UNWRITTEN", "STORAGE_RETRY", "GroupCommit"]
 
 log = logging.getLogger("evb.service")
 
@@ -42,6 +42,9 @@ MAX_UNWRITTEN = 1_000_000
 """Records taken in but not yet written (the disk behind the network). Past this the service
 stops reading Submit streams until a write round catches up: HTTP/2 flow control then holds
 the clients back, instead of the server's memory growing with the length of the run."""
+
+JOIN_RECORDS = 32768
+"""Intake passes are joined into arrival-log record batches of about this many rows."""
 
 STORAGE_RETRY = 1.0
 """Seconds between attempts to write to a log volume that refused a write (full, quota)."""
@@ -166,7 +169,12 @@ class GroupCommit:
         while arrivals:
             t, rows = arrivals[0]
             if isinstance(rows, IntakePass):
-                rows = rows.arrival_rows()
+                joined = self._join_passes()
+                self.arrivals.append_rows(None, joined)
+                taken = 0
+                while taken < len(joined):
+                    taken += _records(arrivals.popleft()[1])
+                continue
             self.arrivals.append_rows(t, rows)
             arrivals.popleft()
         while output:
@@ -179,6 +187,27 @@ class GroupCommit:
                 self.fsync_seconds[name].observe(time.perf_counter() - began)
         except OSError as error:  # never retried: after a failed fsync nothing is known
             raise InternalOrdererError(f"fsync of a log failed: {error}") from error
+
+    def _join_passes(self) -> ArrivalRecords:
+        """The intake passes at the head of the staged arrivals, each stamped with its arrival
+        time, as one set of records of at least :data:`JOIN_RECORDS` rows where there are that
+        many (worker thread). Why: every step of the worker that calls into Python waits for
+        the event loop's thread to let go of the GIL, so a record batch per pass (thousands a
+        second) kept the write rounds, and with them the acks and the subscribers, waiting
+        (the round took twice its CPU time); and a record batch larger than the CPU's caches
+        is written at a quarter of the speed (86-138 against 20-24 us per 1000 rows)."""
+        pieces: list[ArrivalRecords] = []
+        rows = 0
+        staged_arrivals = self._unwritten_arrivals
+        # by index, over the entries there now: the loop's thread appends meanwhile (an
+        # iterator would fail on that), and only this thread removes any
+        for i in range(len(staged_arrivals)):
+            t, staged = staged_arrivals[i]
+            if not isinstance(staged, IntakePass) or rows >= JOIN_RECORDS:
+                break
+            pieces.append(staged.arrival_rows().at(t))
+            rows += len(pieces[-1])
+        return ArrivalRecords.concat(pieces)
 
     async def _rounds(self) -> None:
         """Each round writes everything staged before it and makes it durable with one fsync
