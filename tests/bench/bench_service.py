@@ -238,8 +238,16 @@ class Server:
 
     def cpu(self) -> float:
         """User + system CPU seconds of the process, all its threads."""
+        return self._cpu(f"/proc/{self.pid}/stat")
+
+    def loop_cpu(self) -> float:
+        """User + system CPU seconds of the main thread alone: the event loop's, where every
+        message is read and every orderer call made (one core's worth at most)."""
+        return self._cpu(f"/proc/{self.pid}/task/{self.pid}/stat")
+
+    def _cpu(self, path: str) -> float:
         try:
-            with open(f"/proc/{self.pid}/stat", encoding="ascii") as stat:
+            with open(path, encoding="ascii") as stat:
                 fields = stat.read().rsplit(")", 1)[1].split()
             return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         except OSError:
@@ -345,6 +353,7 @@ class Sent:
     wire_bytes: int
     sender_cpu: float
     server_cpu: float
+    server_loop_cpu: float = 0.0  # the server's main (event-loop) thread alone
     started: float = 0.0  # time.monotonic() of the start
     send_times: list[float] | None = None  # per message, paced phases
     xoff_at: float | None = None
@@ -457,7 +466,7 @@ async def send(
         written = [0] * streams
         stop_at = None if deadline is None else time.monotonic() + deadline
         gc.collect()
-        cpu0, server_cpu0 = _cpu_self(), server.cpu()
+        cpu0, server_cpu0, loop_cpu0 = _cpu_self(), server.cpu(), server.loop_cpu()
         start = time.monotonic()
 
         async def writer(i: int) -> None:
@@ -490,7 +499,7 @@ async def send(
         writes_done = time.monotonic()
         total = sum(written)
         done = await wait_offset(control, total if expect is None else expect)
-        cpu1, server_cpu1 = _cpu_self(), server.cpu()
+        cpu1, server_cpu1, loop_cpu1 = _cpu_self(), server.cpu(), server.loop_cpu()
         for reader in readers:
             with contextlib.suppress(grpc.aio.AioRpcError):
                 await asyncio.wait_for(reader, 60)
@@ -504,6 +513,7 @@ async def send(
             ),
             sender_cpu=cpu1 - cpu0,
             server_cpu=server_cpu1 - server_cpu0,
+            server_loop_cpu=loop_cpu1 - loop_cpu0,
             started=start,
             send_times=send_times if paced else None,
             xoff_at=min(xoffs) - start if xoffs else None,
@@ -541,7 +551,7 @@ async def send_with_client(
                 while client.next_sequence(source) is None:
                     await asyncio.sleep(0.001)
         gc.collect()
-        cpu0, server_cpu0 = _cpu_self(), server.cpu()
+        cpu0, server_cpu0, loop_cpu0 = _cpu_self(), server.cpu(), server.loop_cpu()
         start = time.monotonic()
 
         async def feed(i: int) -> None:
@@ -557,7 +567,7 @@ async def send_with_client(
         await asyncio.gather(*(feed(i) for i in range(streams)))
         writes_done = time.monotonic()
         done = await wait_offset(control, data.fragments)
-        cpu1, server_cpu1 = _cpu_self(), server.cpu()
+        cpu1, server_cpu1, loop_cpu1 = _cpu_self(), server.cpu(), server.loop_cpu()
         for client in clients:
             await client.close()
         return Sent(
@@ -567,6 +577,7 @@ async def send_with_client(
             wire_bytes=sum(len(m.data) for m in data.batches),
             sender_cpu=cpu1 - cpu0,
             server_cpu=server_cpu1 - server_cpu0,
+            server_loop_cpu=loop_cpu1 - loop_cpu0,
         )
     finally:
         for client in clients:
@@ -588,6 +599,7 @@ def _throughput(sent: Sent, payload_size: int) -> dict[str, Any]:
         "server_cpu_s": sent.server_cpu,
         "sender_cpu_s": sent.sender_cpu,
         "server_cpu_us_per_1000": 1e9 * sent.server_cpu / sent.fragments,
+        "server_loop_cpu_us_per_1000": 1e9 * sent.server_loop_cpu / sent.fragments,
         "sender_cpu_us_per_1000": 1e9 * sent.sender_cpu / sent.fragments,
         "replies_per_1000": 1e3 * sent.replies / sent.fragments,
     }
@@ -1054,6 +1066,9 @@ def report(figures: dict[str, Any], console: Console) -> None:
             f"{ingest['payload_mb_per_s']:.0f} / {ingest['wire_mb_per_s']:.0f} MB/s")
         row("   server / sender CPU per 1000 fragments",
             f"{ingest['server_cpu_us_per_1000']:.0f} / {ingest['sender_cpu_us_per_1000']:.0f} us")
+        loop = ingest["server_loop_cpu_us_per_1000"]
+        row("   of the server's, its event-loop thread (one core: at most)",
+            f"{loop:.0f} us ({_rate(1e9 / loop) if loop else '-'})")
     client = figures.get("client")
     if client:
         row("1b. evb serve, orderer.client", _rate(client["fragments_per_s"]))
@@ -1063,6 +1078,9 @@ def report(figures: dict[str, Any], console: Console) -> None:
         row("2. bare grpc.aio peer", _rate(bare["fragments_per_s"]))
         row("   server / sender CPU per 1000 fragments",
             f"{bare['server_cpu_us_per_1000']:.0f} / {bare['sender_cpu_us_per_1000']:.0f} us")
+        loop = bare["server_loop_cpu_us_per_1000"]
+        row("   of the server's, its event-loop thread (one core: at most)",
+            f"{loop:.0f} us ({_rate(1e9 / loop) if loop else '-'})")
     if ingest and bare:
         ratio = ingest["fragments_per_s"] / bare["fragments_per_s"]
         figures["ratio_evb_over_bare"] = ratio
