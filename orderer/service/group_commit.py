@@ -52,11 +52,6 @@ STORAGE_RETRY = 1.0
 _RETRYABLE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
-def _records(staged: ArrivalRecords | IntakePass) -> int:
-    """Arrival-log rows of something staged."""
-    return staged.records if isinstance(staged, IntakePass) else len(staged)
-
-
 def _retryable(error: OSError) -> bool:
     """Errors that more space cures; anything else (EIO, a failed fsync) is not retried, since
     after it the kernel no longer says what reached the disk."""
@@ -99,7 +94,13 @@ class GroupCommit:
         """The log volume refuses writes (full): input is refused until a retry succeeds."""
         self._failed: BaseException | None = None
         self._closing = False
-        self._unwritten_arrivals: deque[tuple[float, ArrivalRecords | IntakePass]] = deque()
+        self._unwritten_arrivals: deque[tuple[float | None, ArrivalRecords]] = deque()
+        """Arrival records to write, each with its arrival time or None (joined intake
+        passes: each row carries its own); the loop's thread appends, the worker's removes."""
+        self._pending_passes: list[tuple[float, IntakePass]] = []
+        self._pending_records = 0
+        self._pending_output: list[EmittedBatch] = []
+        self._pending_fragments = 0
         self._unwritten_output: deque[EmittedBatch] = deque()
         self._unwritten_records = 0
         self._caught_up = asyncio.Event()
@@ -113,15 +114,37 @@ class GroupCommit:
 
     def stage(self, t: float, rows: ArrivalRecords) -> None:
         """Arrival records taken in at ``t`` (a configure, an end of run), for the next round."""
+        self._join_pending()
         self._unwritten_arrivals.append((t, rows))
 
     def stage_input(self, t: float, taken: IntakePass) -> None:
-        """An intake pass: staged as it is (the write round makes its arrival-log rows, off
-        the event loop), and counted against ``max_unwritten``."""
-        self._unwritten_arrivals.append((t, taken))
+        """An intake pass: counted against ``max_unwritten``, and joined with the passes
+        before it into arrival-log rows once they hold :data:`JOIN_RECORDS` (or a round
+        begins)."""
+        self._pending_passes.append((t, taken))
+        self._pending_records += taken.records
         self._unwritten_records += taken.records
+        if self._pending_records >= JOIN_RECORDS:
+            self._join_pending()
         if self._unwritten_records >= self.max_unwritten:
             self._caught_up.clear()
+
+    def _join_pending(self) -> None:
+        """Join the pending intake passes and output into record batches for the next round.
+
+        Why here, on the event loop's thread, in pieces of about :data:`JOIN_RECORDS` rows:
+        the write round's worker thread waits for the loop's GIL after every numpy call it
+        makes (0.3-0.5 ms each while the loop is busy); joining there, a pass or a join at a
+        time, it spent five times its CPU time waiting, and the rounds set the pace of
+        ingest. The loop holds the GIL anyway. And a record batch of tens of thousands of
+        rows is written at four times the speed of one larger than the CPU's caches (20-24
+        against 86-138 us per 1000 rows)."""
+        if self._pending_passes:
+            self._unwritten_arrivals.append((None, arrival_records(self._pending_passes)))
+            self._pending_passes, self._pending_records = [], 0
+        if self._pending_output:
+            self._unwritten_output.append(EmittedBatch.concat(self._pending_output))
+            self._pending_output, self._pending_fragments = [], 0
 
     def advance(self, emitted_seq: int) -> None:
         """After every orderer call: a new generation, its output ending at ``emitted_seq``
@@ -158,11 +181,14 @@ class GroupCommit:
         of fragments at 2 M/s) grew its buffers by reallocation each round and was handed over
         in fresh memory, page faults and copies that doubled the cost of the core's submit on
         the loop's thread (105 against 45 us per 1000 fragments, taking every million against
-        every 16,000, in-process); small takes reuse warm buffers, and the write round joins
-        them (:meth:`_join_output`)."""
+        every 16,000, in-process); small takes reuse warm buffers, and are joined for the
+        ordered log (:meth:`_join_pending`)."""
         emitted = self._orderer.take_emitted()
         if len(emitted):
-            self._unwritten_output.append(emitted)
+            self._pending_output.append(emitted)
+            self._pending_fragments += len(emitted)
+            if self._pending_fragments >= JOIN_RECORDS:
+                self._join_pending()
 
     def _write_out(self) -> None:
         """Write what is staged, in order, then force both logs to disk (worker thread).
@@ -173,21 +199,11 @@ class GroupCommit:
         arrivals, output = self._unwritten_arrivals, self._unwritten_output
         while arrivals:
             t, rows = arrivals[0]
-            if isinstance(rows, IntakePass):
-                joined = self._join_passes()
-                self.arrivals.append_rows(None, joined)
-                taken = 0
-                while taken < len(joined):
-                    taken += _records(arrivals.popleft()[1])
-                continue
             self.arrivals.append_rows(t, rows)
             arrivals.popleft()
         while output:
-            output_joined = self._join_output()
-            self.ordered.append(output_joined)  # after a failed try: appends what it lacks
-            taken = 0
-            while taken < len(output_joined):
-                taken += len(output.popleft())
+            self.ordered.append(output[0])  # after a failed try: appends only what it lacks
+            output.popleft()
         try:
             for name, written in (("arrival", self.arrivals), ("ordered", self.ordered)):
                 began = time.perf_counter()
@@ -195,41 +211,6 @@ class GroupCommit:
                 self.fsync_seconds[name].observe(time.perf_counter() - began)
         except OSError as error:  # never retried: after a failed fsync nothing is known
             raise InternalOrdererError(f"fsync of a log failed: {error}") from error
-
-    def _join_passes(self) -> ArrivalRecords:
-        """The intake passes at the head of the staged arrivals, each stamped with its arrival
-        time, as one set of records of at least :data:`JOIN_RECORDS` rows where there are that
-        many (worker thread). Why: every step of the worker that calls into Python waits for
-        the event loop's thread to let go of the GIL, so a record batch per pass (thousands a
-        second) kept the write rounds, and with them the acks and the subscribers, waiting
-        (the round took twice its CPU time); and a record batch larger than the CPU's caches
-        is written at a quarter of the speed (86-138 against 20-24 us per 1000 rows)."""
-        passes: list[tuple[float, IntakePass]] = []
-        rows = 0
-        staged_arrivals = self._unwritten_arrivals
-        # by index, over the entries there now: the loop's thread appends meanwhile (an
-        # iterator would fail on that), and only this thread removes any
-        for i in range(len(staged_arrivals)):
-            t, staged = staged_arrivals[i]
-            if not isinstance(staged, IntakePass) or rows >= JOIN_RECORDS:
-                break
-            passes.append((t, staged))
-            rows += staged.records
-        return arrival_records(passes)
-
-    def _join_output(self) -> EmittedBatch:
-        """The emitted batches at the head of the staged output as one, of at least
-        :data:`JOIN_RECORDS` fragments where there are that many (worker thread; by index, as
-        in :meth:`_join_passes`)."""
-        staged_output = self._unwritten_output
-        pieces: list[EmittedBatch] = []
-        rows = 0
-        for i in range(len(staged_output)):
-            if rows >= JOIN_RECORDS:
-                break
-            pieces.append(staged_output[i])
-            rows += len(pieces[-1])
-        return pieces[0] if len(pieces) == 1 else EmittedBatch.concat(pieces)
 
     async def _rounds(self) -> None:
         """Each round writes everything staged before it and makes it durable with one fsync
@@ -240,6 +221,7 @@ class GroupCommit:
             while self.synced_generation < self.written_generation and self._failed is None:
                 generation, offset = self.written_generation, self.written_offset
                 self._stage_output()
+                self._join_pending()
                 try:
                     await asyncio.to_thread(self._write_out)
                 except OSError as error:
@@ -257,7 +239,7 @@ class GroupCommit:
                 if self.degraded is not None:
                     self._recovered_from(self.degraded)
                 staged = self._unwritten_arrivals
-                self._unwritten_records = sum(_records(rows) for _, rows in staged)
+                self._unwritten_records = self._pending_records + sum(len(r) for _, r in staged)
                 if self._unwritten_records < self.max_unwritten:
                     self._caught_up.set()
                 self.synced_generation = generation
@@ -327,6 +309,7 @@ class GroupCommit:
         logs (after :meth:`settle`)."""
         if self._failed is None and self.degraded is None:
             self._stage_output()
+            self._join_pending()
             await asyncio.to_thread(self._write_out)
         self.arrivals.close()
         self.ordered.close()
