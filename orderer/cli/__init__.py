@@ -68,6 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FileNotFoundError as error:
         print(f"evb {args.command}: {error.filename}: no such file", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except (NotADirectoryError, IsADirectoryError, PermissionError) as error:
+        # a path through a file, a directory where a file belongs, no right to it
+        print(f"evb {args.command}: {error.filename}: {error.strerror}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except ServiceUnavailable as error:
         print(f"evb {args.command}: orderer unavailable: {error}", file=sys.stderr)
         return EXIT_UNAVAILABLE

@@ -154,6 +154,23 @@ def test_missing_input_file(tmp_path: Path, repo: Path) -> None:
     assert "no such file" in result.stderr
 
 
+def test_an_input_path_through_a_file_and_an_output_onto_a_directory(
+    tmp_path: Path, repo: Path
+) -> None:
+    """What users type wrong: a path with a file where a directory should be (a glob that did
+    not expand), an output that is a directory. Each ends in a message naming the path."""
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"t": 0, "source": 1, "ts": 5}\n')
+    result = _run(["replay", str(source / "x.jsonl"), "--output", str(tmp_path / "o")], cwd=repo)
+    assert result.returncode == 2, result.stderr
+    assert f"{source / 'x.jsonl'}: Not a directory" in result.stderr
+    assert "Traceback" not in result.stderr
+    result = _run(["replay", str(source), "--output", str(tmp_path)], cwd=repo)
+    assert result.returncode == 2, result.stderr
+    assert f"{tmp_path}: Is a directory" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_empty_input_gives_empty_output(tmp_path: Path, repo: Path) -> None:
     source = tmp_path / "in.jsonl"
     source.write_text("")
