@@ -6,7 +6,8 @@ checkout, or with the repository on ``PYTHONPATH``). Data are generated up front
 a. an arrival log of ``--records`` records (16 sources, 32-byte payloads, 1000-fragment messages
    each arriving at one time after an exponentially distributed network delay, begin-run, three
    sync and end-run barriers from every source, an end of source each), written as the service
-   writes it: one record batch per arrival, 64 MB segments;
+   writes it: arrivals joined into record batches of about ``JOIN_RECORDS`` (32,768) rows, each
+   row with its arrival time, 64 MB segments;
 b. its replay (``orderer.replay_stream.replay_path``) to ``.arrow`` output (the ordered log's
    layout) and stats only, each in a child process of its own, which reports its wall time and
    its peak RSS (VmHWM); the same on a log of ``--small-records`` records shows whether memory
@@ -47,6 +48,7 @@ from rich.table import Table
 from orderer import log_format
 from orderer.batch import ArrivalKind, ArrivalRecords
 from orderer.config import OrdererConfig
+from orderer.service.group_commit import JOIN_RECORDS
 from orderer.synthetic import SyntheticRun, generate_records, iter_batches, write_jsonl
 
 TARGET = 10e6
@@ -69,29 +71,42 @@ def _spec(records: int, message: int = MESSAGE) -> SyntheticRun:
 
 
 def write_arrival_log(directory: Path, records: int, message: int = MESSAGE) -> int:
-    """An arrival log of about ``records`` fragments in ``directory/arrivals``, one record batch
-    per arriving message, segments rolled at 64 MB; returns the rows written."""
+    """An arrival log of about ``records`` fragments in ``directory/arrivals``, arriving
+    messages joined into record batches of about ``JOIN_RECORDS`` rows as the service joins
+    them, segments rolled at 64 MB; returns the rows written."""
     arrivals = directory / log_format.ARRIVALS
     arrivals.mkdir(parents=True, exist_ok=True)
     spec = _spec(records, message)
     rows, writer, sink, last_t = 0, None, None, 0.0
+    pending: list[ArrivalRecords] = []
+    pending_rows = 0
+
+    def flush() -> None:
+        nonlocal writer, sink, rows, pending, pending_rows
+        if not pending:
+            return
+        if writer is None or sink.tell() >= SEGMENT_BYTES:
+            if writer is not None:
+                writer.close()
+                sink.close()
+            sink = pa.OSFile(str(log_format.segment_path(arrivals, log_format.ARRIVALS, rows)),
+                             "wb")
+            writer = pa.ipc.new_stream(sink, log_format.ARRIVAL_SCHEMA)
+        writer.write_batch(log_format.arrivals_to_arrow(ArrivalRecords.concat(pending)))
+        rows += pending_rows
+        pending, pending_rows = [], 0
+
     try:
         for t, batch in iter_batches(spec):
-            if writer is None or sink.tell() >= SEGMENT_BYTES:  # type: ignore[union-attr]
-                if writer is not None:
-                    writer.close()
-                    sink.close()  # type: ignore[union-attr]
-                sink = pa.OSFile(str(log_format.segment_path(arrivals, log_format.ARRIVALS, rows)),
-                                 "wb")
-                writer = pa.ipc.new_stream(sink, log_format.ARRIVAL_SCHEMA)
-            writer.write_batch(log_format.arrivals_to_arrow(ArrivalRecords.fragments(batch).at(t)))
-            rows += len(batch)
+            pending.append(ArrivalRecords.fragments(batch).at(t))
+            pending_rows += len(batch)
             last_t = t
-        assert writer is not None
+            if pending_rows >= JOIN_RECORDS:
+                flush()
         for source in range(spec.first_source, spec.first_source + SOURCES):
-            end = ArrivalRecords.marker(ArrivalKind.END_OF_SOURCE, source).at(last_t)
-            writer.write_batch(log_format.arrivals_to_arrow(end))
-            rows += 1
+            pending.append(ArrivalRecords.marker(ArrivalKind.END_OF_SOURCE, source).at(last_t))
+            pending_rows += 1
+        flush()
     finally:
         if writer is not None:
             writer.close()
