@@ -107,6 +107,8 @@ class _SegmentedStream:
         self.rows = 0
         self.sealed = 0  # segments closed by this process (a cue for retention)
         self._file: pa.OSFile | None = None
+        self._writer: pa.ipc.RecordBatchStreamWriter | None = None
+        self._schema_bytes = len(schema.serialize())
         self._position = 0  # bytes written to the open segment
         self._segment: Path | None = None
         self._dirty = False
@@ -141,11 +143,15 @@ class _SegmentedStream:
         if self._file is None:
             self._open_segment()
         assert self._file is not None
+        assert self._writer is not None
         position = self._position
         try:
-            # the IPC stream's encapsulated message, written at once: a stream writer issues a
-            # write per buffer (a dozen system calls a batch, most of the cost of appending)
-            self._position += self._file.write(batch.serialize())
+            # Arrow's stream writer, which writes the batch's buffers where they are (a dozen
+            # system calls, no copy) in one call without the GIL. Not batch.serialize() and a
+            # write: two calls, each waiting for the event loop's thread to let go of the GIL
+            # afterwards (0.3-1 ms each while the loop is busy), and a copy of the batch.
+            self._writer.write_batch(batch)
+            self._position = self._file.tell()
         except BaseException:
             self._cut_back(position)
             raise
@@ -161,7 +167,7 @@ class _SegmentedStream:
         """A write failed half way: drop the segment's torn tail (the whole segment if it holds
         no batch) and close it; the next append opens a new segment."""
         segment, file = self._segment, self._file
-        self._file = self._segment = None
+        self._file = self._segment = self._writer = None
         if file is not None:
             with contextlib.suppress(OSError):
                 file.close()
@@ -183,7 +189,10 @@ class _SegmentedStream:
         # a native file: Arrow writes straight to the descriptor, without a Python layer
         self._file = pa.OSFile(str(self._segment), "wb")
         try:
-            self._position = self._file.write(self.schema.serialize())
+            # the stream writer writes the schema together with the first batch, which so
+            # begins after it (an empty segment left by a crash is removed when scanned)
+            self._writer = pa.ipc.new_stream(self._file, self.schema)
+            self._position = self._schema_bytes
             _fsync_directory(self.directory)
         except BaseException:
             self._cut_back(0)
@@ -202,7 +211,7 @@ class _SegmentedStream:
             self._dirty = False
             self._file.close()
             self.sealed += 1
-        self._file = self._segment = None
+        self._file = self._segment = self._writer = None
 
     def sync(self) -> None:
         """Make everything appended so far durable (per the fsync policy).
