@@ -66,6 +66,12 @@ _STREAM_ENDED = (grpc.aio.AioRpcError, asyncio.InvalidStateError)
 server (or a dead connection) already finished ("RPC already finished"). Either one reconnects;
 anything else is a fault of the client's own code, and fails it."""
 
+_WRITE_RACE = (grpc.StatusCode.INTERNAL, "Internal error from Core")
+"""What grpcio's asyncio client reports instead of the server's status when one of its writes
+races with the server ending the stream (grpc/grpc#36066: the failed write overwrites the
+status the server sent). The server's reason is lost; the client keeps the last status the
+server did give (a full log volume's "refuses writes") for its decisions and its message."""
+
 
 class AsyncSourceClient:
     """One connection (one ``Submit`` stream) for one or more data sources, asyncio flavour.
@@ -448,9 +454,15 @@ class AsyncSourceClient:
         assert self._channel is not None
         stub = pb_grpc.OrdererStub(self._channel)
         reconnects = Reconnects(self._backoff, self._reconnect_timeout)
+        told: tuple[grpc.StatusCode, str | None] | None = None
+        """The last status the server itself gave since the last reply (see _WRITE_RACE)."""
         while True:
             call = stub.Submit()
             code, details = await self._connection(call)
+            if (code, details) != _WRITE_RACE:
+                told = (code, details)
+            elif told is not None:
+                code, details = told
             if self._error is not None:
                 self._notify()
                 return
@@ -465,6 +477,7 @@ class AsyncSourceClient:
                 return
             if self._had_reply:
                 reconnects.answered()
+                told = None
             delay = reconnects.next_delay()
             if delay is None:
                 self._error = ServiceUnavailable(
