@@ -315,3 +315,34 @@ def test_close_with_a_timeout_gives_up_naming_what_was_not_acknowledged() -> Non
     blocking.send_batch(2, [5, 6])
     with pytest.raises(TimeoutError, match="close: 2 fragments"):
         blocking.close(timeout=0.3)
+
+
+def test_a_status_lost_to_grpcs_write_race_is_reported_as_the_servers_last() -> None:
+    """grpcio's asyncio client reports INTERNAL "Internal error from Core" instead of the
+    server's status when a write races with the server ending the stream (grpc/grpc#36066).
+    That race cannot be provoked on demand, so the stream's outcomes are given here in place of
+    a connection (the one part not real): the server refused with the full volume's reason,
+    then the race hid it; giving up names the server's reason."""
+    import grpc
+
+    async def body() -> None:
+        client = AsyncSourceClient(
+            "127.0.0.1:1", reconnect_timeout=0.3, connect_timeout=None, sources=[1]
+        )
+        outcomes = iter(
+            [(grpc.StatusCode.UNAVAILABLE, "the log volume of /data refuses writes (ENOSPC)")]
+            + [(grpc.StatusCode.INTERNAL, "Internal error from Core")] * 1000
+        )
+
+        async def connection(call: object) -> tuple[grpc.StatusCode, str]:
+            await asyncio.sleep(0.01)
+            return next(outcomes)
+
+        client._connection = connection  # type: ignore[method-assign]
+        await client.start()
+        await client.send(1, 0)
+        with pytest.raises(ConnectionError, match=r"UNAVAILABLE: the log volume .* refuses"):
+            await client.wait_acked(timeout=10)
+        await client.abort()
+
+    run(body())
