@@ -69,8 +69,8 @@ class IntakePass:
         """The orderer calls of this pass at ``now``: a submit per batch, markers between them.
 
         A submit per batch rather than one of the batches joined: the same output (records of
-        one arrival time, each followed by a flush, see above), and the copy that joining costs
-        is left to :func:`arrival_records`, which the write round runs off the event loop."""
+        one arrival time, each followed by a flush, see above), without the copy that joining
+        costs; the arrival log's rows are joined once for many passes (:func:`arrival_records`)."""
         batches = iter(self.batches)
         start = 0
         for before, marker in self.markers:
@@ -96,11 +96,8 @@ class IntakePass:
 
 def arrival_records(passes: Sequence[tuple[float, IntakePass]]) -> ArrivalRecords:
     """Taken passes as arrival-log rows in arrival order, each row with its pass's arrival
-    time. Safe in a worker thread (a taken pass is never changed again), and built column by
-    column with a fixed number of numpy calls whatever the number of passes and batches: the
-    write round runs this, and each numpy call there may wait for the event loop's thread to
-    let go of the GIL (a pass at a time, 20-odd calls each, the round spent five times its CPU
-    time waiting, and the rounds set the pace of ingest)."""
+    time, built column by column with a fixed number of numpy calls whatever the number of
+    passes and batches (a pass at a time, 20-odd calls each, cost that many times over)."""
     kinds: list[int] = []
     times: list[float] = []
     lengths: list[int] = []
