@@ -334,6 +334,22 @@ class ArrivalRecords:
         start, stop = int(self.payload_offsets[i]), int(self.payload_offsets[i + 1])
         return self.payload[start:stop].tobytes()
 
+    def slice(self, start: int, stop: int) -> ArrivalRecords:
+        """Rows ``start:stop`` as views, payload offsets rebased to 0."""
+        offsets = self.payload_offsets[start : stop + 1]
+        base = int(offsets[0])
+        return ArrivalRecords(
+            self.kind[start:stop],
+            None if self.t is None else self.t[start:stop],
+            self.source[start:stop],
+            self.value[start:stop],
+            self.barrier[start:stop],
+            offsets - np.uint64(base),
+            self.payload[base : int(offsets[-1])],
+            None if self.sequence is None else self.sequence[start:stop],
+            None if self.sequenced is None else self.sequenced[start:stop],
+        )
+
     def fragment_batch(self, start: int, stop: int) -> FragmentBatch:
         """Rows ``start:stop``, all fragments, as the batch a source would submit (views)."""
         whole = FragmentBatch(

@@ -21,7 +21,7 @@ from rich.table import Table
 
 from orderer import synthetic
 from orderer.config import OrdererConfig
-from orderer.replay import replay_file
+from orderer.replay_stream import replay_path
 
 __all__ = ["demo_config", "demo_run", "run_demo"]
 
@@ -124,7 +124,7 @@ def run_demo(output_dir: Path, seed: int) -> int:
     records = synthetic.generate_records(spec)
     synthetic.write_jsonl(records, run_path)
     start = time.perf_counter()
-    counters = replay_file(run_path, out_path, stats_path, config)
+    counters = replay_path(run_path, out_path, stats_path, config)
     elapsed = time.perf_counter() - start
 
     console.rule("[bold]evb demo: a synthetic run through the orderer")

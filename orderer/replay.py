@@ -13,7 +13,6 @@ import binascii
 import json
 import math
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
@@ -25,7 +24,7 @@ from orderer.clock import SimulatedClock
 from orderer.config import OrdererConfig
 from orderer.errors import RecordError
 
-__all__ = ["read_records", "replay", "replay_file", "write_emitted", "write_records"]
+__all__ = ["read_records", "replay", "write_emitted", "write_records"]
 
 FRAGMENT, WATERMARK, END = ArrivalKind.FRAGMENT, ArrivalKind.WATERMARK, ArrivalKind.END_OF_SOURCE
 STATE = ArrivalKind.SOURCE_STATE
@@ -305,17 +304,3 @@ def write_records(records: ArrivalRecords, out: IO[str]) -> None:
                 yield f'{head}"dead": {"true" if value[i] else "false"}}}\n'
 
     out.writelines(lines())
-
-
-def replay_file(
-    input_path: Path, output_path: Path, stats_path: Path | None, config: OrdererConfig
-) -> dict[str, Any]:
-    """``evb replay`` without the argument parsing; returns the counters."""
-    with input_path.open(encoding="utf-8") as lines:
-        records = read_records(lines)
-    emitted, counters = replay(records, config)
-    with output_path.open("w", encoding="utf-8") as out:
-        write_emitted(emitted, out)
-    if stats_path is not None:
-        stats_path.write_text(json.dumps(counters, indent=1) + "\n", encoding="utf-8")
-    return counters

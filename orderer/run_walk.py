@@ -30,7 +30,7 @@ import numpy as np
 from orderer.api import Orderer
 from orderer.batch import ArrivalKind, ArrivalRecords
 
-__all__ = ["CHUNK_ROWS", "ArrivalWalker", "RunWalk", "slice_records", "walk_arrivals"]
+__all__ = ["CHUNK_ROWS", "ArrivalWalker", "RunWalk", "walk_arrivals"]
 
 CHUNK_ROWS = 1 << 16
 """Records taken in between two hand-overs of the output: few calls, bounded memory."""
@@ -50,23 +50,6 @@ class RunWalk:
     """Arrival time of the last record walked; None when there was none."""
 
 
-def slice_records(records: ArrivalRecords, start: int, stop: int) -> ArrivalRecords:
-    """Rows ``start:stop`` as views, payload offsets rebased to 0."""
-    offsets = records.payload_offsets[start : stop + 1]
-    base = int(offsets[0])
-    return ArrivalRecords(
-        records.kind[start:stop],
-        None if records.t is None else records.t[start:stop],
-        records.source[start:stop],
-        records.value[start:stop],
-        records.barrier[start:stop],
-        offsets - np.uint64(base),
-        records.payload[base : int(offsets[-1])],
-        None if records.sequence is None else records.sequence[start:stop],
-        None if records.sequenced is None else records.sequenced[start:stop],
-    )
-
-
 def _pieces(records: ArrivalRecords) -> Iterable[ArrivalRecords]:
     """The records cut so that each record the walk applies itself stands alone."""
     control = np.flatnonzero(_CONTROL[records.kind])
@@ -76,11 +59,11 @@ def _pieces(records: ArrivalRecords) -> Iterable[ArrivalRecords]:
     start = 0
     for row in control.tolist():
         if row > start:
-            yield slice_records(records, start, row)
-        yield slice_records(records, row, row + 1)
+            yield records.slice(start, row)
+        yield records.slice(row, row + 1)
         start = row + 1
     if start < len(records):
-        yield slice_records(records, start, len(records))
+        yield records.slice(start, len(records))
 
 
 class ArrivalWalker:

@@ -64,13 +64,14 @@ def _replay_nscldaq(args: argparse.Namespace, config: Any) -> int:
     the same replay (and output) as a JSON Lines run."""
     from orderer.nscldaq.reader import read_records
     from orderer.replay import replay, write_emitted
+    from orderer.replay_stream import write_stats
 
     records = read_records(args.nscldaq, skip_unstamped=args.skip_unstamped)
     emitted, counters = replay(records, config)
     with args.output.open("w", encoding="utf-8") as out:
         write_emitted(emitted, out)
     if args.stats is not None:
-        args.stats.write_text(json.dumps(counters, indent=1) + "\n", encoding="utf-8")
+        write_stats(args.stats, counters)
     return 0
 
 

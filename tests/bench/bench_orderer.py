@@ -11,7 +11,7 @@ b. the baseline a physicist would otherwise write, ``heapq.merge`` over the per-
    timed;
 c. memory per queued fragment, with a declared source that never sends holding everything in the
    queues: allocated capacity (``memory_bytes() / queued``), tracemalloc and RSS deltas;
-d. ``evb replay`` (``replay_file``) on a JSON Lines file of about a million records from
+d. ``evb replay`` (``replay_path``) on a JSON Lines file of about a million records from
    :func:`orderer.synthetic.write_jsonl`, whole and split into parse, ordering and write.
 
 ``--json PATH`` writes the figures as JSON.
@@ -45,7 +45,8 @@ from rich.console import Console
 from rich.table import Table
 
 from orderer import FragmentBatch, Orderer, OrdererConfig, SimulatedClock
-from orderer.replay import read_records, replay, replay_file, write_emitted
+from orderer.replay import read_records, replay, write_emitted
+from orderer.replay_stream import replay_path
 from orderer.synthetic import SyntheticRun, generate_records, iter_batches, write_jsonl
 
 TARGET_THROUGHPUT = 25e6
@@ -153,7 +154,7 @@ def bench_memory(batches: Batches, sources: tuple[int, ...], backlog: int) -> di
 
 
 def bench_replay(spec: SyntheticRun, records_wanted: int, repeat: int) -> dict[str, Any]:
-    """(d) replay_file on a JSON Lines run, whole and split (parse, ordering, write)."""
+    """(d) replay_path on a JSON Lines run, whole and split (parse, ordering, write)."""
     per_source = max(1, records_wanted // spec.n_sources - (3 + spec.sync_barriers))
     small = dataclasses.replace(spec, fragments_per_source=per_source)
     config = OrdererConfig(sources=small.source_ids)
@@ -165,7 +166,7 @@ def bench_replay(spec: SyntheticRun, records_wanted: int, repeat: int) -> dict[s
         for _ in range(repeat):
             gc.collect()
             start = time.perf_counter()
-            replay_file(run, out, stats, config)
+            replay_path(run, out, stats, config)
             whole.append(time.perf_counter() - start)
 
             start = time.perf_counter()
@@ -227,7 +228,7 @@ def report(figures: dict[str, Any], console: Console) -> None:
     rss = c["bytes_per_fragment_rss"]
     row("   RSS delta / fragment", "n/a" if rss is None else f"{rss:.1f} B")
     row(f"d. evb replay, {d['records']:,} records", _rate(d["records_per_s"]))
-    row("   whole replay_file", f"{d['seconds']:.2f} s")
+    row("   whole replay_path", f"{d['seconds']:.2f} s")
     row("   parse (read_records)", f"{d['parse_seconds']:.2f} s",
         _rate(d["parse_records_per_s"]))
     row("   ordering (replay)", f"{d['ordering_seconds']:.2f} s",

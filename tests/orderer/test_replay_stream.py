@@ -20,7 +20,6 @@ from orderer.config import OrdererConfig
 from orderer.errors import ConfigError
 from orderer.replay import read_records
 from orderer.replay_stream import input_batches, replay_path
-from orderer.run_walk import slice_records
 from tests.conftest import example_dirs
 
 
@@ -35,7 +34,7 @@ def _records(example: Path) -> ArrivalRecords:
 
 def _batches(records: ArrivalRecords, rows: int) -> list[pa.RecordBatch]:
     return [
-        log_format.arrivals_to_arrow(slice_records(records, start, start + rows))
+        log_format.arrivals_to_arrow(records.slice(start, start + rows))
         for start in range(0, len(records), rows)
     ]
 
@@ -154,7 +153,7 @@ def test_configure_and_runs_amid_fragments_are_walked_like_single_records(tmp_pa
     assert _arrow_rows(tmp_path / "alone.arrow") == _arrow_rows(tmp_path / "mixed.arrow")
     # the change was applied: a run without it emits at other times
     plain = ArrivalRecords.concat(
-        [slice_records(records, i, i + 1) for i in range(len(records))
+        [records.slice(i, i + 1) for i in range(len(records))
          if records.kind[i] != ArrivalKind.CONFIGURE]
     )
     replay_path(write_input(plain, tmp_path / "plain", "log"), tmp_path / "plain.arrow", None,
@@ -178,7 +177,7 @@ def test_a_torn_tail_of_the_arrival_log_is_left_out(tmp_path: Path) -> None:
     kept = len(records) - last_rows
     segment.write_bytes(data[: positions[-1] + (len(data) - positions[-1]) // 2])
     torn = replay_path(whole, tmp_path / "torn.arrow", None, config)
-    cut = write_input(slice_records(records, 0, kept), tmp_path / "cut", "log", rows=7)
+    cut = write_input(records.slice(0, kept), tmp_path / "cut", "log", rows=7)
     assert replay_path(cut, tmp_path / "cut.arrow", None, config) == torn
     assert _arrow_rows(tmp_path / "torn.arrow") == _arrow_rows(tmp_path / "cut.arrow")
 
