@@ -9,7 +9,7 @@ check, before anything is taken in.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,6 +132,15 @@ class Orderer:
             batch.barrier,
             batch.payload_offsets,
             batch.payload,
+        )
+
+    def submit_batches(self, batches: Sequence[FragmentBatch], *, now: float | None = None) -> None:
+        """Batches arriving together, in arrival order: :meth:`submit` of each in turn, checked
+        all before any is taken in. The core takes them in without the GIL, so another
+        thread (the service's event loop) runs meanwhile."""
+        self._core.submit_batches(
+            self._now(now),
+            [(b.source, b.timestamp, b.barrier, b.payload_offsets, b.payload) for b in batches],
         )
 
     def watermark(self, source: int, watermark: int, *, now: float | None = None) -> None:

@@ -8,17 +8,13 @@
 DEF BEGIN_RUN = 1                    # the barrier type of a run's start (NSCLDAQ's BEGIN_RUN)
 
 
-cdef bint _resolve_barriers(OrdererCore self, double now, bint drain) except -1:
+cdef bint _resolve_barriers(OrdererCore self, double now, bint drain) except -1 nogil:
     """Step 5: resolve a pending barrier if complete, incomplete or timed out."""
-    cdef Py_ssize_t i, j, n_out
+    cdef Py_ssize_t i
     cdef size_t pay = 0
     cdef Source *s
-    cdef Queue *q
     cdef bint pending = False, all_have = True, alive_all_have = True, complete
-    cdef bint homogeneous = True, first = True
     cdef double oldest = INFINITY
-    cdef uint32_t kind = 0
-    cdef uint64_t ts
     for i in range(self._n_src):
         s = &self._src[i]
         if _front_is_barrier(s):
@@ -35,6 +31,20 @@ cdef bint _resolve_barriers(OrdererCore self, double now, bint drain) except -1:
     complete = all_have
     if not (complete or drain or alive_all_have or oldest + self._barrier_timeout <= now):
         return False
+    with gil:  # rare (begin and end of run, sync points), and it logs Python objects
+        _emit_barrier(self, now, complete, pay)
+    return True
+
+
+cdef int _emit_barrier(OrdererCore self, double now, bint complete, size_t pay) except -1:
+    """Emit the resolved barrier's fragments in source id order, count it, and log it with
+    the sources it missed."""
+    cdef Py_ssize_t i, j, n_out
+    cdef Source *s
+    cdef Queue *q
+    cdef bint homogeneous = True, first = True
+    cdef uint32_t kind = 0
+    cdef uint64_t ts
     _reserve_out(self, self._n_src, pay)
     n_out = self._out_n
     offset = self._out_seq + n_out
@@ -89,7 +99,7 @@ cdef bint _resolve_barriers(OrdererCore self, double now, bint drain) except -1:
     self._barrier_log.append((offset, now, complete, homogeneous, types, tuple(missing)))
     if self._reset_on_begin_run and complete and homogeneous and kind == BEGIN_RUN:
         _reset_clocks(self)
-    return True
+    return 0
 
 
 cdef void _reset_clocks(OrdererCore self) noexcept nogil:

@@ -3,6 +3,16 @@
 # steps of the other parts; the state itself is declared in core.pxd.
 
 
+cdef struct _Batch:
+    # one batch of submit_batches, as pointers into its (held) buffers
+    const uint32_t *source
+    const uint64_t *ts
+    const uint32_t *barrier
+    const uint64_t *pay_off
+    const uint8_t *payload
+    Py_ssize_t n
+
+
 cdef class OrdererCore:
     """Mutable state of one orderer. Not thread-safe: one caller at a time."""
 
@@ -23,7 +33,6 @@ cdef class OrdererCore:
     def __init__(self, double build_window, double startup_delay, double barrier_timeout,
                  double source_timeout, bint drop_late, uint64_t global_xoff, uint64_t global_xon,
                  uint64_t queue_xoff, uint64_t queue_xon, bint reset_on_begin_run=False):
-        self._index = {}
         self._cached_index = -1
         self._flow_changes = []
         self._barrier_log = []
@@ -39,23 +48,23 @@ cdef class OrdererCore:
         cdef Py_ssize_t i
         if self._src != NULL:
             for i in range(self._n_src):
-                PyMem_Free(self._src[i].q.ts)
-                PyMem_Free(self._src[i].q.arrival)
-                PyMem_Free(self._src[i].q.barrier)
-                PyMem_Free(self._src[i].q.pay_off)
-                PyMem_Free(self._src[i].q.arena)
-            PyMem_Free(self._src)
-        PyMem_Free(self._by_id)
-        PyMem_Free(self._runs)
-        PyMem_Free(self._tree)
-        PyMem_Free(self._out_ts)
-        PyMem_Free(self._out_source)
-        PyMem_Free(self._out_barrier)
-        PyMem_Free(self._out_late)
-        PyMem_Free(self._out_t)
-        PyMem_Free(self._out_arrival)
-        PyMem_Free(self._out_pay_end)
-        PyMem_Free(self._out_pay)
+                PyMem_RawFree(self._src[i].q.ts)
+                PyMem_RawFree(self._src[i].q.arrival)
+                PyMem_RawFree(self._src[i].q.barrier)
+                PyMem_RawFree(self._src[i].q.pay_off)
+                PyMem_RawFree(self._src[i].q.arena)
+            PyMem_RawFree(self._src)
+        PyMem_RawFree(self._by_id)
+        PyMem_RawFree(self._runs)
+        PyMem_RawFree(self._tree)
+        PyMem_RawFree(self._out_ts)
+        PyMem_RawFree(self._out_source)
+        PyMem_RawFree(self._out_barrier)
+        PyMem_RawFree(self._out_late)
+        PyMem_RawFree(self._out_t)
+        PyMem_RawFree(self._out_arrival)
+        PyMem_RawFree(self._out_pay_end)
+        PyMem_RawFree(self._out_pay)
 
     # ------------------------------------------------------------ configuration
 
@@ -96,6 +105,51 @@ cdef class OrdererCore:
         _submit_range(self, now, &source[0], &timestamp[0], &barrier[0], &payload_offsets[0],
                            &payload[0] if payload.shape[0] else <const uint8_t *>NULL, 0, n)
 
+    def submit_batches(self, double now, list batches):
+        """Batches arriving together at ``now``, each a tuple (source, timestamp, barrier,
+        payload_offsets, payload): exactly ``submit`` of each in turn. Every batch is checked
+        before any is taken in, so a bad one changes nothing.
+
+        Why: the taking in runs without the GIL, so the service runs it on a thread of its own
+        while its event loop goes on reading the network; one call for all the batches of an
+        intake pass, so that thread waits for the GIL once, not once per batch."""
+        cdef Py_ssize_t k = len(batches), i, n, total = 0
+        cdef const uint32_t[::1] source
+        cdef const uint64_t[::1] timestamp
+        cdef const uint32_t[::1] barrier
+        cdef const uint64_t[::1] payload_offsets
+        cdef const uint8_t[::1] payload
+        cdef _Batch *parts = <_Batch *>PyMem_RawMalloc((k if k else 1) * sizeof(_Batch))
+        if parts == NULL:
+            raise MemoryError()
+        held = []  # the buffers stay acquired while the GIL is released
+        try:
+            for i in range(k):
+                source, timestamp, barrier, payload_offsets, payload = batches[i]
+                _check_batch(source, timestamp, barrier, payload_offsets, payload)
+                held.append((source, timestamp, barrier, payload_offsets, payload))
+                n = timestamp.shape[0]
+                parts[i].n = n
+                total += n
+                if n:
+                    parts[i].source = &source[0]
+                    parts[i].ts = &timestamp[0]
+                    parts[i].barrier = &barrier[0]
+                    parts[i].pay_off = &payload_offsets[0]
+                    parts[i].payload = (&payload[0] if payload.shape[0]
+                                        else <const uint8_t *>NULL)
+            _check_time(self, now)
+            if total == 0:
+                return
+            with nogil:
+                _advance(self, now, False)
+                for i in range(k):
+                    if parts[i].n:
+                        _submit_range(self, now, parts[i].source, parts[i].ts, parts[i].barrier,
+                                      parts[i].pay_off, parts[i].payload, 0, parts[i].n)
+        finally:
+            PyMem_RawFree(parts)
+
     def watermark(self, double now, uint32_t source_id, uint64_t watermark):
         """Source promises nothing older than ``watermark`` will come; it only moves up."""
         _check_time(self, now)
@@ -119,7 +173,7 @@ cdef class OrdererCore:
         source was known; an unknown one becomes known, like a declared source."""
         _check_time(self, now)
         _advance(self, now, False)
-        known = source_id in self._index
+        known = _find_source(self, source_id) >= 0
         s = _source_index(self, source_id)
         _set_source_state(self, &self._src[s], dead, now)
         _flush(self, now)

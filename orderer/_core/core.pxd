@@ -89,7 +89,6 @@ cdef class OrdererCore:
     cdef Py_ssize_t _n_src
     cdef Py_ssize_t _cap_src
     cdef Py_ssize_t *_by_id          # source indices sorted by source id
-    cdef dict _index                 # source id -> index into _src
     cdef uint32_t _cached_id
     cdef Py_ssize_t _cached_index
 
@@ -149,48 +148,51 @@ cdef class OrdererCore:
 # The steps over an orderer's state, by the part that holds them: C functions, called directly.
 
 # sources.pyx
-cdef Py_ssize_t _source_index(OrdererCore self, uint32_t source_id) except -1
-cdef int _add_source(OrdererCore self, uint32_t source_id) except -1
-cdef int _note_arrival(OrdererCore self, Source *s, double now) except -1
+cdef Py_ssize_t _find_source(OrdererCore self, uint32_t source_id) noexcept nogil
+cdef Py_ssize_t _source_index(OrdererCore self, uint32_t source_id) except -1 nogil
+cdef int _add_source(OrdererCore self, uint32_t source_id) except -1 nogil
+cdef int _note_arrival(OrdererCore self, Source *s, double now) except -1 nogil
 cdef int _note_disorder(OrdererCore self, Source *s, const uint64_t *ts, Py_ssize_t n,
-                        bint has_prev, uint64_t prev, double now) except -1
-cdef int _set_source_state(OrdererCore self, Source *s, bint dead, double now) except -1
+                        bint has_prev, uint64_t prev, double now) except -1 nogil
+cdef int _set_source_state(OrdererCore self, Source *s, bint dead, double now) except -1 nogil
 cdef bint _is_dead(OrdererCore self, Source *s, double now) noexcept nogil
-cdef _watermark(OrdererCore self, Py_ssize_t index, double now, uint64_t watermark)
+cdef int _watermark(OrdererCore self, Py_ssize_t index, double now,
+                    uint64_t watermark) except -1 nogil
 cdef int _insert_one(OrdererCore self, Source *s, uint64_t ts, uint32_t barrier, double now,
-                     const uint8_t *pay, uint32_t pay_len) except -1
+                     const uint8_t *pay, uint32_t pay_len) except -1 nogil
 cdef int _insert_run(OrdererCore self, Source *s, const uint64_t *ts, const uint32_t *barrier,
                      Py_ssize_t n, double now, const uint64_t *pay_off,
-                     const uint8_t *payload) except -1
+                     const uint8_t *payload) except -1 nogil
 cdef int _submit_range(OrdererCore self, double now, const uint32_t *source, const uint64_t *ts,
                        const uint32_t *barrier, const uint64_t *pay_off, const uint8_t *payload,
-                       Py_ssize_t start, Py_ssize_t stop) except -1
+                       Py_ssize_t start, Py_ssize_t stop) except -1 nogil
 cdef Py_ssize_t _whole_prefix(OrdererCore self, Py_ssize_t index, double now,
-                              const uint64_t *ts, Py_ssize_t n) except -1
+                              const uint64_t *ts, Py_ssize_t n) except -1 nogil
 
 # flush.pyx
-cdef int _flush(OrdererCore self, double now) except -1
-cdef int _drain(OrdererCore self, double now) except -1
-cdef bint _pop_round(OrdererCore self, double now, PopMode mode) except -1
+cdef int _flush(OrdererCore self, double now) except -1 nogil
+cdef int _drain(OrdererCore self, double now) except -1 nogil
+cdef bint _pop_round(OrdererCore self, double now, PopMode mode) except -1 nogil
 
 # merge.pyx
-cdef int _merge_emit(OrdererCore self, double now, Py_ssize_t k) except -1
+cdef int _merge_emit(OrdererCore self, double now, Py_ssize_t k) except -1 nogil
 
 # barriers.pyx
-cdef bint _resolve_barriers(OrdererCore self, double now, bint drain) except -1
+cdef bint _resolve_barriers(OrdererCore self, double now, bint drain) except -1 nogil
+cdef int _emit_barrier(OrdererCore self, double now, bint complete, size_t pay) except -1
 cdef void _reset_clocks(OrdererCore self) noexcept nogil
 
 # deadlines.pyx
-cdef double _next_deadline(OrdererCore self)
-cdef int _advance(OrdererCore self, double t, bint inclusive) except -1
+cdef double _next_deadline(OrdererCore self) noexcept nogil
+cdef int _advance(OrdererCore self, double t, bint inclusive) except -1 nogil
 cdef _check_time(OrdererCore self, double now)
 
 # flow.pyx
-cdef int _update_flow(OrdererCore self) except -1
+cdef int _update_flow(OrdererCore self) except -1 nogil
 
 # emitted.pyx
-cdef int _resize_out(OrdererCore self, Py_ssize_t cap) except -1
-cdef int _reserve_out(OrdererCore self, Py_ssize_t n, size_t pay) except -1
-cdef int _shrink_out(OrdererCore self, Py_ssize_t used) except -1
+cdef int _resize_out(OrdererCore self, Py_ssize_t cap) except -1 nogil
+cdef int _reserve_out(OrdererCore self, Py_ssize_t n, size_t pay) except -1 nogil
+cdef int _shrink_out(OrdererCore self, Py_ssize_t used) except -1 nogil
 cdef tuple _take_emitted(OrdererCore self)
 cdef tuple _hand_over_emitted(OrdererCore self)

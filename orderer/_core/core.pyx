@@ -5,6 +5,10 @@ late policy, barriers, deadlines, counters and flow control, as docs/ordering.md
 Called only by :mod:`orderer.api` (and ``evb replay`` through it). Every public method takes the
 time explicitly; the core never reads a clock, so the same code runs live and in replay.
 Fragments come in and go out as columnar arrays; no Python object is made per fragment.
+Taking fragments in, flushes and deadlines run without the GIL (memory from PyMem's raw
+allocator, sources found by a binary search; only a resolved barrier or a change of flow
+control takes the GIL back, to log Python objects), so ``submit_batches`` lets other threads
+run meanwhile.
 
 One extension module built from the parts included below, one job each (the way asyncpg
 builds its protocol from included .pyx files). ``OrdererCore`` (calls.pyx) holds the state,
@@ -15,7 +19,7 @@ functions over that state, called directly. The loser tree of the merge is plain
 from libc.math cimport INFINITY
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memmove, memset
-from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc, PyMem_RawRealloc
 
 import numpy as np
 

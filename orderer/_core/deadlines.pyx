@@ -4,7 +4,7 @@
 # first, each at its own time (docs/ordering.md, "Time and deadlines").
 
 
-cdef double _next_deadline(OrdererCore self):
+cdef double _next_deadline(OrdererCore self) noexcept nogil:
     """The earliest deadline after the last flush (docs/ordering.md, "Time and deadlines")."""
     cdef double best = INFINITY, d, oldest = INFINITY
     cdef double after = self._last_flush
@@ -43,7 +43,7 @@ cdef double _next_deadline(OrdererCore self):
     return best
 
 
-cdef int _advance(OrdererCore self, double t, bint inclusive) except -1:
+cdef int _advance(OrdererCore self, double t, bint inclusive) except -1 nogil:
     """Run every deadline before ``t`` (or at ``t`` too) at its own time, in order."""
     cdef double d
     while True:

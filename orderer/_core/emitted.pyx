@@ -5,11 +5,11 @@
 
 
 cdef class _OwnedBlock:
-    """A PyMem block that the core handed to a numpy array; freed with the array."""
+    """A PyMem raw block that the core handed to a numpy array; freed with the array."""
     cdef void *ptr
 
     def __dealloc__(self):
-        PyMem_Free(self.ptr)
+        PyMem_RawFree(self.ptr)
 
 
 cdef cnp.ndarray _adopt(void *ptr, Py_ssize_t n, int typenum):
@@ -27,7 +27,7 @@ cdef cnp.ndarray _adopt(void *ptr, Py_ssize_t n, int typenum):
 cdef Py_ssize_t _HANDOVER = 65536
 
 
-cdef int _resize_out(OrdererCore self, Py_ssize_t cap) except -1:
+cdef int _resize_out(OrdererCore self, Py_ssize_t cap) except -1 nogil:
     """Room for ``cap`` emitted fragments in each output column."""
     _grow(<void **>&self._out_ts, cap * sizeof(uint64_t))
     _grow(<void **>&self._out_source, cap * sizeof(uint32_t))
@@ -40,7 +40,7 @@ cdef int _resize_out(OrdererCore self, Py_ssize_t cap) except -1:
     return 0
 
 
-cdef int _reserve_out(OrdererCore self, Py_ssize_t n, size_t pay) except -1:
+cdef int _reserve_out(OrdererCore self, Py_ssize_t n, size_t pay) except -1 nogil:
     cdef Py_ssize_t cap
     cdef size_t pcap
     if self._out_n + n > self._out_cap:
@@ -118,7 +118,7 @@ cdef tuple _hand_over_emitted(OrdererCore self):
     self._out_pay = NULL
     self._out_cap = 0
     self._out_pay_cap = 0
-    PyMem_Free(self._out_pay_end)
+    PyMem_RawFree(self._out_pay_end)
     self._out_pay_end = NULL
     self._out_seq += n
     self._out_n = 0
@@ -138,11 +138,11 @@ cdef tuple _hand_over_emitted(OrdererCore self):
 
 cdef object _owned_empty(void *ptr):
     """None, freeing ``ptr`` (an output buffer handed over but not tracked)."""
-    PyMem_Free(ptr)
+    PyMem_RawFree(ptr)
     return None
 
 
-cdef int _shrink_out(OrdererCore self, Py_ssize_t used) except -1:
+cdef int _shrink_out(OrdererCore self, Py_ssize_t used) except -1 nogil:
     """Give back output buffers that a burst (an end of run, a drained backlog) grew."""
     cdef Py_ssize_t cap
     if self._out_cap > 262144 and used < self._out_cap // 4:

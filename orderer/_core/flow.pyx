@@ -3,7 +3,7 @@
 # (docs/ordering.md, "Flow control (an evb addition)").
 
 
-cdef int _update_flow(OrdererCore self) except -1:
+cdef int _update_flow(OrdererCore self) except -1 nogil:
     cdef Py_ssize_t i, depth
     cdef Source *s
     cdef bint paused
@@ -27,5 +27,6 @@ cdef int _update_flow(OrdererCore self) except -1:
             and (self._mark_none or s.frontier > self._mark))
         if paused != s.paused:
             s.paused = paused
-            self._flow_changes.append((s.id, paused))
+            with gil:  # a change is rare
+                self._flow_changes.append((s.id, paused))
     return 0

@@ -3,7 +3,7 @@
 # (docs/ordering.md, "The flush"); the drain at the end of run ("End of run").
 
 
-cdef int _flush(OrdererCore self, double now) except -1:
+cdef int _flush(OrdererCore self, double now) except -1 nogil:
     """One flush (docs/ordering.md, "The flush"): rounds until nothing moves."""
     if now > self._last_flush:
         self._last_flush = now
@@ -19,7 +19,7 @@ cdef int _flush(OrdererCore self, double now) except -1:
     return 0
 
 
-cdef int _drain(OrdererCore self, double now) except -1:
+cdef int _drain(OrdererCore self, double now) except -1 nogil:
     """End of run: drain every queue without waiting, resolving barriers as they come."""
     cdef bint popped, resolved
     if now > self._last_flush:
@@ -28,12 +28,13 @@ cdef int _drain(OrdererCore self, double now) except -1:
         popped = _pop_round(self, now, POP_DRAIN)
         resolved = _resolve_barriers(self, now, True)
         if not popped and not resolved:
-            raise InternalOrdererError("end of run made no progress with fragments queued")
+            with gil:
+                raise InternalOrdererError("end of run made no progress with fragments queued")
     _update_flow(self)
     return 0
 
 
-cdef bint _pop_round(OrdererCore self, double now, PopMode mode) except -1:
+cdef bint _pop_round(OrdererCore self, double now, PopMode mode) except -1 nogil:
     """Steps 1-4: frontiers, mark or window rule, then merge and emit what was popped."""
     cdef Py_ssize_t i, k = 0, limit, end
     cdef Source *s

@@ -19,7 +19,7 @@ cdef extern from "merge.h":
                                Py_ssize_t n_out) noexcept nogil
 
 
-cdef int _merge_emit(OrdererCore self, double now, Py_ssize_t k) except -1:
+cdef int _merge_emit(OrdererCore self, double now, Py_ssize_t k) except -1 nogil:
     """Step 4: merge the popped prefixes by (timestamp, source id) and emit them in order,
     flagging (or dropping) late fragments against the high-water mark.
 
@@ -57,10 +57,11 @@ cdef int _merge_emit(OrdererCore self, double now, Py_ssize_t k) except -1:
             for pos in range(s.q.head, s.pop_end):
                 pay_total += _pay_size(&s.q, pos)
     _reserve_out(self, total, pay_total)
-    key = <evb_key_t *>PyMem_Malloc(
+    key = <evb_key_t *>PyMem_RawMalloc(
         k * (sizeof(evb_key_t) + 5 * sizeof(Py_ssize_t) + sizeof(uint32_t) + 2 * sizeof(void *)))
     if key == NULL:
-        raise MemoryError()
+        with gil:
+            raise MemoryError()
     cur = <Py_ssize_t *>(key + k)
     end = cur + k
     dropped_now = end + k
@@ -127,7 +128,8 @@ cdef int _merge_emit(OrdererCore self, double now, Py_ssize_t k) except -1:
         for i in range(k):
             s = &src[runs[i]]
             if EVB_DEBUG_CHECKS and cur[i] != s.pop_end:
-                raise InternalOrdererError("merge did not consume a popped prefix")
+                with gil:
+                    raise InternalOrdererError("merge did not consume a popped prefix")
             # every popped fragment is emitted except the dropped ones (counted above)
             s.emitted += (s.pop_end - s.q.head) - dropped_now[i]
             self._queued -= s.pop_end - s.q.head
@@ -135,12 +137,12 @@ cdef int _merge_emit(OrdererCore self, double now, Py_ssize_t k) except -1:
             if s.q.head == s.q.tail:
                 _queue_emptied(&s.q)
     finally:
-        PyMem_Free(key)
+        PyMem_RawFree(key)
     return 0
 
 
 cdef inline Py_ssize_t _emit_queued(OrdererCore self, Queue *q, Py_ssize_t pos, uint64_t ts,
-                                    uint32_t source_id, Py_ssize_t n_out) noexcept:
+                                    uint32_t source_id, Py_ssize_t n_out) noexcept nogil:
     """Append queued fragment ``pos`` (timestamp ``ts`` of source ``source_id``) to the output,
     its payload moved out of the queue's arena; room reserved by the caller. Returns the new
     output length."""

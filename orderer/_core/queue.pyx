@@ -1,18 +1,19 @@
 # A source's queue (a part that core.pyx includes).
 # Fragments waiting for the other sources, in a structure of arrays sorted by (timestamp,
 # arrival order), and their payloads in an arena in arrival order (docs/ordering.md,
-# "Sources and their queues"). Functions over one Queue; no Python object, most nogil.
+# "Sources and their queues"). Functions over one Queue; no Python object, all nogil.
 
 
-cdef int _grow(void **ptr, size_t new_bytes) except -1:
-    cdef void *p = PyMem_Realloc(ptr[0], new_bytes if new_bytes else 1)
+cdef int _grow(void **ptr, size_t new_bytes) except -1 nogil:
+    cdef void *p = PyMem_RawRealloc(ptr[0], new_bytes if new_bytes else 1)
     if p == NULL:
-        raise MemoryError()
+        with gil:
+            raise MemoryError()
     ptr[0] = p
     return 0
 
 
-cdef int _queue_resize(Queue *q, Py_ssize_t cap) except -1:
+cdef int _queue_resize(Queue *q, Py_ssize_t cap) except -1 nogil:
     _grow(<void **>&q.ts, cap * sizeof(uint64_t))
     _grow(<void **>&q.arrival, cap * sizeof(double))
     _grow(<void **>&q.barrier, cap * sizeof(uint32_t))
@@ -21,7 +22,7 @@ cdef int _queue_resize(Queue *q, Py_ssize_t cap) except -1:
     return 0
 
 
-cdef int _queue_compact(Queue *q) except -1:
+cdef int _queue_compact(Queue *q) except -1 nogil:
     """Move the live fragments to the start of the arrays."""
     cdef Py_ssize_t n = q.tail - q.head
     if q.head == 0:
@@ -38,7 +39,7 @@ cdef int _queue_compact(Queue *q) except -1:
     return 0
 
 
-cdef int _queue_reserve(Queue *q, Py_ssize_t extra) except -1:
+cdef int _queue_reserve(Queue *q, Py_ssize_t extra) except -1 nogil:
     """Room for ``extra`` more fragments at the tail: compact first, grow by 1.5x if needed."""
     cdef Py_ssize_t live = q.tail - q.head
     cdef Py_ssize_t cap
@@ -57,7 +58,7 @@ cdef int _queue_reserve(Queue *q, Py_ssize_t extra) except -1:
     return _queue_resize(q, cap)
 
 
-cdef int _queue_emptied(Queue *q) except -1:
+cdef int _queue_emptied(Queue *q) except -1 nogil:
     """Reset an empty queue; give memory back after a backlog (bounded memory after a stall)."""
     q.head = 0
     q.tail = 0
@@ -115,7 +116,7 @@ cdef void _arena_compact(Queue *q) noexcept nogil:
     q.arena_live = pos
 
 
-cdef int _arena_reserve(Queue *q, size_t extra) except -1:
+cdef int _arena_reserve(Queue *q, size_t extra) except -1 nogil:
     """Room for ``extra`` payload bytes: repack the live payloads when most of the arena is
     dead, grow it otherwise.
 
@@ -143,9 +144,10 @@ cdef int _arena_reserve(Queue *q, size_t extra) except -1:
         return 0
     # Out of order (a fragment was inserted before queued ones): copy the live payloads to a
     # fresh block in queue order, which puts them back in order.
-    fresh = <uint8_t *>PyMem_Malloc(q.arena_cap)
+    fresh = <uint8_t *>PyMem_RawMalloc(q.arena_cap)
     if fresh == NULL:
-        raise MemoryError()
+        with gil:
+            raise MemoryError()
     pos = 0
     for i in range(q.head, q.tail):
         if q.pay_off[i] != NO_PAYLOAD:
@@ -153,7 +155,7 @@ cdef int _arena_reserve(Queue *q, size_t extra) except -1:
             memcpy(fresh + pos, q.arena + q.pay_off[i], size)
             q.pay_off[i] = pos
             pos += size
-    PyMem_Free(q.arena)
+    PyMem_RawFree(q.arena)
     q.arena = fresh
     q.arena_len = pos
     q.arena_live = pos

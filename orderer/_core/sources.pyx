@@ -8,11 +8,29 @@
 DEF DISORDER_KEPT = 10               # out-of-order arrivals kept per source (core.pxd's ring)
 
 
-cdef Py_ssize_t _source_index(OrdererCore self, uint32_t source_id) except -1:
+cdef Py_ssize_t _find_source(OrdererCore self, uint32_t source_id) noexcept nogil:
+    """Index of a known source in ``_src``, or -1: a binary search of ``_by_id`` (sorted by
+    id), so that taking fragments in never needs the GIL."""
+    cdef Py_ssize_t lo = 0, hi = self._n_src, mid
+    cdef uint32_t found
+    while lo < hi:
+        mid = lo + ((hi - lo) >> 1)
+        found = self._src[self._by_id[mid]].id
+        if found == source_id:
+            return self._by_id[mid]
+        if found < source_id:
+            lo = mid + 1
+        else:
+            hi = mid
+    return -1
+
+
+cdef Py_ssize_t _source_index(OrdererCore self, uint32_t source_id) except -1 nogil:
+    cdef Py_ssize_t index
     if self._cached_index >= 0 and self._cached_id == source_id:
         return self._cached_index
-    index = self._index.get(source_id)
-    if index is None:
+    index = _find_source(self, source_id)
+    if index < 0:
         _add_source(self, source_id)
         index = self._n_src - 1
     self._cached_id = source_id
@@ -20,7 +38,7 @@ cdef Py_ssize_t _source_index(OrdererCore self, uint32_t source_id) except -1:
     return index
 
 
-cdef int _add_source(OrdererCore self, uint32_t source_id) except -1:
+cdef int _add_source(OrdererCore self, uint32_t source_id) except -1 nogil:
     cdef Py_ssize_t n = self._n_src, i, j
     cdef Source *s
     if n == self._cap_src:
@@ -35,13 +53,13 @@ cdef int _add_source(OrdererCore self, uint32_t source_id) except -1:
     s.id = source_id
     s.q.first_barrier = -1
     _queue_resize(&s.q, MIN_QUEUE_CAP)
-    s.q.arena = <uint8_t *>PyMem_Malloc(256)
+    s.q.arena = <uint8_t *>PyMem_RawMalloc(256)
     if s.q.arena == NULL:
-        raise MemoryError()
+        with gil:
+            raise MemoryError()
     s.q.arena_cap = 256
     s.frontier_none = True
     self._n_src = n + 1
-    self._index[source_id] = n
     # keep _by_id sorted by source id (insertion step; sources are few and rarely added)
     i = n
     while i > 0 and self._src[self._by_id[i - 1]].id > source_id:
@@ -58,7 +76,7 @@ cdef inline void memset_source(Source *s) noexcept nogil:
         p[i] = 0
 
 
-cdef int _note_arrival(OrdererCore self, Source *s, double now) except -1:
+cdef int _note_arrival(OrdererCore self, Source *s, double now) except -1 nogil:
     s.has_arrival = True
     s.last_arrival = now
     s.marked_dead = False  # any record from a source makes it live again
@@ -81,7 +99,7 @@ cdef bint _is_dead(OrdererCore self, Source *s, double now) noexcept nogil:
     return s.has_arrival and _silent_since(s) + self._source_timeout <= now
 
 
-cdef int _set_source_state(OrdererCore self, Source *s, bint dead, double now) except -1:
+cdef int _set_source_state(OrdererCore self, Source *s, bint dead, double now) except -1 nogil:
     """Mark a source dead (it stops holding barriers back) or revive it (its silence clock
     starts again at ``now``); not an arrival from the source. The caller flushes."""
     if dead:
@@ -94,7 +112,7 @@ cdef int _set_source_state(OrdererCore self, Source *s, bint dead, double now) e
 
 
 cdef int _note_disorder(OrdererCore self, Source *s, const uint64_t *ts, Py_ssize_t n,
-                        bint has_prev, uint64_t prev, double now) except -1:
+                        bint has_prev, uint64_t prev, double now) except -1 nogil:
     """Keep the last out-of-order arrivals of a run that has some, in the source's ring: only
     the last DISORDER_KEPT of the run are looked for, from its end, so a long disordered run
     costs one scan. Plain C: a shuffled source must not pay a Python object per fragment."""
@@ -132,16 +150,17 @@ cdef list _disorder_list(const Source *s):
     return out
 
 
-cdef _watermark(OrdererCore self, Py_ssize_t index, double now, uint64_t watermark):
+cdef int _watermark(OrdererCore self, Py_ssize_t index, double now,
+                    uint64_t watermark) except -1 nogil:
     cdef Source *s = &self._src[index]
     if not s.has_watermark or watermark > s.watermark:
         s.watermark = watermark
         s.has_watermark = True
-    _note_arrival(self, s, now)
+    return _note_arrival(self, s, now)
 
 
 cdef int _insert_one(OrdererCore self, Source *s, uint64_t ts, uint32_t barrier, double now,
-                     const uint8_t *pay, uint32_t pay_len) except -1:
+                     const uint8_t *pay, uint32_t pay_len) except -1 nogil:
     """Insert one fragment in place: after every queued fragment with timestamp <= ts."""
     cdef Queue *q = &s.q
     cdef Py_ssize_t pos, m
@@ -174,7 +193,7 @@ cdef int _insert_one(OrdererCore self, Source *s, uint64_t ts, uint32_t barrier,
 
 cdef int _insert_run(OrdererCore self, Source *s, const uint64_t *ts, const uint32_t *barrier,
                      Py_ssize_t n, double now, const uint64_t *pay_off,
-                     const uint8_t *payload) except -1:
+                     const uint8_t *payload) except -1 nogil:
     """Insert a run of one source: ordinary fragments with non-decreasing timestamps, or
     a single barrier. Once the run reaches the queue's tail the rest is appended in bulk."""
     cdef Queue *q = &s.q
@@ -240,7 +259,7 @@ cdef int _insert_run(OrdererCore self, Source *s, const uint64_t *ts, const uint
 
 cdef int _submit_range(OrdererCore self, double now, const uint32_t *source, const uint64_t *ts,
                        const uint32_t *barrier, const uint64_t *pay_off, const uint8_t *payload,
-                       Py_ssize_t start, Py_ssize_t stop) except -1:
+                       Py_ssize_t start, Py_ssize_t stop) except -1 nogil:
     """Take in fragments [start, stop) arriving at ``now``.
 
     The contract is one flush after every fragment. A run of one source with non-decreasing
@@ -268,7 +287,7 @@ cdef int _submit_range(OrdererCore self, double now, const uint32_t *source, con
 
 
 cdef Py_ssize_t _whole_prefix(OrdererCore self, Py_ssize_t index, double now, const uint64_t *ts,
-                              Py_ssize_t n) except -1:
+                              Py_ssize_t n) except -1 nogil:
     """How many fragments at the head of a run (ordinary fragments of source ``index``,
     non-decreasing timestamps, all arriving at ``now``) can go in together with one flush
     and emit exactly what a flush after each of them would; at least 1.

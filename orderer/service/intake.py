@@ -66,23 +66,23 @@ class IntakePass:
         return self.fragments + len(self.markers)
 
     def run(self, orderer: Orderer, now: float) -> None:
-        """The orderer calls of this pass at ``now``: a submit per batch, markers between them.
+        """The orderer calls of this pass at ``now``: the batches between two markers in one
+        call (:meth:`Orderer.submit_batches`, a submit of each in turn), markers between them.
 
-        A submit per batch rather than one of the batches joined: the same output (records of
-        one arrival time, each followed by a flush, see above), without the copy that joining
-        costs; the arrival log's rows are joined once for many passes (:func:`arrival_records`)."""
-        batches = iter(self.batches)
+        Not the batches joined into one: the same output (records of one arrival time, each
+        followed by a flush, see above), without the copy that joining costs; the arrival
+        log's rows are joined once for many passes (:func:`arrival_records`)."""
         start = 0
         for before, marker in self.markers:
-            for _ in range(before - start):
-                orderer.submit(next(batches), now=now)
+            if before > start:
+                orderer.submit_batches(self.batches[start:before], now=now)
             start = before
             if marker.kind is ArrivalKind.WATERMARK:
                 orderer.watermark(marker.source, marker.value, now=now)
             else:
                 orderer.end_source(marker.source, now=now)
-        for batch in batches:
-            orderer.submit(batch, now=now)
+        if len(self.batches) > start:
+            orderer.submit_batches(self.batches[start:], now=now)
 
     def rows(self) -> Iterator[FragmentBatch | _Marker]:
         """The pass's batches and markers in arrival order."""
