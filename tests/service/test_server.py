@@ -301,23 +301,16 @@ def test_a_storage_failure_stops_input_but_not_the_server(tmp_path: Path) -> Non
 
 
 def test_arrival_times_increase_strictly_between_calls(tmp_path: Path) -> None:
-    """Input taken in by different intake passes has strictly increasing arrival times (input
-    of one pass shares its time). Each batch is acknowledged before the watermark after it is
-    sent, so the two are in different passes; the watermark and the next batch may share one."""
-
     async def body() -> None:
         async with serving_channel(tmp_path, CONFIG) as (_running, channel):
             call = _Stream(channel)
             for k in range(50):
                 await call.write(_request(1, k, [k]))
-                assert await call.ack() == (1, k + 1)
                 await call.write(pb.SubmitRequest(watermark=pb.Watermark(source=2, watermark=k)))
             assert await call.close() == grpc.StatusCode.OK
         arrivals = ArrivalLog.open(tmp_path / "arrivals")
         times = np.concatenate([b.column("t").to_numpy() for b in arrivals.batches()])
-        assert len(times) == 100 and bool((np.diff(times) >= 0).all())
-        batch, watermark = times[0::2], times[1::2]
-        assert bool((watermark > batch).all()) and bool((np.diff(batch) > 0).all())
+        assert len(times) == 100 and bool((np.diff(times) > 0).all())
 
     run(body())
 
