@@ -17,6 +17,7 @@ Arrow IPC file or stream, or a Parquet file, with the arrival log's columns (:da
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -34,12 +35,14 @@ from orderer.clock import SimulatedClock
 from orderer.config import OrdererConfig
 from orderer.errors import ConfigError
 from orderer.replay import read_records, write_emitted
+from orderer.result_files import staged
 from orderer.run_walk import ArrivalWalker
 
 __all__ = [
     "REQUIRED",
     "Sink",
     "input_batches",
+    "input_files",
     "open_sink",
     "replay_into",
     "replay_path",
@@ -308,18 +311,29 @@ def replay_into(
 def replay_path(
     input_path: Path, output_path: Path | None, stats_path: Path | None, config: OrdererConfig
 ) -> dict[str, Any]:
-    """``evb replay`` of one setting without the argument parsing; returns the counters."""
-    sink = open_sink(output_path)
-    try:
-        (orderer,) = replay_into(input_path, [(config, sink.write)])
-    finally:
-        sink.close()
+    """``evb replay`` of one setting without the argument parsing; returns the counters. The
+    output replaces ``output_path`` only once the replay succeeded (:func:`staged`)."""
+    with contextlib.ExitStack() as results:
+        written = None if output_path is None else results.enter_context(staged(output_path))
+        sink = open_sink(written)
+        try:
+            (orderer,) = replay_into(input_path, [(config, sink.write)])
+        finally:
+            sink.close()
     counters = orderer.counters()
     if stats_path is not None:
         write_stats(stats_path, counters)
     return counters
 
 
+def input_files(path: Path) -> list[Path]:
+    """The files a replay of ``path`` reads: the arrival log's segments of a data directory (or
+    of its ``arrivals/``), else ``path`` itself (which need not exist: reading it says so)."""
+    path = Path(path)
+    return _arrival_segments(path) if path.is_dir() else [path]
+
+
 def write_stats(path: Path, counters: Any) -> None:
-    """The STATS file (JSON)."""
-    path.write_text(json.dumps(counters, indent=1) + "\n", encoding="utf-8")
+    """The STATS file (JSON), in place only once whole (:func:`staged`)."""
+    with staged(path) as written:
+        written.write_text(json.dumps(counters, indent=1) + "\n", encoding="utf-8")

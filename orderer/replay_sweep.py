@@ -10,6 +10,7 @@ arrival to emission (p50, p99, max).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from orderer.batch import EmittedBatch
 from orderer.config import OrdererConfig
 from orderer.errors import ConfigError
 from orderer.replay_stream import Sink, open_sink, replay_into, write_stats
+from orderer.result_files import staged
 
 __all__ = ["DelayHistogram", "Setting", "output_for", "replay_sweep", "summary_table"]
 
@@ -114,19 +116,21 @@ def replay_sweep(
     (an empty histogram without ``delays``: tracking arrival times slows the merge)."""
     sweep = len(settings) > 1
     collectors: list[_Collector] = []
-    try:
-        for setting in settings:
-            path = None if output is None else output_for(output, setting, sweep)
-            collectors.append(_Collector(open_sink(path)))
-        write: list[Callable[[EmittedBatch], None]] = [c.write for c in collectors]
-        orderers = replay_into(
-            input_path,
-            [(s.config, w) for s, w in zip(settings, write, strict=True)],
-            track_arrival=delays,
-        )
-    finally:
-        for collector in collectors:
-            collector.sink.close()
+    with contextlib.ExitStack() as results:  # every output in place once all succeeded
+        try:
+            for setting in settings:
+                path = None if output is None else output_for(output, setting, sweep)
+                written = None if path is None else results.enter_context(staged(path))
+                collectors.append(_Collector(open_sink(written)))
+            write: list[Callable[[EmittedBatch], None]] = [c.write for c in collectors]
+            orderers = replay_into(
+                input_path,
+                [(s.config, w) for s, w in zip(settings, write, strict=True)],
+                track_arrival=delays,
+            )
+        finally:
+            for collector in collectors:
+                collector.sink.close()
     return [(o.counters(), c.delays) for o, c in zip(orderers, collectors, strict=True)]
 
 

@@ -16,6 +16,7 @@ import contextlib
 import json
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import IO, Any
 
 from orderer.cli.arguments import renamed, sweep_from_flags
@@ -41,14 +42,32 @@ __all__ = [
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from orderer.replay_sweep import Setting, print_summary, replay_sweep, write_sweep_stats
+    from orderer.replay_stream import input_files
+    from orderer.replay_sweep import (
+        Setting,
+        output_for,
+        print_summary,
+        replay_sweep,
+        write_sweep_stats,
+    )
+    from orderer.result_files import check_results
 
     grid = [Setting(params, config) for params, config in sweep_from_flags(args)]
     if (args.input is None) == (args.nscldaq is None):
         raise ConfigError("INPUT", None, "give either INPUT or --nscldaq FILE...")
+    if args.nscldaq is not None and (args.output is None or len(grid) > 1):
+        raise ConfigError("--nscldaq", None, "needs --output OUT.jsonl and one setting")
+    targets = [] if args.output is None else [
+        ("--output", output_for(args.output, setting, len(grid) > 1)) for setting in grid
+    ]
+    if args.stats is not None:
+        targets.append(("--stats", args.stats))
+    inputs = (
+        [Path(name) for name in args.nscldaq if name != "-"]
+        if args.nscldaq is not None else input_files(args.input)
+    )
+    check_results(targets, inputs, overwrite=args.overwrite)
     if args.nscldaq is not None:
-        if args.output is None or len(grid) > 1:
-            raise ConfigError("--nscldaq", None, "needs --output OUT.jsonl and one setting")
         return _replay_nscldaq(args, grid[0].config)
     table = len(grid) > 1 or (args.output is None and args.stats is None)
     results = replay_sweep(args.input, grid, args.output, delays=table)
@@ -65,10 +84,11 @@ def _replay_nscldaq(args: argparse.Namespace, config: Any) -> int:
     from orderer.nscldaq.reader import read_records
     from orderer.replay import replay, write_emitted
     from orderer.replay_stream import write_stats
+    from orderer.result_files import staged
 
     records = read_records(args.nscldaq, skip_unstamped=args.skip_unstamped)
     emitted, counters = replay(records, config)
-    with args.output.open("w", encoding="utf-8") as out:
+    with staged(args.output) as written, written.open("w", encoding="utf-8") as out:
         write_emitted(emitted, out)
     if args.stats is not None:
         write_stats(args.stats, counters)

@@ -128,6 +128,11 @@ def _add_replay(commands: Any) -> None:
         "--stats", type=Path, metavar="STATS.json",
         help="write the counters (a sweep: a list of {setting, counters})",
     )
+    replay.add_argument(
+        "--overwrite", action="store_true",
+        help="replace an existing OUT or STATS.json (otherwise refused; either is replaced "
+        "only once the replay succeeded)",
+    )
     add_orderer_flags(replay)
 
 

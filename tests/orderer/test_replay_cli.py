@@ -167,7 +167,7 @@ def test_an_input_path_through_a_file_and_an_output_onto_a_directory(
     assert "Traceback" not in result.stderr
     result = _run(["replay", str(source), "--output", str(tmp_path)], cwd=repo)
     assert result.returncode == 2, result.stderr
-    assert f"{tmp_path}: Is a directory" in result.stderr
+    assert f"--output: is a directory; give a file name (got '{tmp_path}')" in result.stderr
     assert "Traceback" not in result.stderr
 
 

@@ -31,6 +31,8 @@ def _base_flags(example: Path) -> list[str]:
 
 
 def _check_sweep(source: Path, grid: dict[str, list[str]], base: list[str], tmp: Path) -> None:
+    """The sweep against each setting alone, all into the same files (``--overwrite``)."""
+    base = [*base, "--overwrite"]
     sweep_flags = [x for name, values in grid.items() for x in (f"--{name}", ",".join(values))]
     stats = tmp / "sweep.json"
     assert main(["replay", str(source), "--output", str(tmp / "out-{}.arrow"),
