@@ -13,12 +13,20 @@ Names use the vocabulary of docs/ordering.md, and rates are left to PromQL's ``r
 gauge of a precomputed rate cannot be summed or re-windowed). README ("The service") lists them:
 ``evb_fragments_{received,emitted,late,dropped}_total{source}``, ``evb_queue_depth{source}``,
 ``evb_source_paused{source}``, ``evb_source_dead{source}``, ``evb_source_ended{source}``,
-``evb_source_idle_seconds{source}``, ``evb_barriers_total{completeness,homogeneity}``,
+``evb_source_arrived{source}``, ``evb_source_idle_seconds{source}``,
+``evb_barriers_total{completeness,homogeneity}``,
 ``evb_emission_latency_seconds``, ``evb_fsync_duration_seconds{log}``, ``evb_log_bytes{log}``,
 ``evb_log_volume_free_bytes``, ``evb_log_volume_size_bytes``, ``evb_degraded``,
 ``evb_output_offset``, ``evb_high_water_mark``, ``evb_consumer_committed_offset{consumer}``,
 ``evb_consumer_lag_seconds{consumer}``,
 ``evb_submit_streams``, ``evb_subscribers``, ``evb_build_info{version}``.
+
+A declared source that never sent anything has every per-source series from the start, its idle
+time counted from the run's start and ``evb_source_arrived`` 0: a series that is absent matches
+no alert expression and draws no line, so the failure a shift crew meets first (a digitizer that
+never connected, while every fragment waits the full build window) would be silent. The
+contract is unchanged (such a source is never dead by timeout, docs/ordering.md); this only
+makes it visible.
 """
 
 from __future__ import annotations
@@ -238,6 +246,11 @@ class MetricsSnapshot:
     subscribers: int
     now: float = 0.0
     """The service's clock (the time base of ``last_arrival``)."""
+    waiting_since: float = 0.0
+    """The service's clock when the orderer began waiting for its declared sources, from which
+    one that never sent counts as idle: the clock's origin, 0 at the data directory's first
+    start (a restart resumes the clock at the last logged record, so the time the orderer was
+    down is not counted)."""
     barriers: Mapping[tuple[str, str], int] = field(default_factory=dict)
     """Resolved barriers by (completeness, homogeneity)."""
     latency: HistogramData | None = None
@@ -342,7 +355,12 @@ def _per_source(snap: MetricsSnapshot) -> Iterator[Metric]:
     }
     idle = GaugeMetricFamily(
         "evb_source_idle_seconds",
-        "Seconds since the source's last arrival (absent before its first).",
+        "Seconds since the source's last arrival (before its first: since the run's start).",
+        labels=["source"],
+    )
+    arrived = GaugeMetricFamily(
+        "evb_source_arrived",
+        "1 once anything from the source arrived; 0 for a declared source never heard from.",
         labels=["source"],
     )
     for source, state in sorted(snap.states.items()):
@@ -350,11 +368,13 @@ def _per_source(snap: MetricsSnapshot) -> Iterator[Metric]:
         for key, flag in flags.items():
             flag.add_metric([str(source)], 1.0 if state.get(key) else 0.0)
         last = state.get("last_arrival")
-        if last is not None:
-            idle.add_metric([str(source)], max(0.0, snap.now - float(last)))
+        since = snap.waiting_since if last is None else float(last)
+        idle.add_metric([str(source)], max(0.0, snap.now - since))
+        arrived.add_metric([str(source)], 0.0 if last is None else 1.0)
     yield depth
     yield from flags.values()
     yield idle
+    yield arrived
 
 
 def _storage(snap: MetricsSnapshot) -> Iterator[Metric]:

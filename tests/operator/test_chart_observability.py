@@ -174,5 +174,32 @@ def test_every_expression_names_only_metrics_a_live_server_exports(tmp_path: Pat
     alerts = {r["alert"] for group in rule["spec"]["groups"] for r in group["rules"]}
     assert alerts >= {
         "EvbSourceDead", "EvbSourceStalled", "EvbLateBurst", "EvbIncompleteBarriers",
-        "EvbConsumerLag", "EvbLogVolumeDegraded", "EvbLogVolumeNearlyFull",
+        "EvbConsumerLag", "EvbLogVolumeDegraded", "EvbLogVolumeNearlyFull", "EvbSourceNeverSeen",
     }
+
+
+def test_a_declared_source_never_heard_from_has_an_alert_on_exported_series(
+    tmp_path: Path,
+) -> None:
+    """A digitizer that never connected was silent: it had no idle series and is never dead by
+    timeout. EvbSourceNeverSeen selects a source by the series a live server exports for every
+    declared source from the start (evb_source_arrived 0, its idle time since the run's start),
+    its threshold is the chart's value, and EvbSourceStalled leaves such a source to it (one
+    alert per failure). tests/system/test_alerts.py makes both fire on a real Prometheus."""
+    exported = _exported(tmp_path)
+    (rule,) = _kind(render(ALL_ON, [MONITORING]), "PrometheusRule")
+    rules = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
+    never_seen = rules["EvbSourceNeverSeen"]
+    named = set(_NAME.findall(never_seen["expr"]))
+    assert {"evb_source_arrived", "evb_source_idle_seconds"} <= named <= exported
+    assert re.search(r"\(evb_source_arrived\) == 0", never_seen["expr"])
+    assert re.search(r"\(evb_source_arrived\) == 1", rules["EvbSourceStalled"]["expr"])
+    assert never_seen["labels"]["severity"] == "critical"
+    (values_rule,) = _kind(
+        render({"monitoring": {"prometheusRule": {"enabled": True, "neverSeenSeconds": 7}}},
+               [MONITORING]),
+        "PrometheusRule",
+    )
+    (changed,) = [r for g in values_rule["spec"]["groups"] for r in g["rules"]
+                  if r.get("alert") == "EvbSourceNeverSeen"]
+    assert "(evb_source_idle_seconds) > 7" in changed["expr"]

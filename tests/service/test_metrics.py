@@ -20,7 +20,7 @@ from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
 from orderer.service.metrics import ArrivalLatency, Histogram
 from orderer.service.server import RunningServer
 from orderer.wire import convert
-from tests.service.harness import run, serving, target
+from tests.service.harness import run, serving, serving_channel, target
 
 CONFIG = OrdererConfig(build_window=0.3, startup_delay=0.0, sources=(1, 2))
 
@@ -133,12 +133,43 @@ def test_latency_fsync_logs_consumers_and_build_info(tmp_path: Path) -> None:
         assert value(samples, "evb_output_offset") == 5
         assert value(samples, "evb_fragments_received_total", source="1") == 5
         assert value(samples, "evb_source_idle_seconds", source="1") >= 0.29
-        assert ("evb_source_idle_seconds", (("source", "2"),)) not in samples  # never sent
+        assert value(samples, "evb_source_idle_seconds", source="2") >= value(
+            samples, "evb_source_idle_seconds", source="1"
+        )  # never sent: idle since the run's start, before source 1's arrival
         assert value(samples, "evb_source_dead", source="1") == 0
         assert value(samples, "evb_source_ended", source="1") == 0
         versions = [dict(k[1])["version"] for k in samples if k[0] == "evb_build_info"]
         assert len(versions) == 1 and versions[0] != ""
         assert not any(name == "evb_ingest_rate" for name, _ in samples)
+
+    run(body())
+
+
+def test_a_declared_source_that_never_sent_has_its_series_from_the_start(tmp_path: Path) -> None:
+    """Sources 1-3 declared, only 1 sends: source 3 has every per-source series, its idle time
+    counted from the run's start (the service's clock starts at 0) and evb_source_arrived 0,
+    where before it had no idle series at all and no alert could see it. A restart recovers
+    which sources were heard from."""
+    config = OrdererConfig(build_window=0.3, startup_delay=0.0, sources=(1, 2, 3))
+
+    async def body() -> None:
+        async with serving_channel(tmp_path, config, metrics_port=0) as (running, channel):
+            await asyncio.sleep(0.3)
+            await submit(channel, 1, [1, 2, 3])
+            samples = await scrape_async(running)
+            now = running.service.metrics_snapshot().now
+        idle = value(samples, "evb_source_idle_seconds", source="3")
+        assert 0.3 <= idle <= now
+        assert idle > value(samples, "evb_source_idle_seconds", source="1") + 0.25
+        assert value(samples, "evb_source_arrived", source="1") == 1
+        for name in ("evb_source_arrived", "evb_source_dead", "evb_queue_depth"):
+            assert value(samples, name, source="3") == 0, name
+        assert value(samples, "evb_fragments_received_total", source="3") == 0
+        async with serving(tmp_path, config, metrics_port=0) as running:
+            samples = await scrape_async(running)
+        assert value(samples, "evb_source_arrived", source="1") == 1
+        assert value(samples, "evb_source_arrived", source="3") == 0
+        assert value(samples, "evb_source_idle_seconds", source="3") >= 0.3
 
     run(body())
 
