@@ -18,7 +18,7 @@ import difflib
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
 from orderer.errors import ConfigError
@@ -32,6 +32,8 @@ __all__ = [
     "OrdererConfig",
     "camel_case",
     "check_keys",
+    "parameter_names",
+    "parameter_value",
     "parse_source_timeout",
     "snake_case",
     "unknown_key",
@@ -226,6 +228,30 @@ class OrdererConfig:
     def with_changes(self, **changes: Any) -> OrdererConfig:
         """A copy with some parameters changed (live reconfiguration), validated again."""
         return replace(self, **changes)
+
+
+def parameter_names() -> tuple[str, ...]:
+    """Every parameter a user sets on its own, by name: the fields of :class:`OrdererConfig`,
+    a nested group's fields dotted (``flow_control.queue_xoff``). Why: a restart weighs each
+    parameter the user gave against the run's recorded one (a ``--config`` file may give one
+    flow-control threshold alone), and a new field is weighed without anyone listing it."""
+    names: list[str] = []
+    defaults = OrdererConfig()
+    for f in fields(OrdererConfig):
+        value = getattr(defaults, f.name)
+        if is_dataclass(value):
+            names.extend(f"{f.name}.{inner.name}" for inner in fields(value))
+        else:
+            names.append(f.name)
+    return tuple(names)
+
+
+def parameter_value(config: OrdererConfig, name: str) -> Any:
+    """The value of one of :func:`parameter_names` in ``config``."""
+    value: Any = config
+    for part in name.split("."):
+        value = getattr(value, part)
+    return value
 
 
 def parse_source_timeout(value: Any) -> float | None:

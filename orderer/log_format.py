@@ -9,7 +9,8 @@ the torn-tail rule and the conversions between the logs' record batches and the 
 columnar types; this module imports nothing above :mod:`orderer.batch`.
 
 **Layout.** A data directory holds ``arrivals/`` (the arrival log), ``ordered/`` (the ordered
-log) and ``consumers.json``. A log is a directory of segment files
+log), ``consumers.json`` and ``parameters.json``, the orderer's parameters the run began with
+(:data:`PARAMETERS`; live changes follow in the arrival log). A log is a directory of segment files
 ``<log>-<first row number, 20 digits>.arrow`` (``ordered-00000000000000065536.arrow``); rows
 are numbered from 0 across the segments of a log, and the ordered log's row number is the
 fragment's offset. Each segment is an Arrow IPC *stream*, a standard columnar format any Arrow
@@ -25,6 +26,7 @@ removed) and appends to a new segment.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,7 +34,8 @@ import numpy as np
 import pyarrow as pa
 
 from orderer.batch import ArrivalRecords, EmittedBatch
-from orderer.errors import InternalOrdererError
+from orderer.config import OrdererConfig
+from orderer.errors import ConfigError, InternalOrdererError
 
 __all__ = [
     "ARRIVALS",
@@ -40,6 +43,7 @@ __all__ = [
     "END_OF_STREAM",
     "ORDERED",
     "ORDERED_SCHEMA",
+    "PARAMETERS",
     "SegmentReader",
     "arrivals_from_arrow",
     "arrivals_to_arrow",
@@ -48,7 +52,9 @@ __all__ = [
     "first_row",
     "ordered_batches",
     "ordered_segments",
+    "parameters_bytes",
     "read_batch_at",
+    "read_parameters",
     "segment_files",
     "segment_path",
 ]
@@ -57,6 +63,16 @@ ARRIVALS = "arrivals"
 """The arrival log: its directory in a data directory, and its segments' name prefix."""
 ORDERED = "ordered"
 """The ordered log: its directory in a data directory, and its segments' name prefix."""
+
+PARAMETERS = "parameters.json"
+"""The orderer's parameters a run began with, in its data directory: ``{"format": 1,
+"orderer": {...}}``, the parameters as :meth:`~orderer.config.OrdererConfig.to_mapping` spells
+them. Written once, when the run's logs are created, before the first record; the arrival log
+holds every live change after it. A file beside the logs rather than a first arrival record:
+the arrival log's records are what ``evb replay`` walks, and a record setting every parameter
+would override the flags of a what-if replay or a sweep of the same log. A data directory
+without it was written before parameters were recorded."""
+_PARAMETERS_FORMAT = 1
 
 ARRIVAL_SCHEMA = pa.schema(
     [
@@ -301,3 +317,39 @@ def emitted_from_arrow(batch: pa.RecordBatch) -> EmittedBatch:
     )
     offsets, payload = _unpack_binary(batch.column("payload"))
     return EmittedBatch(first, t, source, timestamp, barrier, late, offsets, payload)
+
+
+def parameters_bytes(config: OrdererConfig) -> bytes:
+    """The content of :data:`PARAMETERS` for ``config``."""
+    document = {"format": _PARAMETERS_FORMAT, "orderer": config.to_mapping()}
+    return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
+
+
+def read_parameters(directory: Path) -> OrdererConfig | None:
+    """The parameters the run in data directory ``directory`` began with; None when it has no
+    :data:`PARAMETERS` (a new directory, or one written before they were recorded). A file that
+    does not hold them (edited by hand, another program's) is a :class:`ConfigError` naming it:
+    recovering with other parameters than the run's would rebuild another run."""
+    path = Path(directory) / PARAMETERS
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as error:
+        why = "not UTF-8 text" if isinstance(error, UnicodeDecodeError) else error.strerror
+        raise ConfigError(str(path), None, f"cannot be read: {why}") from None
+    try:
+        document = json.loads(text)
+    except ValueError as error:
+        raise ConfigError(str(path), None, f"is not JSON: {error}") from None
+    if not isinstance(document, dict) or document.get("format") != _PARAMETERS_FORMAT:
+        raise ConfigError(
+            str(path), None, f'is not a run\'s parameters file (no "format": {_PARAMETERS_FORMAT})'
+        )
+    parameters = document.get("orderer")
+    if not isinstance(parameters, dict):
+        raise ConfigError(str(path), None, 'has no "orderer" mapping of parameters')
+    try:
+        return OrdererConfig.from_mapping(parameters)
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error.parameter}", error.value, error.why) from None

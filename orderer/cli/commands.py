@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from orderer.cli.arguments import renamed, sweep_from_flags
-from orderer.cli.config_file import serve_configs
+from orderer.cli.config_file import serve_settings
 from orderer.errors import ConfigError
 from orderer.wire.options import security_from_args
 
@@ -120,7 +120,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from orderer.service.server import RunningServer, serve
 
-    config, service = serve_configs(args)
+    settings = serve_settings(args)
+    service = settings.service
     logging.basicConfig(
         level=args.log_level.upper(),
         stream=sys.stderr,
@@ -133,7 +134,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if running.metrics_port is not None:
             print(f"evb serve: metrics on port {running.metrics_port}", flush=True)
 
-    return asyncio.run(serve(config, service, ready=ready))
+    return asyncio.run(serve(settings.config, service, given=settings.given, ready=ready))
 
 
 def cmd_spark_job(args: argparse.Namespace) -> int:

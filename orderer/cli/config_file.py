@@ -9,15 +9,18 @@ needs the YAML's node positions, which nothing else in the command line deals wi
 from __future__ import annotations
 
 import argparse
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orderer.cli.arguments import flag, flag_values, renamed
-from orderer.config import OrdererConfig, check_keys, snake_case
+from orderer.config import OrdererConfig, check_keys, parameter_names, snake_case
 from orderer.errors import ConfigError, EvbError
 
-__all__ = ["BadInput", "load_yaml", "serve_configs"]
+if TYPE_CHECKING:  # the service's modules are imported by evb serve only, when it runs
+    from orderer.service.settings import GivenParameter, ServiceConfig
+
+__all__ = ["BadInput", "ServeSettings", "load_yaml", "serve_configs", "serve_settings"]
 
 
 class BadInput(EvbError):
@@ -88,11 +91,23 @@ _SERVE_FLAGS = (
 )
 
 
-def serve_configs(args: argparse.Namespace) -> tuple[OrdererConfig, Any]:
+@dataclass(frozen=True)
+class ServeSettings:
+    """What ``evb serve`` starts with (:func:`serve_settings`)."""
+
+    config: OrdererConfig
+    """The orderer's parameters: the defaults, the file over them, the flags over it."""
+    service: ServiceConfig
+    given: tuple[GivenParameter, ...]
+    """The orderer parameters the user gave (a flag, or a key of the file): on a restart only
+    these are weighed against the run's recorded ones; one left out keeps the run's value."""
+
+
+def serve_settings(args: argparse.Namespace) -> ServeSettings:
     """The configuration ``evb serve`` runs with: the ``--config`` file, the flags over it
-    (whatever the key's spelling), checked as a whole; an error names the flag, or the file,
-    line and key it came from. Returns ``(OrdererConfig, ServiceConfig)``."""
-    from orderer.service.settings import ServiceConfig, configs_from_mapping
+    (whatever the key's spelling), checked as a whole, and which orderer parameters were given;
+    an error names the flag, or the file, line and key it came from."""
+    from orderer.service.settings import GivenParameter, ServiceConfig, configs_from_mapping
 
     values, where = load_yaml(args.config) if args.config else ({}, {})
     flags = flag_values(args)
@@ -107,6 +122,14 @@ def serve_configs(args: argparse.Namespace) -> tuple[OrdererConfig, Any]:
     known = [f.name for f in fields(OrdererConfig)] + [f.name for f in fields(ServiceConfig)]
     try:
         check_keys(values, known)  # the service's keys too, so the suggestion can be one
-        return configs_from_mapping(values)
+        config, service = configs_from_mapping(values)
     except ConfigError as error:
         raise renamed(error, where) from None
+    given = tuple(GivenParameter(name, where[name]) for name in parameter_names() if name in where)
+    return ServeSettings(config, service, given)
+
+
+def serve_configs(args: argparse.Namespace) -> tuple[OrdererConfig, ServiceConfig]:
+    """:func:`serve_settings`' ``(OrdererConfig, ServiceConfig)``."""
+    settings = serve_settings(args)
+    return settings.config, settings.service

@@ -1,12 +1,19 @@
 """The data directory of a run (``--data-dir``): the arrival log and the ordered log that hold
-the run, opened and recovered by one server at a time, with a clear refusal when the directory
-cannot hold them.
+the run, with the parameters it began with, opened and recovered by one server at a time, with
+a clear refusal when the directory cannot hold them.
 
 Why: two servers on one directory (two pods on one volume) would both append to its logs; an
 exclusive ``flock`` held while the service runs refuses the second, and the kernel drops it when
 the process dies, so a killed server never leaves it behind. A directory that cannot hold the
 logs (a file in the way, no permission) is a :class:`~orderer.errors.ConfigError` naming the
 flag, said before the service starts, instead of an ``OSError`` from deep in the storage.
+
+The run's parameters are the run's: a new directory records those it begins with
+(:data:`~orderer.log_format.PARAMETERS`) before its logs hold anything, and every later start
+recovers the run with them, whatever its command line; what that command line gives otherwise
+is weighed by :mod:`orderer.service.restart` before anything is written. A directory that holds
+logs but no recorded parameters was written by an evb that did not record them: it is
+recovered with the parameters given, as it always was.
 """
 
 from __future__ import annotations
@@ -14,13 +21,24 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from orderer import log_format
 from orderer.config import OrdererConfig
-from orderer.errors import ConfigError
+from orderer.errors import ConfigError, InternalOrdererError
 from orderer.log_format import ARRIVALS, ORDERED
-from orderer.service.storage import ArrivalLog, FsyncPolicy, OrderedLog, Recovered, recover
+from orderer.service import restart
+from orderer.service.settings import GivenParameter
+from orderer.service.storage import (
+    ArrivalLog,
+    FsyncPolicy,
+    OrderedLog,
+    Recovered,
+    record_parameters,
+    recover,
+)
 
 __all__ = ["DATA_DIR_FLAG", "OpenedRun", "lock", "open_run", "unusable"]
 
@@ -69,18 +87,42 @@ class OpenedRun:
     arrivals: ArrivalLog
     ordered: OrderedLog
     recovered: Recovered
+    changes: tuple[restart.LiveChange, ...] = ()
+    """Live changes the start's parameters ask of the recovered run (the service applies them
+    once it runs, each recorded as ``Configure`` records one)."""
+
+
+def _holds_logs(directory: Path) -> bool:
+    return bool(
+        log_format.segment_files(directory / ARRIVALS, ARRIVALS)
+        or log_format.segment_files(directory / ORDERED, ORDERED)
+    )
 
 
 def open_run(
-    config: OrdererConfig, directory: Path, *, fsync: FsyncPolicy, segment_bytes: int
+    config: OrdererConfig,
+    directory: Path,
+    *,
+    given: Iterable[GivenParameter],
+    fsync: FsyncPolicy,
+    segment_bytes: int,
 ) -> OpenedRun:
-    """Lock ``directory``, open (or create) its logs and recover the run they hold; on any
-    error, whatever was opened is closed and the lock released."""
+    """Lock ``directory``, open (or create) its logs and recover the run they hold with the
+    parameters it began with; ``config``'s values of the parameters ``given`` are weighed
+    against them first (refused, or live changes to make). On any error, whatever was opened is
+    closed and the lock released."""
     held = lock(directory)
     arrivals: ArrivalLog | None = None
     ordered: OrderedLog | None = None
     try:
+        recorded = log_format.read_parameters(directory)
+        unrecorded = recorded is None and _holds_logs(directory)
+        changes: tuple[restart.LiveChange, ...] = ()
+        if recorded is not None:
+            changes = restart.weigh(recorded, config, given, directory)
         try:
+            if recorded is None and not unrecorded:
+                record_parameters(directory, config)
             arrivals = ArrivalLog.open(
                 directory / ARRIVALS, fsync=fsync, segment_bytes=segment_bytes
             )
@@ -89,7 +131,18 @@ def open_run(
             )
         except OSError as error:  # a path in the way, no permission, no space
             raise unusable(directory, error) from None
-        recovered = recover(config, arrivals, ordered)
+        try:
+            recovered = recover(config if recorded is None else recorded, arrivals, ordered)
+        except InternalOrdererError as error:
+            if not unrecorded:
+                raise
+            raise ConfigError(
+                DATA_DIR_FLAG,
+                str(directory),
+                "holds a run begun by an evb that did not record its parameters, and its logs "
+                "do not replay under the ones given now: start it with the flags (or --config "
+                f"file) the run began with ({error})",
+            ) from None
     except BaseException:
         for opened in (arrivals, ordered):
             if opened is not None:
@@ -97,9 +150,13 @@ def open_run(
         os.close(held)
         raise
     log.info(
-        "recovered %d arrivals, %d ordered fragments, time %.6f",
+        "recovered %d arrivals, %d ordered fragments, time %.6f, with %s",
         arrivals.records,
         ordered.next_offset,
         recovered.resume_time,
+        "the parameters given (the directory records none)" if unrecorded
+        else "the parameters the run recorded",
     )
-    return OpenedRun(lock=held, arrivals=arrivals, ordered=ordered, recovered=recovered)
+    return OpenedRun(
+        lock=held, arrivals=arrivals, ordered=ordered, recovered=recovered, changes=changes
+    )

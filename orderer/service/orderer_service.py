@@ -29,7 +29,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,14 +39,14 @@ from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer.api import Orderer
 from orderer.batch import ArrivalKind, ArrivalRecords, EmittedBatch
 from orderer.clock import MonotonicClock
-from orderer.config import OrdererConfig
+from orderer.config import OrdererConfig, parameter_value
 from orderer.errors import InterfaceError, ServiceUnavailable
-from orderer.service import data_dir
+from orderer.service import data_dir, restart
 from orderer.service.diagnostics import BarrierLog
 from orderer.service.group_commit import GroupCommit
 from orderer.service.intake import Intake
 from orderer.service.metrics import ArrivalLatency, BarrierTally, MetricsSnapshot, directory_bytes
-from orderer.service.settings import ServiceConfig
+from orderer.service.settings import GivenParameter, ServiceConfig, every_parameter
 from orderer.service.storage import ArrivalLog, ConsumerOffsets, OrderedLog, Recovered
 from orderer.service.submit_stream import END_OF_STREAM, SubmitStream
 from orderer.service.subscriptions import Retention, Subscriptions
@@ -122,6 +122,7 @@ class OrdererService:
         self._barrier_log = BarrierLog()
         self._intake = Intake()
         self._intake_scheduled = False
+        self._restart_changes: tuple[restart.LiveChange, ...] = ()
         for flow in self._orderer.take_flow_signals():
             self._paused[flow.source] = flow.paused
         # those the recovery resolved: the whole run's, from the start (it replays every arrival)
@@ -129,20 +130,33 @@ class OrdererService:
         self._rearm()
 
     @classmethod
-    def open(cls, config: OrdererConfig, service: ServiceConfig) -> OrdererService:
-        """Open (or create) the logs in ``service.data_dir`` and recover the run they hold.
-        The directory is locked: a second server on it (two pods on one volume) is refused."""
+    def open(
+        cls,
+        config: OrdererConfig,
+        service: ServiceConfig,
+        given: Iterable[GivenParameter] | None = None,
+    ) -> OrdererService:
+        """Open (or create) the logs in ``service.data_dir`` and recover the run they hold, with
+        the parameters it recorded; of ``config``, only the parameters ``given`` count (None:
+        all of them), each weighed against the run's (:mod:`~orderer.service.restart`): the
+        live changes they ask for wait for :meth:`apply_restart_changes`. The directory is
+        locked: a second server on it (two pods on one volume) is refused."""
         run = data_dir.open_run(
-            config, service.data_dir, fsync=service.fsync, segment_bytes=service.segment_bytes
+            config,
+            service.data_dir,
+            given=every_parameter() if given is None else given,
+            fsync=service.fsync,
+            segment_bytes=service.segment_bytes,
         )
-        return cls(
+        sources = run.recovered.orderer.config.sources  # the run's, whatever was given
+        opened = cls(
             recovered=run.recovered,
             arrivals=run.arrivals,
             ordered=run.ordered,
             lock=run.lock,
             limits=convert.BatchLimits(
                 max_payload_bytes=service.max_payload_bytes,
-                sources=frozenset(config.sources) if service.strict_sources else None,
+                sources=frozenset(sources) if service.strict_sources else None,
             ),
             subscribe_max_fragments=service.subscribe_max_fragments,
             subscribe_max_bytes=service.subscribe_max_bytes,
@@ -151,6 +165,34 @@ class OrdererService:
             consumers=ConsumerOffsets(service.data_dir / "consumers.json"),
             run=service.run,
         )
+        opened._restart_changes = run.changes
+        return opened
+
+    async def apply_restart_changes(self) -> None:
+        """The live changes the start's parameters ask of the recovered run, made as
+        ``Configure`` makes them (recorded in the arrival log, durable when this returns), each
+        logged with both values; one already in force (a live change before the restart) is
+        left as it is."""
+        changes, self._restart_changes = self._restart_changes, ()
+        wanted: dict[str, Any] = {}
+        for change in changes:
+            before = parameter_value(self._orderer.config, change.name)
+            if before == change.value:
+                log.info(
+                    "%s: %s (%s) is in force already", change.name,
+                    restart.shown(change.name, change.value), change.written,
+                )
+                continue
+            wanted[change.name] = change.value
+            log.info(
+                "%s: %s -> %s (%s differs from the run's), a live change after recovery",
+                change.name,
+                restart.shown(change.name, before),
+                restart.shown(change.name, change.value),
+                change.written,
+            )
+        if wanted:
+            await self.configure(wanted)
 
     # ------------------------------------------------------------------ properties
 

@@ -18,7 +18,7 @@ import contextlib
 import gc
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import grpc
@@ -33,7 +33,7 @@ from orderer.service.metrics import MetricsSnapshot, ServiceMetrics
 from orderer.service.orderer_service import OrdererService
 from orderer.service.security import ServerSecurity
 from orderer.service.servicer import OrdererServicer
-from orderer.service.settings import ServiceConfig
+from orderer.service.settings import GivenParameter, ServiceConfig
 
 __all__ = [
     "LIVENESS_SERVICE",
@@ -98,9 +98,18 @@ def _metrics_snapshot_function(
     return snapshot
 
 
-async def start_server(config: OrdererConfig, service_config: ServiceConfig) -> RunningServer:
+async def start_server(
+    config: OrdererConfig,
+    service_config: ServiceConfig,
+    *,
+    given: Iterable[GivenParameter] | None = None,
+) -> RunningServer:
     """Recover the run in ``data_dir``, then serve the orderer, health checking and reflection
     (over TLS and behind a token when configured: :mod:`orderer.service.security`).
+
+    The run is recovered with the parameters it recorded; of ``config``, the parameters
+    ``given`` (None: all) that differ are refused, or applied as live changes once the server
+    is bound, before it takes a call (:mod:`orderer.service.restart`).
 
     Everything a user can get wrong is checked before anything is opened or written: the TLS
     files, the gRPC address and the metrics port (:mod:`orderer.service.binding`: a port
@@ -119,8 +128,9 @@ async def start_server(config: OrdererConfig, service_config: ServiceConfig) -> 
         binding.check_metrics(
             service_config.metrics_port, service_config.metrics_address, service_config.listen
         )
-    service = OrdererService.open(config, service_config)
+    service = OrdererService.open(config, service_config, given)
     metrics = ServiceMetrics(_metrics_snapshot_function(service, asyncio.get_running_loop()))
+    server: grpc.aio.Server | None = None
     try:
         metrics_port = None
         if service_config.metrics_port is not None:
@@ -133,7 +143,10 @@ async def start_server(config: OrdererConfig, service_config: ServiceConfig) -> 
                     service_config.metrics_port, service_config.metrics_address, error
                 ) from None
         server, health_servicer, port = _bind(service, service_config, security, skipped)
+        await service.apply_restart_changes()
     except BaseException:
+        if server is not None:  # bound, never started
+            await server.stop(None)
         metrics.stop()
         await service.close()
         raise
@@ -223,12 +236,13 @@ async def serve(
     config: OrdererConfig,
     service_config: ServiceConfig,
     *,
+    given: Iterable[GivenParameter] | None = None,
     ready: Callable[[RunningServer], None] | None = None,
 ) -> int:
     """Run until SIGTERM/SIGINT (graceful stop) or a storage failure (exit status 1, so that the
     pod restarts and recovers from the logs; 1 also for a stop while the log volume is full,
     since then input that arrived was not written: never acknowledged, so it is resent)."""
-    running = await start_server(config, service_config)
+    running = await start_server(config, service_config, given=given)
     _settle_garbage_collector()
     log.info("serving on port %d (data in %s)", running.port, service_config.data_dir)
     if ready is not None:

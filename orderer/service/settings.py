@@ -15,12 +15,12 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from orderer.config import OrdererConfig, snake_case
+from orderer.config import OrdererConfig, parameter_names, snake_case
 from orderer.errors import ConfigError
 from orderer.service.storage import FsyncPolicy
 from orderer.wire import convert
 
-__all__ = ["ServiceConfig", "configs_from_mapping"]
+__all__ = ["GivenParameter", "ServiceConfig", "configs_from_mapping", "every_parameter"]
 
 
 @dataclass(frozen=True)
@@ -120,6 +120,28 @@ class ServiceConfig:
             isinstance(self.retention_seconds, int | float) and self.retention_seconds > 0
         ):
             raise ConfigError("retention_seconds", self.retention_seconds, "must be > 0 seconds")
+
+
+@dataclass(frozen=True, slots=True)
+class GivenParameter:
+    """An orderer parameter the user gave when starting (a flag, a ``--config`` key), and how
+    they wrote it. Why the service is told: a restart continues its run with the parameters the
+    run recorded, and only what the user actually gave is weighed against them
+    (:mod:`orderer.service.restart`): a flag left out keeps the run's value, it does not mean
+    the default."""
+
+    name: str
+    """One of :func:`~orderer.config.parameter_names` (``build_window``,
+    ``flow_control.queue_xoff``)."""
+    written: str
+    """What the user wrote, for messages: the flag (``--build-window``), or the file, line and
+    key (``evb.yaml:3: buildWindow``)."""
+
+
+def every_parameter() -> tuple[GivenParameter, ...]:
+    """Every parameter, as given by its own name: what a caller handing the service a whole
+    :class:`OrdererConfig` (a test, an embedding program) means by it."""
+    return tuple(GivenParameter(name, name) for name in parameter_names())
 
 
 def configs_from_mapping(mapping: Mapping[str, Any]) -> tuple[OrdererConfig, ServiceConfig]:

@@ -50,7 +50,9 @@ __all__ = [
     "FsyncPolicy",
     "OrderedLog",
     "Recovered",
+    "record_parameters",
     "recover",
+    "replace_file",
 ]
 
 
@@ -252,6 +254,24 @@ def _fsync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def replace_file(path: Path, content: bytes) -> None:
+    """Replace ``path`` atomically (write a temporary file, fsync, rename, fsync the directory):
+    a crash leaves the old content or the new one, never a torn file."""
+    temporary = path.with_suffix(".tmp")
+    with temporary.open("wb") as out:
+        out.write(content)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(temporary, path)
+    _fsync_directory(path.parent)
+
+
+def record_parameters(directory: Path, config: OrdererConfig) -> None:
+    """Record the parameters a new run begins with in its data directory (before its logs hold
+    a record), so that every later start recovers it with them, whatever its command line."""
+    replace_file(Path(directory) / log_format.PARAMETERS, log_format.parameters_bytes(config))
 
 
 class _Log:
@@ -622,17 +642,11 @@ class ConsumerOffsets:
         return True
 
     def _save(self) -> None:
-        """Replace the file atomically (write, fsync, rename, fsync the directory)."""
-        temporary = self.path.with_suffix(".tmp")
-        with temporary.open("w", encoding="utf-8") as out:
-            entries: dict[str, dict[str, Any]] = {
-                name: {"offset": offset, "last_commit": self._last_commit.get(name)}
-                for name, offset in self._offsets.items()
-            }
-            for name, metadata in self._metadata.items():
-                entries[name]["metadata"] = base64.b64encode(metadata).decode("ascii")
-            json.dump(entries, out, sort_keys=True)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, self.path)
-        _fsync_directory(self.path.parent)
+        """Replace the file atomically (:func:`replace_file`)."""
+        entries: dict[str, dict[str, Any]] = {
+            name: {"offset": offset, "last_commit": self._last_commit.get(name)}
+            for name, offset in self._offsets.items()
+        }
+        for name, metadata in self._metadata.items():
+            entries[name]["metadata"] = base64.b64encode(metadata).decode("ascii")
+        replace_file(self.path, json.dumps(entries, sort_keys=True).encode())
