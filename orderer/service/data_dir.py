@@ -154,7 +154,8 @@ def open_run(
         arrivals.records,
         ordered.next_offset,
         recovered.resume_time,
-        "the parameters given (the directory records none)" if unrecorded
+        "the parameters given (the directory records none)"
+        if unrecorded
         else "the parameters the run recorded",
     )
     return OpenedRun(

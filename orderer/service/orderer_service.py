@@ -179,8 +179,10 @@ class OrdererService:
             before = parameter_value(self._orderer.config, change.name)
             if before == change.value:
                 log.info(
-                    "%s: %s (%s) is in force already", change.name,
-                    restart.shown(change.name, change.value), change.written,
+                    "%s: %s (%s) is in force already",
+                    change.name,
+                    restart.shown(change.name, change.value),
+                    change.written,
                 )
                 continue
             wanted[change.name] = change.value
