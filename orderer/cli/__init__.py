@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from orderer.cli.arguments import HelpFormatter
 from orderer.cli.config_file import BadInput, serve_configs
 from orderer.cli.parser import EXIT_BAD_INPUT, build_parser
+from orderer.cli.signals import EXIT_TERMINATED, Terminated, sigterm_as_interrupt
 from orderer.errors import (
     ConfigError,
     InterfaceError,
@@ -39,6 +40,7 @@ from orderer.wire.options import DEFAULT_CONNECT_TIMEOUT
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "EXIT_BAD_INPUT",
+    "EXIT_TERMINATED",
     "EXIT_UNAVAILABLE",
     "HelpFormatter",
     "build_parser",
@@ -61,7 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as done:  # --help, --version, or a flag argparse refused (status 2)
         return done.code if isinstance(done.code, int) else EXIT_BAD_INPUT
     try:
-        return int(args.handler(args))
+        with sigterm_as_interrupt():
+            return int(args.handler(args))
     except (ConfigError, RecordError, InterfaceError, BadInput) as error:
         print(f"evb {args.command}: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -75,5 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ServiceUnavailable as error:
         print(f"evb {args.command}: orderer unavailable: {error}", file=sys.stderr)
         return EXIT_UNAVAILABLE
+    except Terminated:  # SIGTERM (orderer.cli.signals)
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         return 130
