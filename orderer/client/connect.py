@@ -14,15 +14,21 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
 from orderer.errors import AuthenticationError, EvbError, InterfaceError, ServiceUnavailable
-from orderer.wire.security import ChannelSecurity
+from orderer.wire.security import ChannelSecurity, aio_channel, sync_channel
 
 __all__ = [
     "FATAL_CODES",
+    "Cause",
     "call_error",
+    "cause_of",
     "channel_options",
     "check_connect_timeout",
     "connect_async",
@@ -99,17 +105,32 @@ def call_error(
 # ---------------------------------------------------------------------------------- connecting
 
 _PROBE_METHOD = "/grpc.health.v1.Health/Check"
-"""Asked once, without waiting for a connection, to read gRPC's reason for having none; open
+"""Asked without waiting for a connection (a fail-fast call): any answer, even an error status,
+means the channel is connected; UNAVAILABLE carries gRPC's reason for having no connection. Open
 without a token (:data:`orderer.wire.security.OPEN_METHODS`), and an empty request is valid."""
 
-_PROBE_TIMEOUT = 1.0
-"""Seconds the probe may take: a connection attempt still under way when the connect timeout
-ran out (an address that does not answer at all) is then reported as timed out."""
+_POLL = 0.05
+"""Seconds between two probes while there is no connection yet: a probe during gRPC's
+reconnect backoff fails at once with the last attempt's reason."""
 
 _NOT_CONNECTED = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
 _SSL_REASON = re.compile(r"OPENSSL_internal:([A-Z0-9_]+)(?::\s*([^:]+))?")
 _OS_REASON = re.compile(r"Failed to connect to remote host: ([^:;]+)")
+_ADDRESS_SCHEMES = ("dns:", "unix:", "unix-abstract:", "ipv4:", "ipv6:", "vsock:")
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    """Why there is no connection, in plain words.
+
+    ``final``: the server answered and refused this client (a TLS handshake that failed, a
+    connection it closed, a peer that does not speak HTTP/2): waiting longer cannot change
+    that, so the client says so at once instead of after ``connect_timeout``. Every other cause
+    (refused, not resolved, no answer) may pass while a server starts, so the client waits."""
+
+    words: str
+    final: bool = False
 
 
 def check_connect_timeout(connect_timeout: float | None) -> None:
@@ -124,66 +145,163 @@ def check_source(source: object) -> None:
         raise InterfaceError(f"source: {source!r} is not an integer in 0..2**32-1")
 
 
+def _host_port(target: str) -> tuple[str, str] | None:
+    """``(host, port)`` of a plain ``host:port`` target; None for gRPC's other forms."""
+    if target.startswith(_ADDRESS_SCHEMES) or "://" in target or ":" not in target:
+        return None
+    host, port = target.rsplit(":", 1)
+    return host.strip("[]"), port
+
+
 def _host(target: str) -> str:
     address = target.split("://", 1)[-1].lstrip("/")
     host = address.rsplit(":", 1)[0] if ":" in address else address
     return host.strip("[]") or target
 
 
-def _cause(details: str, target: str, security: ChannelSecurity | None) -> str:
+def cause_of(details: str, target: str, security: ChannelSecurity | None) -> Cause:
     """gRPC's reason for having no connection, in plain words."""
     text = details.lower()
     tls = security is not None and security.tls
     if "resolv" in text or "domain name not found" in text or "lookup" in text:
-        return f"name not resolved ({_host(target)})"
+        return Cause(f"name not resolved ({_host(target)})")
     if "handshake failed" in text:
         match = _SSL_REASON.search(details)
         if match is None:
-            return "TLS handshake failed"
+            return Cause("TLS handshake failed", final=True)
         name, more = match.group(1), (match.group(2) or "").strip()
         if name == "WRONG_VERSION_NUMBER":
-            return "TLS handshake failed (the server does not serve TLS)"
+            return Cause("TLS handshake failed (the server does not serve TLS)", final=True)
         reason = name.lower().replace("_", " ")
         if name == "CERTIFICATE_VERIFY_FAILED":
             reason += f": {more}" if more else ""
             reason += "; the server's certificate is not signed by the CA this client trusts"
-        return f"TLS handshake failed ({reason})"
+        return Cause(f"TLS handshake failed ({reason})", final=True)
     if "failed parsing http/2" in text:
-        return "the server does not speak gRPC (HTTP/2)"
+        return Cause("the server does not speak gRPC (HTTP/2)", final=True)
     if "socket closed" in text or "connection reset" in text or "end of tcp stream" in text:
         if not tls:
-            return "the server closed the connection (does it serve TLS? then connect with TLS)"
-        if security is not None and security.certificate_chain is None:
-            return (
+            words = "the server closed the connection (does it serve TLS? then connect with TLS)"
+        elif security is not None and security.certificate_chain is None:
+            words = (
                 "TLS handshake failed (the server closed the connection; does it require a"
                 " client certificate?)"
             )
-        return "TLS handshake failed (the server closed the connection)"
+        else:
+            words = (
+                "TLS handshake failed (the server closed the connection; is this client's"
+                " certificate signed by a CA the server trusts?)"
+            )
+        return Cause(words, final=True)
     if "connection refused" in text:
-        return "connection refused"
+        return Cause("connection refused")
     match = _OS_REASON.search(details)
     if match is not None:
-        return match.group(1).strip().lower()
+        return Cause(match.group(1).strip().lower())
     if "deadline" in text or "timed out" in text or "timeout" in text:
-        return "timed out (no gRPC answer from this address)"
-    return "no connection"
+        return Cause("timed out (no gRPC answer from this address)")
+    return Cause("no connection")
 
 
-def _probed(
-    error: grpc.RpcError,
-    target: str,
-    connect_timeout: float,
-    security: ChannelSecurity | None,
-) -> None:
-    """Raise ``ServiceUnavailable`` when the probe's answer says there is no connection; any
-    other answer means it connected at the last moment."""
-    code, details = error.code(), error.details()
-    if code in _NOT_CONNECTED:
-        cause = _cause(details or code.name, target, security)
-        raise ServiceUnavailable(
-            f"cannot reach {target} within {connect_timeout:g} s: "
-            f"{cause} [gRPC: {details or code.name}]"
-        ) from None
+def _unavailable(
+    target: str, connect_timeout: float, cause: Cause, details: str
+) -> ServiceUnavailable:
+    """The error of a first connection not made: a final cause says it was refused (at once),
+    any other that ``connect_timeout`` ran out."""
+    if cause.final:
+        where = f"cannot connect to {target}"
+    else:
+        where = f"cannot reach {target} within {connect_timeout:g} s"
+    return ServiceUnavailable(f"{where}: {cause.words} [gRPC: {details}]")
+
+
+def _probe_options(target: str, security: ChannelSecurity | None) -> list[tuple[str, Any]]:
+    """Options of a channel to one address of ``target``: the certificate is still checked
+    against ``target``'s host (or the configured server name)."""
+    options: list[tuple[str, Any]] = channel_options()
+    host = _host(target)
+    if security is not None and security.tls and security.server_name is None:
+        options.append(("grpc.ssl_target_name_override", host))
+    options.append(("grpc.default_authority", target))
+    return options
+
+
+def _address_target(family: int, address: str, port: str) -> str:
+    return f"ipv6:[{address}]:{port}" if family == socket.AF_INET6 else f"ipv4:{address}:{port}"
+
+
+def _distinct(infos: list[tuple[Any, ...]], port: str) -> list[str]:
+    """One gRPC target per resolved address, in the resolver's order."""
+    targets: list[str] = []
+    for family, _kind, _proto, _name, sockaddr in infos:
+        if family in (socket.AF_INET, socket.AF_INET6):
+            address = _address_target(family, str(sockaddr[0]), port)
+            if address not in targets:
+                targets.append(address)
+    return targets
+
+
+def _details(error: grpc.RpcError) -> str:
+    return str(error.details() or error.code().name)
+
+
+def _connected(error: grpc.RpcError) -> bool:
+    """Whether the probe's failure still means a connection (the server gave a status)."""
+    return error.code() not in _NOT_CONNECTED
+
+
+class _SyncProbes:
+    """The probes of :func:`connect_sync`: the channel itself, and, when gRPC names only the
+    last address it tried, each address of the target on a channel of its own, because a
+    name with several addresses (``localhost``: ::1, then 127.0.0.1) reports the last one's
+    reason (nothing listening on ::1) where another one's server refused the handshake."""
+
+    def __init__(self, channel: grpc.Channel, target: str, security: ChannelSecurity | None):
+        self._channel, self._target, self._security = channel, target, security
+        self._per_address: list[grpc.Channel] | None = None
+
+    def probe(self, timeout: float) -> str | None:
+        """None when connected, else gRPC's reason."""
+        return self._ask(self._channel, timeout)
+
+    @staticmethod
+    def _ask(channel: grpc.Channel, timeout: float) -> str | None:
+        try:
+            channel.unary_unary(_PROBE_METHOD)(b"", timeout=timeout)
+        except grpc.RpcError as error:
+            return None if _connected(error) else _details(error)
+        return None
+
+    def final(self, timeout: float) -> tuple[Cause, str] | None:
+        """A final cause found at one of the target's addresses, if any."""
+        for channel in self._addresses():
+            details = self._ask(channel, timeout)
+            if details is not None:
+                cause = cause_of(details, self._target, self._security)
+                if cause.final:
+                    return cause, details
+        return None
+
+    def _addresses(self) -> list[grpc.Channel]:
+        if self._per_address is None:
+            self._per_address = []
+            found = _host_port(self._target)
+            if found is not None:
+                try:
+                    infos = socket.getaddrinfo(*found, type=socket.SOCK_STREAM)
+                except (OSError, UnicodeError):
+                    infos = []
+                targets = _distinct(infos, found[1])
+                if len(targets) > 1:
+                    options = _probe_options(self._target, self._security)
+                    self._per_address = [
+                        sync_channel(t, self._security, options) for t in targets
+                    ]
+        return self._per_address
+
+    def close(self) -> None:
+        for channel in self._per_address or []:
+            channel.close()
 
 
 def connect_sync(
@@ -192,24 +310,80 @@ def connect_sync(
     connect_timeout: float | None,
     security: ChannelSecurity | None,
 ) -> None:
-    """Wait until ``channel`` is connected, at most ``connect_timeout`` seconds; then raise
-    ``ServiceUnavailable`` with gRPC's reason, read from one call that does not wait."""
+    """Wait until ``channel`` is connected, at most ``connect_timeout`` seconds; raise
+    ``ServiceUnavailable`` with gRPC's reason in plain words when it is not, at once when the
+    server refused this client (:class:`Cause`)."""
     if connect_timeout is None:
         return
-    # One probe that waits for the connection: any answer, even an error, means there is one.
-    # Not grpc.channel_ready_future: its connectivity poller wakes every 0.2 s and closing the
-    # channel waits for it: 200 ms added to every blocking call (the Spark source makes several
-    # each micro-batch).
+    # Fail-fast probes, not grpc.channel_ready_future: its connectivity poller wakes every
+    # 0.2 s and closing the channel waits for it: 200 ms added to every blocking call (the
+    # Spark source makes several each micro-batch).
+    deadline = time.monotonic() + connect_timeout
+    probes = _SyncProbes(channel, target, security)
     try:
-        channel.unary_unary(_PROBE_METHOD)(b"", timeout=connect_timeout, wait_for_ready=True)
-        return
-    except grpc.RpcError as error:
-        if error.code() not in _NOT_CONNECTED:
-            return
-    try:
-        channel.unary_unary(_PROBE_METHOD)(b"", timeout=_PROBE_TIMEOUT)
-    except grpc.RpcError as error:
-        _probed(error, target, connect_timeout, security)
+        while True:
+            details = probes.probe(max(deadline - time.monotonic(), 0.001))
+            if details is None:
+                return
+            cause = cause_of(details, target, security)
+            if not cause.final and cause.words == "connection refused":
+                cause, details = probes.final(_POLL * 4) or (cause, details)
+            left = deadline - time.monotonic()
+            if cause.final or left <= 0:
+                raise _unavailable(target, connect_timeout, cause, details) from None
+            time.sleep(min(_POLL, left))
+    finally:
+        probes.close()
+
+
+class _AsyncProbes:
+    """:class:`_SyncProbes` on asyncio channels."""
+
+    def __init__(
+        self, channel: grpc.aio.Channel, target: str, security: ChannelSecurity | None
+    ) -> None:
+        self._channel, self._target, self._security = channel, target, security
+        self._per_address: list[grpc.aio.Channel] | None = None
+
+    async def probe(self, timeout: float) -> str | None:
+        return await self._ask(self._channel, timeout)
+
+    @staticmethod
+    async def _ask(channel: grpc.aio.Channel, timeout: float) -> str | None:
+        try:
+            await channel.unary_unary(_PROBE_METHOD)(b"", timeout=timeout)
+        except grpc.aio.AioRpcError as error:
+            return None if _connected(error) else _details(error)
+        return None
+
+    async def final(self, timeout: float) -> tuple[Cause, str] | None:
+        for channel in await self._addresses():
+            details = await self._ask(channel, timeout)
+            if details is not None:
+                cause = cause_of(details, self._target, self._security)
+                if cause.final:
+                    return cause, details
+        return None
+
+    async def _addresses(self) -> list[grpc.aio.Channel]:
+        if self._per_address is None:
+            self._per_address = []
+            found = _host_port(self._target)
+            if found is not None:
+                loop = asyncio.get_running_loop()
+                try:
+                    infos = await loop.getaddrinfo(*found, type=socket.SOCK_STREAM)
+                except (OSError, UnicodeError):
+                    infos = []
+                targets = _distinct(list(infos), found[1])
+                if len(targets) > 1:
+                    options = _probe_options(self._target, self._security)
+                    self._per_address = [aio_channel(t, self._security, options) for t in targets]
+        return self._per_address
+
+    async def close(self) -> None:
+        for channel in self._per_address or []:
+            await channel.close()
 
 
 async def connect_async(
@@ -221,12 +395,19 @@ async def connect_async(
     """:func:`connect_sync` for an asyncio channel."""
     if connect_timeout is None:
         return
+    deadline = time.monotonic() + connect_timeout
+    probes = _AsyncProbes(channel, target, security)
     try:
-        await asyncio.wait_for(channel.channel_ready(), connect_timeout)
-        return
-    except TimeoutError:
-        pass
-    try:
-        await channel.unary_unary(_PROBE_METHOD)(b"", timeout=_PROBE_TIMEOUT)
-    except grpc.aio.AioRpcError as error:
-        _probed(error, target, connect_timeout, security)
+        while True:
+            details = await probes.probe(max(deadline - time.monotonic(), 0.001))
+            if details is None:
+                return
+            cause = cause_of(details, target, security)
+            if not cause.final and cause.words == "connection refused":
+                cause, details = await probes.final(_POLL * 4) or (cause, details)
+            left = deadline - time.monotonic()
+            if cause.final or left <= 0:
+                raise _unavailable(target, connect_timeout, cause, details) from None
+            await asyncio.sleep(min(_POLL, left))
+    finally:
+        await probes.close()

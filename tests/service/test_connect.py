@@ -187,11 +187,84 @@ def test_tls_mismatches_say_so(tmp_path: Path, pki: dict[str, Path]) -> None:
             for address, security, words in cases:
                 for entry in ("get_stats_async", "AsyncSourceClient", "subscribe"):
                     error, seconds = await _refusal(entry, address, security)
-                    prefix = f"cannot reach {address} within {QUICK:g} s: {words}"
+                    prefix = f"cannot connect to {address}: {words}"
                     assert str(error).startswith(prefix), (entry, str(error))
                     assert seconds < QUICK + SLACK
             for running in (plain, secure):
                 assert running.service.orderer.counters()["totals"]["received"] == 0
+
+    run(body())
+
+
+LONG = 20.0
+"""A connect timeout that a refused handshake must not wait for."""
+AT_ONCE = 2.0
+"""Seconds a refused handshake may take to be reported (it takes milliseconds)."""
+
+
+def test_a_refused_handshake_is_named_at_once_whatever_address_grpc_tried_last(
+    tmp_path: Path, pki: dict[str, Path]
+) -> None:
+    """``localhost:P`` against servers on 127.0.0.1 alone: gRPC tries ::1 too (nothing listens
+    there) and named only that last address's "connection refused", after the whole connect
+    timeout, where 127.0.0.1's server had refused the handshake at once."""
+    tls = {"tls_cert": pki["server_cert"], "tls_key": pki["server_key"]}
+    ca = pki["ca"]
+    stranger = ChannelSecurity.from_files(ca=ca, cert=pki["stranger_cert"], key=pki["stranger_key"])
+    client = ChannelSecurity.from_files(ca=ca, cert=pki["client_cert"], key=pki["client_key"])
+
+    async def body() -> None:
+        async with (
+            serving(tmp_path / "plain", CONFIG) as plain,
+            serving(tmp_path / "tls", CONFIG, **tls) as secure,
+            serving(tmp_path / "mutual", CONFIG, tls_client_ca=ca, **tls) as mutual,
+        ):
+            cases = [  # (server, security, the words)
+                (
+                    mutual,
+                    stranger,
+                    "TLS handshake failed (the server closed the connection; is this client's"
+                    " certificate signed by a CA the server trusts?)",
+                ),
+                (
+                    mutual,
+                    ChannelSecurity.from_files(ca=ca),
+                    "TLS handshake failed (the server closed the connection; does it require a"
+                    " client certificate?)",
+                ),
+                (
+                    secure,
+                    ChannelSecurity.from_files(ca=pki["other_ca"]),
+                    "TLS handshake failed (certificate verify failed: unable to get local issuer"
+                    " certificate; the server's certificate is not signed by the CA this client"
+                    " trusts)",
+                ),
+                (
+                    secure,
+                    None,
+                    "the server closed the connection (does it serve TLS? then connect with TLS)",
+                ),
+                (
+                    plain,
+                    ChannelSecurity.from_files(ca=ca),
+                    "TLS handshake failed (the server does not serve TLS)",
+                ),
+            ]
+            for running, security, words in cases:
+                address = f"localhost:{running.port}"
+                for entry in ("get_stats", "get_stats_async", "SourceClient", "subscribe"):
+                    started = time.monotonic()
+                    with pytest.raises(ServiceUnavailable) as caught:
+                        await ENTRY_POINTS[entry](address, security, LONG)
+                    seconds = time.monotonic() - started
+                    message = str(caught.value)
+                    assert message.startswith(f"cannot connect to {address}: {words} [gRPC: ")
+                    assert seconds < AT_ONCE, (entry, words, seconds)
+            for running in (plain, secure, mutual):
+                assert running.service.orderer.counters()["totals"]["received"] == 0
+            # the right client certificate on the same server and name connects
+            stats = await lib.get_stats_async(f"localhost:{mutual.port}", security=client)
+            assert stats["next_offset"] == 0
 
     run(body())
 
