@@ -1,0 +1,1 @@
+"""Tests of the deployment with real parts (podman images, Prometheus): `make system`."""
