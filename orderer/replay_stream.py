@@ -44,6 +44,7 @@ __all__ = [
     "input_batches",
     "input_files",
     "open_sink",
+    "recorded_parameters",
     "replay_into",
     "replay_path",
     "write_stats",
@@ -331,6 +332,19 @@ def input_files(path: Path) -> list[Path]:
     of its ``arrivals/``), else ``path`` itself (which need not exist: reading it says so)."""
     path = Path(path)
     return _arrival_segments(path) if path.is_dir() else [path]
+
+
+def recorded_parameters(path: Path) -> OrdererConfig | None:
+    """The parameters the run began with when ``path`` is a data directory (or its
+    ``arrivals/``) that recorded them (:data:`~orderer.log_format.PARAMETERS`): a replay of it
+    starts from them, as recovery does, so that it gives the ordered log without repeating the
+    run's flags; flags given go over them (a what-if, a sweep). None for anything else (a file,
+    an exported or copied arrival log, a directory written before parameters were recorded)."""
+    path = Path(path)
+    if not path.is_dir():
+        return None
+    directory = path.parent if path.name == log_format.ARRIVALS else path
+    return log_format.read_parameters(directory)
 
 
 def write_stats(path: Path, counters: Any) -> None:

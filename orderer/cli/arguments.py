@@ -174,9 +174,14 @@ def flag_values(args: argparse.Namespace) -> dict[str, Any]:
     return values
 
 
-def config_from_flags(args: argparse.Namespace) -> OrdererConfig:
-    """The OrdererConfig of the ordering flags (``evb replay``); an error names the flag."""
+def config_from_flags(
+    args: argparse.Namespace, base: OrdererConfig | None = None
+) -> OrdererConfig:
+    """The OrdererConfig of the ordering flags (``evb replay``) over ``base`` (the defaults when
+    None: a data directory's recorded parameters otherwise); an error names the flag."""
     values = flag_values(args)
+    if base is not None:
+        values = {**base.to_mapping(), **values}
     try:
         return OrdererConfig.from_mapping(values)
     except ConfigError as error:  # a combination of flags, e.g. sources repeated
@@ -187,11 +192,14 @@ SWEEPABLE = ("build_window", "startup_delay", "barrier_timeout", "source_timeout
 """The flags ``evb replay`` takes a comma list of (a sweep: every combination)."""
 
 
-def sweep_from_flags(args: argparse.Namespace) -> list[tuple[dict[str, str], OrdererConfig]]:
+def sweep_from_flags(
+    args: argparse.Namespace, base: OrdererConfig | None = None
+) -> list[tuple[dict[str, str], OrdererConfig]]:
     """``evb replay``'s settings: the cartesian product of the comma lists of
     :data:`SWEEPABLE`, in the flags' order, the last flag varying fastest; each with the swept
-    flags' values (those given more than one value) and its configuration. A single value
-    everywhere is one setting, the configuration of :func:`config_from_flags`."""
+    flags' values (those given more than one value) and its configuration, the flags over
+    ``base``. A single value everywhere is one setting, the configuration of
+    :func:`config_from_flags`."""
     import itertools
 
     lists: dict[str, list[str]] = {}
@@ -205,7 +213,8 @@ def sweep_from_flags(args: argparse.Namespace) -> list[tuple[dict[str, str], Ord
     settings = []
     for combination in itertools.product(*lists.values()):
         chosen = dict(zip(lists, combination, strict=True))
-        settings.append((chosen, config_from_flags(argparse.Namespace(**{**vars(args), **chosen}))))
+        swept = argparse.Namespace(**{**vars(args), **chosen})
+        settings.append((chosen, config_from_flags(swept, base)))
     return settings
 
 

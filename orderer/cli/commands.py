@@ -42,7 +42,7 @@ __all__ = [
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from orderer.replay_stream import input_files
+    from orderer.replay_stream import input_files, recorded_parameters
     from orderer.replay_sweep import (
         Setting,
         output_for,
@@ -52,7 +52,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     )
     from orderer.result_files import check_results
 
-    grid = [Setting(params, config) for params, config in sweep_from_flags(args)]
+    # a data directory's own parameters under the flags: replayed as it was recovered
+    base = None if args.input is None else recorded_parameters(args.input)
+    grid = [Setting(params, config) for params, config in sweep_from_flags(args, base)]
     if (args.input is None) == (args.nscldaq is None):
         raise ConfigError("INPUT", None, "give either INPUT or --nscldaq FILE...")
     if args.nscldaq is not None and (args.output is None or len(grid) > 1):
