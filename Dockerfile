@@ -1,8 +1,10 @@
 # The evb image: the orderer (`evb serve`) and the operator (`kopf run -m evb_operator.handlers`).
 #   docker build -t evb:0.1.0 .
-# Two stages: the build stage compiles the Cython core and generates the gRPC stubs into a wheel;
-# the runtime stage installs that wheel (with the operator's dependencies) and nothing else, and
-# runs as an unprivileged user with no shell history, caches or compilers.
+# Two stages: the build stage compiles the Cython core and generates the gRPC stubs while it
+# installs evb into a virtual environment; the runtime stage copies that environment and nothing
+# else (no wheels, caches or compilers: a `COPY` of wheels followed by `rm` would keep them in a
+# layer), and runs as an unprivileged user.
+# Every package is pinned by constraints.txt, the one list make's install and CI use too.
 
 # Checks of the field (checkov) that do not apply, with their reasons:
 # checkov:skip=CKV_DOCKER_7: the base image is a versioned tag (python:3.11-slim-bookworm) given by the ARG below, which checkov does not resolve
@@ -14,20 +16,22 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends build-essential \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml setup.py README.md ./
+COPY constraints.txt pyproject.toml setup.py README.md ./
 COPY proto/ proto/
 COPY orderer/ orderer/
 COPY operator/ operator/
-RUN pip wheel --no-cache-dir --wheel-dir /wheels '.[operator]'
+# PIP_CONSTRAINT (not only -c) so that the isolated build of evb (Cython, numpy, grpcio-tools)
+# is pinned as well.
+RUN python -m venv /opt/evb/venv \
+    && PIP_CONSTRAINT=/src/constraints.txt /opt/evb/venv/bin/pip install --no-cache-dir '.[operator]'
 
 FROM ${PYTHON_IMAGE}
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    OPENBLAS_NUM_THREADS=1
-COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir --no-index --find-links /wheels 'evb[operator]' \
-    && rm -rf /wheels \
-    && groupadd --system --gid 10001 evb \
+    OPENBLAS_NUM_THREADS=1 \
+    PATH=/opt/evb/venv/bin:${PATH}
+COPY --from=build /opt/evb/venv /opt/evb/venv
+RUN groupadd --system --gid 10001 evb \
     && useradd --system --uid 10001 --gid evb --home-dir /nonexistent --shell /usr/sbin/nologin evb \
     && mkdir -p /data && chown evb:evb /data
 USER 10001:10001

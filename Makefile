@@ -12,12 +12,12 @@ TOOLS   := .venv-tools
 CHECKOV := $(TOOLS)/bin/checkov
 export OPENBLAS_NUM_THREADS ?= 1
 
-.PHONY: demo test lint bench soak clean manifests
+.PHONY: demo test lint bench soak clean manifests images system constraints
 
-$(STAMP): pyproject.toml setup.py $(wildcard orderer/_core/*.pyx orderer/_core/*.pxd orderer/_core/*.h proto/evb/v1/*.proto)
+$(STAMP): pyproject.toml setup.py constraints.txt $(wildcard orderer/_core/*.pyx orderer/_core/*.pxd orderer/_core/*.h proto/evb/v1/*.proto)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --editable '.[test,operator,spark]'
+	$(PY) -m pip install --quiet --constraint constraints.txt --editable '.[test,operator,spark]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -38,6 +38,23 @@ $(CHECKOV):
 # tests/system needs podman, runc, debootstrap and Prometheus (root installs them): `make system`.
 test: $(STAMP) $(CHECKOV) lint
 	$(PY) -m pytest -q tests --ignore=tests/system
+
+# Both images, built with podman (tools/images/build.sh): evb:0.1.0 and evb-spark:0.1.0. Base
+# images that cannot be pulled are replaced by stand-ins made from Debian packages (README.md,
+# "Images"). S3A_JARS=no leaves the Spark image's s3a:// jars (from Maven Central) out.
+S3A_JARS ?= yes
+images: $(STAMP)
+	S3A_JARS=$(S3A_JARS) tools/images/build.sh
+
+# The built images run as the operator's objects run them, and the chart's alerts on a real
+# Prometheus (tests/system; needs podman, runc, debootstrap and prometheus: tools/system/install.sh).
+system: images
+	$(PY) -m pytest -q tests/system
+
+# constraints.txt, the exact version of every package (make's install, both images, CI), from a
+# fresh resolution of pyproject.toml's requirements: take newer releases on purpose.
+constraints:
+	$(PYTHON) tools/refresh_constraints.py
 
 bench: $(STAMP)
 	$(PY) tests/bench/bench_orderer.py --json bench-output/orderer.json
