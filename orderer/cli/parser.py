@@ -175,7 +175,9 @@ def _add_serve(commands: Any) -> None:
         cmd_serve,
         "Serve the orderer over gRPC. Flags override the --config file, whose keys are the "
         "custom resource's spec fields (camelCase or snake_case); a flag or key left out takes "
-        "the default shown.",
+        "the default shown, except that a data directory holding a run keeps the ordering "
+        "parameters the run recorded: there a live parameter given with another value is "
+        "changed live once the run is recovered, and any other is refused.",
     )
     serve.add_argument("--config", type=Path, metavar="YAML", help="parameters and settings")
     settings: tuple[tuple[str, str, object, dict[str, Any]], ...] = (
