@@ -10,7 +10,8 @@ are the chart's, rendered as ``tests/operator/test_chart_observability.py`` rend
 monitoring option on) and taken out of the PrometheusRule into a plain rules file; the test's
 thresholds come through the chart's values, and every ``for:`` is rewritten to
 :data:`FOR` in the rendered file (the chart has no value for it: a shift crew has no reason to
-tune it, and the test cannot wait minutes). ``promtool check rules`` checks that file.
+tune it, and the test cannot wait minutes). ``promtool check rules`` checks that file, and every
+query of the chart's dashboard must return data on the healthy run.
 
 Why one Prometheus for all: starting it and the servers is most of the module's time on two
 shared cores, and the alerts are told apart by their ``pod`` label as they are in a cluster.
@@ -41,7 +42,7 @@ import yaml
 
 from orderer.client import SourceClient, commit, get_stats
 from tests.e2e.conftest import ServerProcess
-from tests.operator.test_chart_observability import _NAME, MONITORING, render
+from tests.operator.test_chart_observability import _NAME, MONITORING, _dashboard, render
 
 NAMESPACE = "evb-test"
 FOR = "2s"
@@ -526,3 +527,23 @@ def test_the_alert_stays_quiet_on_a_healthy_run(world: World, alert: str) -> Non
     assert history == [], f"{alert} was active for the healthy run: {history}"
     fired = [a for a in world.prometheus.alerts() if a["labels"].get("alertname") == alert]
     assert fired, f"{alert} fired nowhere: the quiet run proves nothing"
+
+
+def test_every_dashboard_query_returns_data(world: World) -> None:
+    """The dashboard's panels, on the same Prometheus, the namespace and pod variables set to
+    the healthy run: each query has a series (a panel without data looks like a quiet one)."""
+    dashboard = _dashboard(render(VALUES, [MONITORING]))
+    empty, queries = [], 0
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            queries += 1
+            expr = (
+                target["expr"]
+                .replace("$namespace", NAMESPACE)
+                .replace("$pod", HEALTHY)
+                .replace("$__rate_interval", "1m")
+            )
+            if not world.prometheus.query(expr):
+                empty.append(f"{panel['title']}: {expr}")
+    assert queries >= 20
+    assert empty == []
