@@ -232,13 +232,46 @@ def configure_operator(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.level = logging.WARNING  # Events: our notices and handler failures only
 
 
+API_VERSION = f"{crd.GROUP}/{crd.VERSION}"
+LOGIN_RETRY = 5.0
+"""Seconds between two logins while the API server refuses the credentials."""
+
+
 @kopf.on.login()
-def login(settings: kopf.OperatorSettings, **kwargs: Any) -> kopf.ConnectionInfo | None:
+async def login(settings: kopf.OperatorSettings, **kwargs: Any) -> kopf.ConnectionInfo | None:
     """In-cluster service account, else the kubeconfig, loaded by the ``kubernetes`` package;
-    the children's client takes the same configuration and runs in kopf's executor."""
+    the children's client takes the same configuration and runs in kopf's executor.
+
+    The credentials are tried once (:meth:`kube.Kube.served`) before kopf gets them: kopf drops
+    credentials the API server refused and, given the same ones again, exits (``Ran out of
+    valid credentials``), a crash loop that a token being issued or a binding being created
+    would end anyway. Refused, the login is retried instead, and :func:`api_reachable` keeps
+    the operator unready meanwhile. Any other failure (no answer) is kopf's to retry."""
     info = kopf.login_via_client(settings=settings, **kwargs)
-    kube.connect(executor=settings.execution.executor)
+    client = kube.connect(executor=settings.execution.executor)
+    try:
+        await client.served(API_VERSION)
+    except kube.KubeError as error:
+        if error.status == 401:
+            raise kopf.TemporaryError(
+                f"the Kubernetes API refuses the operator's credentials ({error})",
+                delay=LOGIN_RETRY,
+            ) from None
     return info
+
+
+@kopf.on.probe(id="kubernetesApi")
+async def api_reachable(**_: Any) -> str:
+    """Readiness: ``/healthz`` (kopf's ``--liveness`` endpoint, which the chart's probes ask)
+    runs the probes and answers 500 when one fails; without this one it answered 200 while the
+    operator could not log in, or reach the API server at all. Ready means: the API server
+    answers a discovery read of the EventBuilders' group with the operator's current
+    credentials (kopf keeps a success for 10 s)."""
+    try:
+        await kube.current().served(API_VERSION)
+    except kube.KubeError as error:
+        raise kopf.PermanentError(f"cannot talk to the Kubernetes API: {error}") from None
+    return "ok"
 
 
 @kopf.on.cleanup()

@@ -40,7 +40,7 @@ import asyncio
 import concurrent.futures
 import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +56,8 @@ FIELD_MANAGER = "evb-operator"
 """Who wrote the operator's fields, in the children's ``managedFields``."""
 TIMEOUT = 30.0
 """Seconds one call may take (connect and read)."""
+PROBE_TIMEOUT = 5.0
+"""Seconds the readiness check may take: less than the chart's probe timeout (10 s)."""
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,25 @@ class Kube:
         """Run the call in the executor; every failure as a :class:`KubeError`."""
         call = functools.partial(self._invoke, verb, api_version, kind, namespace, **arguments)
         what = f"{verb} {kind} {arguments.get('name') or ''} in {namespace}".replace("  ", " ")
+        return await self._run(call, what)
+
+    async def served(self, api_version: str, timeout: float = PROBE_TIMEOUT) -> None:
+        """Raise :class:`KubeError` unless the API server serves ``api_version`` to these
+        credentials: a discovery read (``GET /apis/<group>/<version>``), which any
+        authenticated client may make, so 401 means the credentials are refused, 404 that the
+        group is not installed, 0 no answer."""
+        group, version = api_version.split("/")
+        api = client.CustomObjectsApi(self._client)
+        call = functools.partial(
+            api.get_api_resources,
+            group,
+            version,
+            _preload_content=False,
+            _request_timeout=timeout,
+        )
+        await self._run(call, f"discover {api_version}")
+
+    async def _run(self, call: Callable[[], Any], what: str) -> Any:
         try:
             return await asyncio.get_running_loop().run_in_executor(self._executor, call)
         except client.ApiException as error:

@@ -185,7 +185,7 @@ async def _merge_patch(api: KubernetesAPI, name: str, patch: dict[str, Any]) -> 
 class Operator:
     """``kopf run`` in a subprocess, logging to a file."""
 
-    def __init__(self, kubeconfig: Path, log: Path) -> None:
+    def __init__(self, kubeconfig: Path, log: Path, *flags: str) -> None:
         self.log = log
         env = environment()
         env["PYTHONPATH"] = os.pathsep.join([str(REPO / "operator"), env["PYTHONPATH"]])
@@ -207,6 +207,7 @@ class Operator:
                     "--standalone",
                     "--all-namespaces",
                     "--verbose",
+                    *flags,
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
