@@ -197,13 +197,15 @@ async def test_login_loads_the_kubeconfig_and_calls_run_in_kopfs_executor(
         executor = CountingExecutor(max_workers=1)
         settings.execution.executor = executor
         try:
-            info = handlers.login(settings=settings, logger=logging.getLogger("test"))
+            info = await handlers.login(settings=settings, logger=logging.getLogger("test"))
             assert info is not None and info.token == "secret-token"
             before = CountingExecutor.submitted
             assert await kube.current().get("v1", "ConfigMap", "daq", "x") is None
             assert CountingExecutor.submitted == before + 1
-            (request,) = list(api)
-            assert request.headers["Authorization"] == "Bearer secret-token"  # kopf's too
+            tried, read = list(api)  # the login tried the credentials (a discovery read)
+            assert tried.url.path == "/apis/evb.io/v1alpha1"
+            for request in (tried, read):
+                assert request.headers["Authorization"] == "Bearer secret-token"  # kopf's too
         finally:
             kube.disconnect()
             executor.shutdown()
