@@ -24,6 +24,7 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from evb_operator.crd_output import OUTPUT_RULES, output_schema
 from evb_operator.crd_runs import RUN_RULES, run_properties
 from evb_operator.crd_schema import (
     MAX_SECONDS,
@@ -200,6 +201,7 @@ RULES: tuple[Rule, ...] = (
     ),
     _building_rule(),
     *RUN_RULES,
+    *OUTPUT_RULES,
 )
 
 
@@ -422,23 +424,7 @@ def _spec_schema() -> dict[str, Any]:
                 },
                 default={},
             ),
-            "output": _object(
-                "Where the built events go.",
-                {
-                    "path": _string(
-                        "Output location (a Hadoop path: s3a://bucket/run1, file:///data/out).",
-                        minLength=1,
-                    ),
-                    "format": _string(
-                        "Output format: parquet or json event rows, or nscldaq (one"
-                        " PHYSICS_EVENT ring item per event, as NSCLDAQ's glom writes them)."
-                        " Building.",
-                        enum=["parquet", "json", "nscldaq"],
-                        default="parquet",
-                    ),
-                },
-                required=["path"],
-            ),
+            "output": output_schema(),
             "objectStorage": _object(
                 "S3-compatible object storage for an s3a:// output.path (the Spark image carries"
                 " hadoop-aws). Credentials come from a Secret, as environment variables of the"

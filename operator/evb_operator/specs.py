@@ -40,6 +40,7 @@ from typing import Any
 import yaml
 
 from evb_operator import constants as c
+from evb_operator import crd_output
 from evb_operator.crd import SPEC_SCHEMA
 from evb_operator.validation import ValidSpec, with_defaults
 
@@ -572,6 +573,12 @@ def build_sparkapplication_spec(
     }
     if "imagePullPolicy" in spark:
         spec["imagePullPolicy"] = spark["imagePullPolicy"]
+    output = crd_output.output_volume(spark["output"])
+    if output is not None:  # a local output's claim, where every pod writes its part
+        volume, mount = output
+        spec["volumes"].append(volume)
+        for role in ("driver", "executor"):
+            spec[role]["volumeMounts"].append(dict(mount))
     storage = spark.get("objectStorage")
     if storage is not None:
         _add_env(spec, object_storage_env(storage))

@@ -132,6 +132,7 @@ VOLUME_FIELDS = [
         "configMap": {"name": LEAF, "items": ITEMS, "defaultMode": ACCEPTED},
         "secret": {"secretName": LEAF, "items": ITEMS, "defaultMode": ACCEPTED},
         "emptyDir": {"sizeLimit": ACCEPTED},
+        "persistentVolumeClaim": {"claimName": LEAF},
     }
 ]
 CONTAINER_FIELDS = {
@@ -359,6 +360,8 @@ class Cluster:
                 continue  # a volume claim: an empty directory that outlives the pod
             volume = by_name.get(mount["name"])
             assert volume is not None, f"{where}: no volume {mount['name']} for its mount"
+            if "persistentVolumeClaim" in volume:
+                continue  # likewise (a claim that exists: the test's to create)
             for kind in ("configMap", "secret"):
                 if kind in volume:
                     self._materialise(volume[kind], kind, directory, where)

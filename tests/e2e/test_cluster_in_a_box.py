@@ -102,16 +102,16 @@ async def test_the_generated_objects_run_as_a_cluster_would_run_them(
 ) -> None:
     api, _ = cluster
     security = await _tls_secrets(api, tmp_path) if tls else ChannelSecurity()
-    # the job writes file:///tmp/box-out to the driver's /tmp emptyDir (the SparkApplication
-    # has no other volume; its root filesystem is read-only)
-    output = tmp_path / "driver-pod" / "tmp" / "box-out"
+    # the job writes file:///events to the volume claim the operator mounts there (its root
+    # filesystem is read-only, and /tmp is an emptyDir that goes with the pod)
+    output = tmp_path / "driver-pod" / "events"
     spec: dict[str, Any] = {
         "sources": [1, 2],
         "buildWindow": 0.2,
         "startupDelay": 0,
         "spark": {
             "dt": DT,
-            "output": {"path": "file:///tmp/box-out"},
+            "output": {"path": "file:///events", "volumeClaim": "box-events"},
             "executors": {"instances": 1, "cores": 2},
             "triggerInterval": 0.5,
             "sparkConf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"},
@@ -280,7 +280,7 @@ def test_a_field_the_harness_cannot_honour_fails(tmp_path: Path) -> None:
     refuses them naming the field, before it runs anything."""
     from evb_operator import specs, validation
 
-    valid = validation.validate({"sources": [1], "spark": {"dt": 10, "output": {"path": "/o"}}})
+    valid = validation.validate({"sources": [1], "spark": {"dt": 10, "output": {"path": "s3a://b/o"}}})
     box = kubelet.Cluster(lambda resource, name: None, NAMESPACE)
     statefulset = specs.build_statefulset_spec(NAME, NAMESPACE, valid, default_image="evb")
     statefulset["spec"]["template"]["spec"]["containers"][0]["workingDir"] = "/srv"

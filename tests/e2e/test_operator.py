@@ -315,7 +315,7 @@ async def _scenario(api: KubernetesAPI, operator: Operator, orderer: ServerProce
         "buildWindow": 5,
         "startupDelay": 0,
         "alerts": {"lateBurst": 1},
-        "spark": {"dt": 100, "output": {"path": "file:///tmp/events"}},
+        "spark": {"dt": 100, "output": {"path": "file:///events", "volumeClaim": "events"}},
     }
     response = await api.post(
         f"{EVB}/namespaces/{NAMESPACE}/eventbuilders",

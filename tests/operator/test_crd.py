@@ -135,7 +135,7 @@ def test_kubectl_wait_finds_the_ready_condition_by_its_type() -> None:
 def test_the_status_the_operator_writes_validates_against_the_status_schema() -> None:
     """The API server drops what the schema does not declare and refuses what breaks it: every
     status :mod:`evb_operator.status` computes must pass, or Ready would never reach kubectl."""
-    valid = validation.validate({"spark": {"dt": 100, "output": {"path": "file:///tmp/e"}}})
+    valid = validation.validate({"spark": {"dt": 100, "output": {"path": "s3a://daq/e"}}})
     stats = {
         "totals": {"received": 10, "emitted": 9, "late": 1, "dropped": 0},
         "barriers": {"complete": 1, "incomplete": 1, "homogeneous": 1, "heterogeneous": 1},

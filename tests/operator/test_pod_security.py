@@ -128,7 +128,7 @@ FULL = {
     "tls": {"secretName": "t", "mutual": True, "clientSecretName": "c"},
     "auth": {"tokenSecretRef": {"name": "k"}},
     "networkPolicy": {"enabled": True},
-    "spark": {"dt": 10, "output": {"path": "file:///tmp/out"}},
+    "spark": {"dt": 10, "output": {"path": "file:///events", "volumeClaim": "events"}},
 }
 
 

@@ -30,7 +30,7 @@ SPEC: dict[str, Any] = {
     "tls": {"secretName": "run-tls", "mutual": True, "clientSecretName": "run-client"},
     "auth": {"tokenSecretRef": {"name": "run-token"}},
     "networkPolicy": {"enabled": True, "allowedClients": [{"podSelector": {}}]},
-    "spark": {"dt": 10, "output": {"path": "file:///tmp/out"}},
+    "spark": {"dt": 10, "output": {"path": "file:///events", "volumeClaim": "events"}},
     "upstreams": [{"target": "lower-orderer.daq.svc:50051", "asSource": 7}],
 }
 

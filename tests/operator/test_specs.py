@@ -438,3 +438,34 @@ def test_a_spark_change_changes_the_sparkapplication_spec() -> None:
     ):
         after = _by_kind(_children({"spark": {**base, **change}}))["SparkApplication"]["spec"]
         assert after != before, change
+
+
+@pytest.mark.parametrize(
+    ("path", "mounted"),
+    [("file:///events", "/events"), ("/data/run-1/", "/data/run-1"), ("file:/out", "/out")],
+)
+def test_a_local_output_gets_its_claim_mounted_in_every_spark_pod(path: str, mounted: str) -> None:
+    """The events, the summary and the checkpoint of a local output go to the claim, which the
+    driver and every executor mount at the output path (each writes its own partitions)."""
+    spark = {"dt": 5, "output": {"path": path, "volumeClaim": "run-events"}}
+    (app,) = [
+        child for child in _children({"spark": spark}) if child["kind"] == "SparkApplication"
+    ]
+    volumes = {volume["name"]: volume for volume in app["spec"]["volumes"]}
+    assert volumes["output"] == {
+        "name": "output",
+        "persistentVolumeClaim": {"claimName": "run-events"},
+    }
+    for role in ("driver", "executor"):
+        mounts = app["spec"][role]["volumeMounts"]
+        assert {"name": "output", "mountPath": mounted} in mounts
+        assert {"name": "tmp", "mountPath": "/tmp"} in mounts
+    assert app["spec"]["arguments"][app["spec"]["arguments"].index("--output") + 1] == path
+
+
+def test_object_storage_mounts_no_output_volume() -> None:
+    spark = {"dt": 5, "output": {"path": "s3a://bucket/run"}}
+    (app,) = [
+        child for child in _children({"spark": spark}) if child["kind"] == "SparkApplication"
+    ]
+    assert "output" not in {volume["name"] for volume in app["spec"]["volumes"]}

@@ -234,7 +234,7 @@ def test_tls_is_reported_served_once_the_orderer_answered_over_it() -> None:
     assert not [c for c in plain["conditions"] if c["type"] == "TLS"]
 
 
-SPARK_RUN = validation.validate({"spark": {"dt": 100, "output": {"path": "file:///tmp/events"}}})
+SPARK_RUN = validation.validate({"spark": {"dt": 100, "output": {"path": "s3a://daq/events"}}})
 
 
 def _ready(**changes: Any) -> tuple[bool, str]:

@@ -37,17 +37,17 @@ def test_an_empty_spec_gets_every_default() -> None:
 def test_defaults_fill_nested_objects_and_keep_given_values() -> None:
     spec = {
         "flowControl": {"queueXoff": 10, "queueXon": 5},
-        "spark": {"dt": 9, "output": {"path": "x"}},
+        "spark": {"dt": 9, "output": {"path": "s3a://b/x"}},
     }
     valid = validation.validate(spec)
     assert valid.orderer.flow_control.queue_xoff == 10
     assert valid.orderer.flow_control.global_xoff == 4_000_000
     spark = valid.spec["spark"]
     assert spark["executors"] == {"instances": 2, "cores": 1, "memory": "2g"}
-    assert spark["output"] == {"path": "x", "format": "parquet"}
+    assert spark["output"] == {"path": "s3a://b/x", "format": "parquet"}
     assert spec == {
         "flowControl": {"queueXoff": 10, "queueXon": 5},
-        "spark": {"dt": 9, "output": {"path": "x"}},
+        "spark": {"dt": 9, "output": {"path": "s3a://b/x"}},
     }
 
 
@@ -76,16 +76,16 @@ def test_source_timeout_zero_is_off() -> None:
             {"orderer": {"resources": {"limits": {"memory": "a lot"}}}},
             "spec.orderer.resources.limits.memory",
         ),
-        ({"spark": {"output": {"path": "x"}}}, "spec.spark.dt"),  # dt, unless noBuild
-        ({"spark": {"dt": 0, "output": {"path": "x"}}}, "spec.spark.dt"),
+        ({"spark": {"output": {"path": "s3a://b/x"}}}, "spec.spark.dt"),  # dt, unless noBuild
+        ({"spark": {"dt": 0, "output": {"path": "s3a://b/x"}}}, "spec.spark.dt"),
         ({"spark": {"dt": 5, "output": {"path": ""}}}, "spec.spark.output.path"),
         (
-            {"spark": {"dt": 5, "output": {"path": "x"}, "executors": {"memory": "lots"}}},
+            {"spark": {"dt": 5, "output": {"path": "s3a://b/x"}, "executors": {"memory": "lots"}}},
             "spec.spark.executors.memory",
         ),
         ({"tls": {}}, "spec.tls"),
         *[
-            ({"spark": {"dt": 5, "output": {"path": "x"}, **spark}}, field)
+            ({"spark": {"dt": 5, "output": {"path": "s3a://b/x"}, **spark}}, field)
             for spark, field in [
                 ({"partitions": 0}, "spec.spark.partitions"),
                 ({"partitions": 65537}, "spec.spark.partitions"),
@@ -97,7 +97,7 @@ def test_source_timeout_zero_is_off() -> None:
                 ({"tickRate": 0}, "spec.spark.tickRate"),
                 ({"noBuild": "yes"}, "spec.spark.noBuild"),
                 ({"noBuild": True}, "spec.spark.noBuild"),  # with dt
-                ({"output": {"path": "x", "format": "csv"}}, "spec.spark.output.format"),
+                ({"output": {"path": "s3a://b/x", "format": "csv"}}, "spec.spark.output.format"),
                 (
                     {"objectStorage": {"credentialsSecret": ""}},
                     "spec.spark.objectStorage.credentialsSecret",
@@ -149,7 +149,7 @@ def test_the_examples_are_valid(path: Path) -> None:
 
 
 def test_no_build_needs_no_dt_and_the_spark_defaults() -> None:
-    spark = validation.validate({"spark": {"noBuild": True, "output": {"path": "x"}}}).spec["spark"]
+    spark = validation.validate({"spark": {"noBuild": True, "output": {"path": "s3a://b/x"}}}).spec["spark"]
     assert "dt" not in spark
     assert (spark["maxFragments"], spark["triggerInterval"], spark["tickRate"]) == (1000, 0, 1e8)
     assert "partitions" not in spark  # computed from the executors (specs.spark_partitions)
@@ -198,3 +198,44 @@ def test_a_change_of_the_event_building_is_refused_unless_the_output_moves(
     with pytest.raises(InvalidSpec, match=r"cannot change while output\.path stays") as caught:
         validation.validate_change(old, new)
     assert caught.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("output", "field"),
+    [
+        ({"path": "file:///events"}, "spec.spark.output.volumeClaim"),
+        ({"path": "file:/events"}, "spec.spark.output.volumeClaim"),
+        ({"path": "/events"}, "spec.spark.output.volumeClaim"),
+        ({"path": "events"}, "spec.spark.output.volumeClaim"),
+        ({"path": "events", "volumeClaim": "c"}, "spec.spark.output.path"),
+        ({"path": "file://host/events", "volumeClaim": "c"}, "spec.spark.output.path"),
+        ({"path": "s3a://b/r", "volumeClaim": "c"}, "spec.spark.output.path"),
+        ({"path": "file:///events", "volumeClaim": ""}, "spec.spark.output.volumeClaim"),
+    ],
+    ids=["file", "file-one-slash", "absolute", "relative", "relative-claim", "host", "s3a-claim",
+         "empty-claim"],
+)
+def test_a_local_output_without_a_volume_is_refused(output: dict[str, str], field: str) -> None:
+    """In the cluster a local output would be written into the Spark pods (a read-only root, an
+    emptyDir /tmp), and the events lost with them: refused, naming the field and what to do."""
+    with pytest.raises(InvalidSpec) as refused:
+        validation.validate({"spark": {"dt": 5, "output": output}})
+    assert refused.value.field == field
+    if field.endswith("volumeClaim") and output.get("volumeClaim") is None:
+        assert "needs output.volumeClaim" in refused.value.message
+        assert "lost" in refused.value.message
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        {"path": "s3a://bucket/run"},
+        {"path": "hdfs://namenode/run"},
+        {"path": "file:///events", "volumeClaim": "run-events"},
+        {"path": "/events/run-1/", "volumeClaim": "run-events"},
+    ],
+)
+def test_object_storage_or_a_local_output_on_a_claim_is_valid(output: dict[str, str]) -> None:
+    assert validation.validate({"spark": {"dt": 5, "output": output}}).spec["spark"]["output"][
+        "path"
+    ] == output["path"]

@@ -1,0 +1,99 @@
+"""The Spark job's output in the ``EventBuilder`` spec (``spec.spark.output``): where the built
+events go, and the volume a local output needs in the cluster, with their CEL rules.
+
+Why a local output (``file:///events``, or a bare path) needs ``volumeClaim``: the driver and
+the executors run in pods whose root filesystem is read-only and whose only writable place is an
+``emptyDir``; events written there are lost with the pod, and each executor writes its own
+partitions into its own pod. A user who writes ``file://`` expects the events to be somewhere
+afterwards, so such a spec is refused unless it names a PersistentVolumeClaim, which the
+operator mounts at the output path in the driver and every executor (several nodes need a
+ReadWriteMany claim). Object storage (``s3a://``) and the other Hadoop file systems need none.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from evb_operator.crd_schema import Rule, _object, _string
+
+__all__ = ["OUTPUT_RULES", "is_local", "mount_path", "output_schema", "output_volume"]
+
+_SCHEME = r"^[a-zA-Z][a-zA-Z0-9+.-]*:"
+"""A Hadoop path with a scheme (``s3a:``, ``hdfs:``, ``file:``)."""
+_ABSOLUTE = r"^(file://|file:)?/[^/]"
+"""A local absolute path: ``file:///events``, ``file:/events`` or ``/events`` (not
+``file://host/...``: a mount has no host)."""
+
+
+def is_local(path: str) -> bool:
+    """Whether ``path`` is on the pod's own file system: ``file:`` or no scheme at all."""
+    return path.startswith("file:") or re.match(_SCHEME, path) is None
+
+
+def mount_path(path: str) -> str:
+    """The directory a local absolute ``path`` names, where its volume is mounted."""
+    local = path.removeprefix("file://").removeprefix("file:")
+    return "/" + local.strip("/")
+
+
+def output_schema() -> dict[str, Any]:
+    return _object(
+        "Where the built events go.",
+        {
+            "path": _string(
+                "Output location (a Hadoop path: s3a://bucket/run1, or file:///events with"
+                " volumeClaim).",
+                minLength=1,
+            ),
+            "format": _string(
+                "Output format: parquet or json event rows, or nscldaq (one PHYSICS_EVENT ring"
+                " item per event, as NSCLDAQ's glom writes them). Building.",
+                enum=["parquet", "json", "nscldaq"],
+                default="parquet",
+            ),
+            "volumeClaim": _string(
+                "PersistentVolumeClaim mounted at a local path (file:///events) in the driver"
+                " and every executor, where the events, the summary and the checkpoint go"
+                " (ReadWriteMany when the pods may run on several nodes). Required for a local"
+                " path: without it the events would stay in the pods and be lost with them.",
+                minLength=1,
+            ),
+        },
+        required=["path"],
+    )
+
+
+OUTPUT_RULES: tuple[Rule, ...] = (
+    Rule(
+        path=("spark", "output"),
+        cel=f"has(self.volumeClaim) || (self.path.matches('{_SCHEME}')"
+        " && !self.path.startsWith('file:'))",
+        message="a local output.path (file:// or a bare path) needs output.volumeClaim: in the"
+        " cluster the driver and the executors would write the events into their own pods, and"
+        " they would be lost with them; name a PersistentVolumeClaim to mount there, or write"
+        " to object storage (s3a://)",
+        check=lambda output: "volumeClaim" in output or not is_local(str(output["path"])),
+        field_path=".volumeClaim",
+    ),
+    Rule(
+        path=("spark", "output"),
+        cel=f"!has(self.volumeClaim) || self.path.matches('{_ABSOLUTE}')",
+        message="output.volumeClaim is mounted at output.path: give an absolute local path"
+        " (file:///events or /events)",
+        check=lambda output: "volumeClaim" not in output
+        or re.match(_ABSOLUTE, str(output["path"])) is not None,
+        field_path=".path",
+    ),
+)
+"""The rules of ``spec.spark.output`` (``crd.RULES`` holds them with the others)."""
+
+
+def output_volume(output: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The volume and the mount of ``output.volumeClaim``; None without one."""
+    claim = output.get("volumeClaim")
+    if claim is None:
+        return None
+    volume = {"name": "output", "persistentVolumeClaim": {"claimName": claim}}
+    return volume, {"name": "output", "mountPath": mount_path(str(output["path"]))}
