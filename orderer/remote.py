@@ -10,7 +10,10 @@ and the end-to-end tests call them without a shell. They use the client library
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -30,7 +33,7 @@ from orderer.client import (
     set_source_state,
 )
 from orderer.console import DEFAULT_RECENT, stats_table, write
-from orderer.errors import ServiceUnavailable
+from orderer.errors import EvbError, ServiceUnavailable
 from orderer.nscldaq.format import NscldaqFormatError, pack_fragments
 from orderer.nscldaq.reader import RingItemReader
 from orderer.replay import read_records, write_emitted
@@ -181,6 +184,7 @@ def send_nscldaq(
     started = time.monotonic()
     numbered: set[int] = set()
     with SourceClient(target, sources=[], **(client_options or {})) as client:
+        _say_if_ended(target, client_options)
         try:
             for batch in reader.read_paths(paths):
                 source = batch.source
@@ -232,6 +236,7 @@ def _send(
     with SourceClient(target, sources=sources, **(client_options or {})) as client:
         # the server's first answer: a refused token ends the command before any progress shows
         durable = _durable_sequences(client, sources)
+        _say_if_ended(target, client_options)
         if callable(steps):
             steps = steps(durable)
         total = sum(count for _, _, count in steps)
@@ -246,6 +251,23 @@ def _send(
         "acked": acked,
         "reconnects": reconnects,
     }
+
+
+def _say_if_ended(target: str, client_options: dict[str, Any] | None) -> None:
+    """Tell the shift crew on stderr when the run has ended: the contract takes what arrives
+    between ``evb end-run`` and ``evb begin-run`` into the ended run (it reopens it, README,
+    "Runs one after another"), which is right for a straggler's data but not what a sender
+    meaning the next run wants; and a Spark job that built the run finished at its end."""
+    options = client_options or {}
+    connection = {k: options[k] for k in ("security", "connect_timeout") if k in options}
+    stats = get_stats(target, barrier_log_limit=1, **connection)
+    if stats["run_ended"]:
+        print(
+            f"evb send: run {stats['run']} has ended (evb end-run): these fragments reopen it"
+            " and are its own; `evb begin-run` starts the next run",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _durable_sequences(
@@ -318,7 +340,8 @@ def tail(
     connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
 ) -> int:
     """Print the ordered output from ``from_offset`` as ``evb replay`` OUT lines; without
-    ``follow`` or ``until``, up to what is durable now. Returns how many lines were printed."""
+    ``follow`` or ``until``, up to what is durable now; with ``follow``, until the run ended
+    and all of it was printed. Returns how many lines were printed."""
     printed = 0
     for batch in _ordered(target, from_offset, until, follow, security, connect_timeout):
         if payload:
@@ -347,9 +370,54 @@ def _ordered(
         until = int(stats["next_offset"])
     if until is not None and from_offset >= until:
         return
-    yield from OrderedStreamReader(
+    reader = OrderedStreamReader(
         target, from_offset, until=until, security=security, connect_timeout=connect_timeout
     )
+    if until is not None:
+        yield from reader
+        return
+    with _stopped_at_run_end(reader, target, security, connect_timeout):
+        yield from reader
+
+
+RUN_END_POLL = 0.5
+"""Seconds between two questions of ``evb tail --follow`` whether the run has ended."""
+
+
+@contextlib.contextmanager
+def _stopped_at_run_end(
+    reader: OrderedStreamReader,
+    target: str,
+    security: ChannelSecurity | None,
+    connect_timeout: float | None,
+) -> Iterator[None]:
+    """``evb tail --follow`` stops once the run ended and everything of it was printed, as a
+    shift crew expects (and as the Spark job and ``evb forward`` do): ``GetStats`` says
+    ``run_ended`` only once the run's last output is durable, and its ``next_offset`` is then
+    the run's end, where the reader stops. A thread asks, since the stream says nothing of the
+    end. A server that does not answer is the reader's to report."""
+    stop = threading.Event()
+
+    def watch() -> None:
+        while True:
+            try:
+                stats = get_stats(
+                    target, barrier_log_limit=1, security=security, connect_timeout=connect_timeout
+                )
+            except EvbError:
+                stats = None
+            if stats is not None and stats["run_ended"]:
+                reader.stop_at(int(stats["next_offset"]))
+                return
+            if stop.wait(RUN_END_POLL):
+                return
+
+    # not joined: a question under way ends by itself within the connect timeout
+    threading.Thread(target=watch, name="evb-tail-run-end", daemon=True).start()
+    try:
+        yield
+    finally:
+        stop.set()
 
 
 def tail_nscldaq(

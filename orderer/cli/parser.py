@@ -299,7 +299,12 @@ def _add_tail(commands: Any) -> None:
         metavar="OFFSET",
         help="stop before this offset (default: what is durable now, unless --follow)",
     )
-    tail.add_argument("--follow", "-f", action="store_true", help="keep printing new output")
+    tail.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="keep printing new output until the run ended and all of it was printed",
+    )
     tail.add_argument("--payload", action="store_true", help="add each payload (base64)")
     tail.add_argument(
         "--nscldaq",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Any
@@ -67,10 +68,24 @@ class OrderedStreamReader:
         self._max_fragments = max_fragments
         self._reconnect_timeout = reconnect_timeout
         self._backoff = backoff
+        self._lock = threading.Lock()
+        self._call: grpc.Future | None = None
+        """The blocking stream being read, for :meth:`stop_at` to end."""
 
     @property
     def _done(self) -> bool:
         return self.until is not None and self.offset >= self.until
+
+    def stop_at(self, offset: int) -> None:
+        """End the (blocking) iteration at ``offset``, at once when it is there already; from
+        any thread. Why: a reader waiting for output that will not come (the run ended, which
+        the stream does not say) sits in the stream; ``evb tail --follow`` learns the end from
+        ``GetStats`` and stops its reader here."""
+        with self._lock:
+            self.until = offset if self.until is None else min(self.until, offset)
+            call = self._call
+        if self._done and call is not None:
+            call.cancel()
 
     def _request(self) -> pb.SubscribeRequest:
         """Ask from the next offset (again, after a reconnect)."""
@@ -97,6 +112,10 @@ class OrderedStreamReader:
             stub = pb_grpc.OrdererStub(channel)
             while not self._done:
                 call = stub.Subscribe(self._request(), wait_for_ready=True)
+                with self._lock:
+                    self._call = call
+                    if self._done:  # stopped between the check and the call
+                        call.cancel()
                 try:
                     for message in call:
                         reconnects.answered()
@@ -105,6 +124,8 @@ class OrderedStreamReader:
                         if self._done:
                             break
                 except grpc.RpcError as error:
+                    if self._done:  # cancelled by stop_at
+                        break
                     code, details = error.code(), error.details()
                     time.sleep(
                         reconnects.delay_or_raise(code, details, self.target, self._security)
