@@ -167,6 +167,16 @@ def test_the_operators_pod_takes_connections_only_on_its_health_port() -> None:
     assert not _kinds(_objects({"networkPolicy": {"enabled": False}}), "NetworkPolicy")
 
 
+def test_readiness_asks_healthz_and_liveness_only_that_the_operator_answers() -> None:
+    """/healthz fails while the operator cannot talk to the API server
+    (tests/e2e/test_operator_readiness.py): unready, not restarted over and over."""
+    _, container = _operator_container(_objects())
+    assert "--liveness=http://0.0.0.0:8080/healthz" in container["command"]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["livenessProbe"]["tcpSocket"] == {"port": "health"}
+    assert "httpGet" not in container["livenessProbe"]
+
+
 def test_values_reach_the_deployment() -> None:
     values = {
         **WATCHED,
