@@ -326,7 +326,7 @@ def connect_sync(
             if details is None:
                 return
             cause = cause_of(details, target, security)
-            if not cause.final and cause.words == "connection refused":
+            if not cause.final:  # another of its addresses may have refused this client
                 cause, details = probes.final(_POLL * 4) or (cause, details)
             left = deadline - time.monotonic()
             if cause.final or left <= 0:
@@ -403,7 +403,7 @@ async def connect_async(
             if details is None:
                 return
             cause = cause_of(details, target, security)
-            if not cause.final and cause.words == "connection refused":
+            if not cause.final:  # another of its addresses may have refused this client
                 cause, details = await probes.final(_POLL * 4) or (cause, details)
             left = deadline - time.monotonic()
             if cause.final or left <= 0:
