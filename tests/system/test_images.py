@@ -165,7 +165,8 @@ def test_the_spark_job_builds_a_small_run_into_events_summary_and_report(
     _send(target)
     _evb("end-run", "--target", target)
     output = _host_dir(tmp_path / "output", 10001)
-    spec = {**ORDERER_SPEC, "spark": {"dt": 100, "output": {"path": "file:///output"}}}
+    output_spec = {"path": "file:///output", "volumeClaim": "events"}
+    spec = {**ORDERER_SPEC, "spark": {"dt": 100, "output": output_spec}}
     app = specs.build_sparkapplication_spec(
         NAME, NAMESPACE, validation.validate(spec), default_image=SPARK_IMAGE
     )["spec"]
@@ -181,8 +182,8 @@ def test_the_spark_job_builds_a_small_run_into_events_summary_and_report(
     }
     addresses = {specs.orderer_endpoint(NAME, NAMESPACE): target}
     job = start_container(
-        "--network=host", "--volume", f"{output}:/output:rw",
-        *run_args(pod, container, addresses=addresses,
+        "--network=host",
+        *run_args(pod, container, volumes=Volumes({"output": output}), addresses=addresses,
                   env={"SPARK_DRIVER_BIND_ADDRESS": "127.0.0.1"}),
     )
     done = podman("wait", job, timeout=600)

@@ -20,9 +20,7 @@ s3a_jars="${S3A_JARS:-yes}"
 standin="${EVB_STANDIN:-auto}"
 case "$s3a_jars" in yes|no) ;; *) echo "build.sh: S3A_JARS must be yes or no, not '$s3a_jars'" >&2; exit 2 ;; esac
 case "$standin" in auto|always) ;; *) echo "build.sh: EVB_STANDIN must be auto or always, not '$standin'" >&2; exit 2 ;; esac
-for tool in podman debootstrap; do
-    command -v "$tool" >/dev/null || { echo "build.sh: $tool is not installed (tools/system/install.sh installs it)" >&2; exit 2; }
-done
+command -v podman >/dev/null || { echo "build.sh: podman is not installed (tools/system/install.sh installs it)" >&2; exit 2; }
 
 # The default of an ARG in a Dockerfile: the bases are named once, there.
 arg_default() {
@@ -60,5 +58,7 @@ build() {
 build -t "$evb_image" -f "$repo/Dockerfile" "$repo"
 build --build-arg "SPARK_IMAGE=$spark_base" --build-arg "S3A_JARS=$s3a_jars" \
     -t "$spark_job_image" -f "$repo/Dockerfile.spark" "$repo"
-"$podman" images --format '{{.Repository}}:{{.Tag}} {{.Size}}' \
-    | grep -E "^(localhost/)?(${evb_image}|${spark_job_image}) " >&2 || true
+for image in "$evb_image" "$spark_job_image"; do
+    size="$("$podman" image inspect --format '{{.Size}}' "$image")"
+    echo "build.sh: $image: $((size / 1000000)) MB" >&2
+done

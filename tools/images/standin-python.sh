@@ -12,13 +12,14 @@
 # store; a build where HTTPS is not intercepted needs neither.
 set -euo pipefail
 name="$1"
+command -v debootstrap >/dev/null || { echo "standin-python.sh: debootstrap is not installed (tools/system/install.sh installs it)" >&2; exit 2; }
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 podman="$here/podman.sh"
 mirror="${DEBIAN_MIRROR:-$("$here/debian-mirror.sh")}"
 extra_ca="${EVB_EXTRA_CA_DIR:-/usr/local/share/ca-certificates}"
 
 root="$(mktemp -d /var/tmp/evb-standin-python.XXXXXX)"
-trap 'rm -rf "$root"' EXIT
+trap 'rm -rf "$root" "$root.log"' EXIT
 echo "stand-in $name: debootstrap bookworm from $mirror" >&2
 debootstrap --variant=minbase \
     --include=python3,python3-venv,python3-pip,python3-dev,ca-certificates,netbase,tzdata \
