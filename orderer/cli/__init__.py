@@ -40,6 +40,7 @@ from orderer.wire.options import DEFAULT_CONNECT_TIMEOUT
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "EXIT_BAD_INPUT",
+    "EXIT_BROKEN_PIPE",
     "EXIT_TERMINATED",
     "EXIT_UNAVAILABLE",
     "HelpFormatter",
@@ -50,6 +51,9 @@ __all__ = [
 
 EXIT_UNAVAILABLE = 3
 """The orderer service could not be reached."""
+
+EXIT_BROKEN_PIPE = 128 + 13
+"""The standard output's reader closed it (as a shell reports a process ended by SIGPIPE)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -68,6 +72,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, RecordError, InterfaceError, BadInput) as error:
         print(f"evb {args.command}: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        # the reader of the standard output went away (``evb stats | head``): a normal end for
+        # a command whose output is piped, not an error to report. Python flushes stdout again
+        # at exit; pointing it at /dev/null spares a second BrokenPipeError there.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except FileNotFoundError as error:
         print(f"evb {args.command}: {error.filename}: no such file", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -258,3 +258,26 @@ def test_a_missing_value_is_named_without_a_meaningless_got_none(
     assert main(["consumers", "delete", "--target", "127.0.0.1:1"]) == 2
     err = capsys.readouterr().err
     assert err == "evb consumers: NAME: evb consumers delete needs the consumer's name\n"
+
+
+def test_output_piped_into_a_reader_that_stops_early_ends_quietly(tmp_path: Path) -> None:
+    """``evb replay RUN --output /dev/stdout | head -1``: the reader leaving is a normal end
+    (status 141, as a shell reports SIGPIPE), not a BrokenPipeError traceback."""
+    import subprocess
+    import sys
+
+    run = tmp_path / "run.jsonl"
+    run.write_text(
+        "".join(f'{{"t": {i * 1e-4}, "source": {i % 2}, "ts": {i}}}\n' for i in range(20000))
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "orderer.cli", "replay", str(run), "--output", "/dev/stdout"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    assert process.stdout.readline().startswith(b"{")
+    process.stdout.close()
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 141, stderr
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr

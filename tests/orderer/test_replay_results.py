@@ -122,3 +122,29 @@ def test_a_sweep_refuses_an_existing_setting_output_before_writing_any(
     status, err = _replay(capsys, run, "--output", pattern, "--build-window", "3,1")
     assert status == 2 and "sweep-build-window=1.arrow" in err
     assert _files(run.parent) == first  # build-window=3 was not written either
+
+
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
+def test_a_stream_as_the_output_is_written_in_place_not_replaced(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], overwrite: list[str]
+) -> None:
+    """``--output /dev/stdout`` (here a FIFO, its stand-in that a test may touch): no earlier
+    result to keep, so no --overwrite needed, and the output goes through the stream; renaming
+    a staged file over it replaced the node (as root, /dev/stdout itself) and nothing was read."""
+    import os
+    import stat
+    import threading
+
+    regular = tmp_path / "out.jsonl"
+    assert _replay(capsys, run, "--output", regular)[0] == 0
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    status, err = _replay(capsys, run, "--output", fifo, *overwrite)
+    reader.join(timeout=30)
+    assert status == 0, err
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+    assert received == [regular.read_bytes()]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.fifo", "out.jsonl", "run.jsonl"]
