@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import fields, is_dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,13 @@ from orderer import log_format
 from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer.batch import ArrivalKind, FragmentBatch
 from orderer.client import configure_async, get_stats_async
-from orderer.config import LATE_POLICIES, LIVE_PARAMETERS, OrdererConfig
+from orderer.config import (
+    LATE_POLICIES,
+    LIVE_PARAMETERS,
+    OrdererConfig,
+    parameter_names,
+    parameter_value,
+)
 from orderer.errors import ConfigError
 from orderer.service.server import RunningServer, start_server
 from orderer.service.settings import GivenParameter, ServiceConfig
@@ -31,24 +37,8 @@ from tests.service.harness import run, target
 from tests.service.test_server import _Stream
 
 
-def _parameters() -> list[str]:
-    """Every parameter by name, a nested group's fields dotted (``flow_control.queue_xoff``)."""
-    names: list[str] = []
-    defaults = OrdererConfig()
-    for f in fields(OrdererConfig):
-        value = getattr(defaults, f.name)
-        if is_dataclass(value):
-            names.extend(f"{f.name}.{inner.name}" for inner in fields(value))
-        else:
-            names.append(f.name)
-    return names
-
-
 def _default(name: str) -> Any:
-    value: Any = OrdererConfig()
-    for part in name.split("."):
-        value = getattr(value, part)
-    return value
+    return parameter_value(OrdererConfig(), name)
 
 
 def _with(config: OrdererConfig, name: str, value: Any) -> OrdererConfig:
@@ -133,7 +123,7 @@ def _files(data_dir: Path) -> dict[str, tuple[int, int]]:
     }
 
 
-@pytest.mark.parametrize("name", _parameters())
+@pytest.mark.parametrize("name", parameter_names())
 def test_a_restart_without_a_flag_keeps_the_runs_value(tmp_path: Path, name: str) -> None:
     """Restart (a): a parameter not given keeps the value the run began with, its output
     unchanged; first with every other parameter given as the run began (the flag alone left
@@ -142,7 +132,7 @@ def test_a_restart_without_a_flag_keeps_the_runs_value(tmp_path: Path, name: str
     configuration, or a traceback when it did not replay the ordered log."""
     began, _ = _values(name)
     config = _with(BASE, name, began)
-    others = tuple(GivenParameter(other, other) for other in _parameters() if other != name)
+    others = tuple(GivenParameter(other, other) for other in parameter_names() if other != name)
 
     async def body() -> None:
         running = await _start(tmp_path, config)
@@ -167,7 +157,7 @@ def test_a_restart_without_a_flag_keeps_the_runs_value(tmp_path: Path, name: str
     run(body())
 
 
-@pytest.mark.parametrize("name", _parameters())
+@pytest.mark.parametrize("name", parameter_names())
 def test_a_restart_with_another_value_changes_it_live_or_is_refused(
     tmp_path: Path, name: str
 ) -> None:
