@@ -19,6 +19,64 @@ cdef enum Violation:
     VIOLATION_PAYLOAD_TOO_LARGE = 3
 
 
+cdef enum WireType:
+    # the wire types of the protobuf encoding (protobuf.dev/programming-guides/encoding)
+    WIRE_VARINT = 0
+    WIRE_I64 = 1
+    WIRE_LEN = 2
+    WIRE_START_GROUP = 3
+    WIRE_END_GROUP = 4
+    WIRE_I32 = 5
+
+
+cdef enum SubmitItem:
+    # which member of SubmitRequest's oneof `item` a message holds (its field number)
+    SUBMIT_NONE = 0
+    SUBMIT_BATCH = 1
+    SUBMIT_WATERMARK = 2
+    SUBMIT_END_OF_SOURCE = 3
+
+
+cdef struct Span:
+    # the bytes of one length-delimited field, inside the message being decoded
+    const uint8_t *data
+    Py_ssize_t size
+
+
+cdef struct BatchFields:
+    # a FragmentBatch as its wire format holds it (field numbers of proto/evb/v1/orderer.proto)
+    uint32_t source            # 1
+    Span sources               # 2, packed little-endian uint32
+    Span timestamps            # 3, packed little-endian uint64
+    Span barrier_types         # 4, packed little-endian uint32
+    Span payload               # 5
+    Span payload_offsets       # 6, packed little-endian uint64
+    uint64_t first_sequence    # 7
+
+
+cdef struct SubmitFields:
+    # a SubmitRequest: the member of its oneof and that member's fields
+    SubmitItem item
+    BatchFields batch
+    uint32_t source            # of the watermark or the end of source
+    uint64_t watermark
+
+
+cdef struct Columns:
+    # where a batch's columns are written (numpy arrays made for it)
+    uint32_t *source
+    uint64_t *timestamp
+    uint32_t *barrier
+    uint64_t *payload_offsets
+    uint8_t *payload
+
+
+cdef struct WireFault:
+    # where and why a message is not valid protobuf wire data
+    Py_ssize_t at
+    const char *why
+
+
 cdef enum PopMode:
     POP_BY_RULES = 0   # mark rule, else window rule (a normal flush)
     POP_DRAIN = 1      # end of run: everything up to a barrier, without waiting
@@ -196,3 +254,36 @@ cdef int _reserve_out(OrdererCore self, Py_ssize_t n, size_t pay) except -1 nogi
 cdef int _shrink_out(OrdererCore self, Py_ssize_t used) except -1 nogil
 cdef tuple _take_emitted(OrdererCore self)
 cdef tuple _hand_over_emitted(OrdererCore self)
+
+# submit_wire.pyx
+cdef Py_ssize_t _wire_varint(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end,
+                             uint64_t *value) noexcept nogil
+cdef Py_ssize_t _wire_tag(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, uint32_t *field,
+                          uint32_t *wire, WireFault *fault) noexcept nogil
+cdef Py_ssize_t _wire_span(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, Span *span,
+                           WireFault *fault) noexcept nogil
+cdef Py_ssize_t _wire_skip(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, uint32_t field,
+                           uint32_t wire, int depth, WireFault *fault) noexcept nogil
+cdef Py_ssize_t _wire_batch(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, BatchFields *out,
+                            int depth, WireFault *fault) noexcept nogil
+cdef Py_ssize_t _wire_marker(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end,
+                             SubmitFields *out, int depth, WireFault *fault) noexcept nogil
+cdef int _wire_submit(const uint8_t *p, Py_ssize_t size, SubmitFields *out,
+                      WireFault *fault) noexcept nogil
+
+# batch_fields.pyx
+cdef class SubmitLimits:
+    cdef readonly uint64_t max_payload
+    cdef uint32_t *declared    # sorted, n_declared of them
+    cdef Py_ssize_t n_declared # -1: every source is accepted
+    cdef object _declared      # the array that owns ``declared``
+    cdef object hint           # "the server accepts only [...]"
+    cdef bint _is_declared(self, uint32_t source) noexcept nogil
+
+cdef bint _least_undeclared(SubmitLimits limits, const uint8_t *sources, Py_ssize_t n,
+                            uint32_t *least) noexcept nogil
+cdef Py_ssize_t _packed_count(str field, const Span *span, Py_ssize_t itemsize,
+                              Py_ssize_t count) except -2
+cdef Py_ssize_t _fill_columns(const BatchFields *f, Columns *out, Py_ssize_t n,
+                              uint64_t max_payload, Violation *what) noexcept nogil
+cdef tuple _batch_columns(const BatchFields *f, SubmitLimits limits)

@@ -1,5 +1,6 @@
 # Hand-written types of the Cython core (core.pyx and the parts it includes); keep in step
 # with its public functions and methods.
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,19 @@ _U64 = npt.NDArray[np.uint64]
 _F64 = npt.NDArray[np.float64]
 
 def check_fragment_rules(timestamp: _U64, payload_offsets: _U64, max_payload: int) -> None: ...
+
+ITEM_BATCH: int
+ITEM_WATERMARK: int
+ITEM_END_OF_SOURCE: int
+
+class SubmitLimits:
+    def __init__(self, max_payload: int, declared: Iterable[int] | None = None) -> None: ...
+    @property
+    def max_payload(self) -> int: ...
+
+def decode_submit(
+    data: bytes, limits: SubmitLimits
+) -> tuple[int, tuple[Any, ...]]: ...
 
 class OrdererCore:
     def __init__(

@@ -48,3 +48,5 @@ include "emitted.pyx"    # emitted fragments until taken
 include "rules.pyx"      # batch rules, checked before a batch is taken in
 include "calls.pyx"      # OrdererCore and its coarse calls
 include "nscldaq.pyx"    # the walk of NSCLDAQ ring items and event-builder fragments
+include "submit_wire.pyx"   # the protobuf wire format of a SubmitRequest, read without the GIL
+include "batch_fields.pyx"  # a FragmentBatch's fields into checked columns; decode_submit

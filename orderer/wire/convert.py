@@ -4,8 +4,9 @@ Why a module of its own: the servicer methods only convert between messages and 
 every check of what a client sent happens once, here, in pure functions that raise
 :class:`~orderer.errors.InterfaceError` naming the proto field; the service turns that into
 ``INVALID_ARGUMENT``. Arrays travel as packed little-endian bytes and are read with
-``numpy.frombuffer``, never one Python object per fragment. The client library
-(:mod:`orderer.client`) uses the same functions the other way round.
+``numpy.frombuffer``, never one Python object per fragment. A ``Submit`` message is read from
+its raw bytes by :mod:`orderer.wire.submit`, which :func:`batch_from_pb` goes through too. The
+client library (:mod:`orderer.client`) uses the same functions the other way round.
 
 Callers: the service (:mod:`orderer.service.servicer`, :mod:`orderer.service.orderer_service`,
 :mod:`orderer.service.subscriptions`, :mod:`orderer.service.settings`), the client library
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,8 @@ from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer.batch import EmittedBatch, FragmentBatch
 from orderer.config import LIVE_PARAMETERS, SOURCE_COUNTERS, TOTAL_COUNTERS, OrdererConfig
 from orderer.errors import ConfigError, InterfaceError
+from orderer.wire import submit
+from orderer.wire.submit import BatchLimits, IncomingBatch
 
 __all__ = [
     "DEFAULT_READER_MAX_BYTES",
@@ -52,12 +54,10 @@ __all__ = [
 
 RESERVED_TIMESTAMP = 2**64 - 1
 """The core's +infinity frontier; no fragment may carry it."""
-_U64_LIMIT = 2**64
 
 _LE_U32 = np.dtype("<u4")
 _LE_U64 = np.dtype("<u8")
 _LE_F64 = np.dtype("<f8")
-_EMPTY_BYTES = np.zeros(0, dtype=np.uint8)
 _NO_OFFSETS = np.zeros(0, dtype=np.uint64)
 
 
@@ -96,14 +96,8 @@ MAX_PAYLOAD_BYTES = DEFAULT_READER_MAX_BYTES - ordered_batch_bytes(1, 0)
 reader with gRPC's default limit (a reply always holds at least one fragment)."""
 
 
-@dataclass(frozen=True, slots=True)
-class BatchLimits:
-    """What the service accepts beyond the wire format (``evb serve`` flags)."""
-
-    max_payload_bytes: int = 1 << 20
-    """Largest payload of one fragment, in bytes."""
-    sources: frozenset[int] | None = None
-    """With ``--strict-sources``: the declared sources, the only ones accepted. None: any."""
+_ANY_SOURCE = BatchLimits()
+"""The service's default limits: any source, payloads up to 1 MiB."""
 
 
 def _packed(field: str, data: bytes, dtype: np.dtype, count: int | None) -> npt.NDArray:
@@ -120,90 +114,16 @@ def _packed(field: str, data: bytes, dtype: np.dtype, count: int | None) -> npt.
     return array.astype(dtype.newbyteorder("="), copy=False)
 
 
-def _check_known(field: str, sources: npt.NDArray[np.uint32], limits: BatchLimits) -> None:
-    if limits.sources is None or sources.shape[0] == 0:
-        return
-    for source in np.unique(sources).tolist():
-        if source not in limits.sources:
-            raise InterfaceError(
-                f"{field}: {source} is not a declared source",
-                hint=f"the server accepts only {sorted(limits.sources)}",
-            )
+def batch_from_pb(message: pb.FragmentBatch, limits: BatchLimits = _ANY_SOURCE) -> IncomingBatch:
+    """Check and convert one ``FragmentBatch`` already decoded by the protobuf runtime; every
+    problem raises ``InterfaceError`` naming the field.
 
-
-@dataclass(frozen=True, slots=True)
-class IncomingBatch:
-    """A checked ``FragmentBatch`` from a client."""
-
-    batch: FragmentBatch
-    source: int | None
-    """The source of a single-source batch (also known when the batch is empty); None for a
-    multi-source batch."""
-    first_sequence: int | None
-    """Sequence number of the first fragment; None for a multi-source batch (not deduplicated)."""
-
-
-def batch_from_pb(message: pb.FragmentBatch, limits: BatchLimits = BatchLimits()) -> IncomingBatch:
-    """Check and convert one ``FragmentBatch``; every problem raises ``InterfaceError`` naming
-    the field.
-
-    Each field is read once: reading a ``bytes`` field of a protobuf message makes a new copy
-    every time, and this runs for every message the service receives."""
-    timestamp = _packed("timestamps", message.timestamps, _LE_U64, None)
-    n = timestamp.shape[0]
-    first_sequence: int | None
-    single: int | None = None
-    sources = message.sources
-    if sources:
-        source = _packed("sources", sources, _LE_U32, n)
-        if message.source:
-            raise InterfaceError("source: set together with sources; give one or the other")
-        if message.first_sequence:
-            raise InterfaceError(
-                "first_sequence: only single-source batches carry sequence numbers"
-            )
-        _check_known("sources", source, limits)
-        first_sequence = None
-    else:
-        single = message.source
-        source = np.full(n, single, dtype=np.uint32)
-        first_sequence = message.first_sequence
-        if first_sequence + n > _U64_LIMIT:
-            raise InterfaceError(
-                f"first_sequence: {first_sequence} + {n} fragments overflows uint64"
-            )
-        if limits.sources is not None and single not in limits.sources:
-            raise InterfaceError(
-                f"source: {single} is not a declared source",
-                hint=f"the server accepts only {sorted(limits.sources)}",
-            )
-    barrier_types = message.barrier_types
-    if barrier_types:
-        barrier = _packed("barrier_types", barrier_types, _LE_U32, n)
-    else:
-        barrier = np.zeros(n, dtype=np.uint32)
-    payload_offsets, payload_bytes = message.payload_offsets, message.payload
-    if payload_offsets:
-        offsets = _packed("payload_offsets", payload_offsets, _LE_U64, n + 1)
-        if offsets[0] != 0:
-            raise InterfaceError(f"payload_offsets: must start at 0, got {int(offsets[0])}")
-        payload = np.frombuffer(payload_bytes, dtype=np.uint8)
-    else:
-        if payload_bytes:
-            raise InterfaceError("payload: given without payload_offsets")
-        offsets = _NO_OFFSETS
-        payload = _EMPTY_BYTES
-    if offsets.shape[0] and int(offsets[-1]) != len(payload_bytes):
-        raise InterfaceError(
-            f"payload_offsets: last offset {int(offsets[-1])} is not the payload's length "
-            f"{len(payload_bytes)}"
-        )
-    check_fragment_rules(timestamp, offsets, limits.max_payload_bytes)
-    if not offsets.shape[0]:
-        offsets = np.zeros(n + 1, dtype=np.uint64)
-    return IncomingBatch(
-        FragmentBatch(source, timestamp, barrier, offsets, payload), single, first_sequence
-    )
+    Encoded again and read by :func:`~orderer.wire.submit.decode_submit`, the service's
+    decoder of raw ``Submit`` messages: the rules of a batch are written once, there. Not for
+    a hot path (the service never decodes ``Submit`` messages with the runtime)."""
+    item = submit.decode_submit(pb.SubmitRequest(batch=message).SerializeToString(), limits)
+    assert isinstance(item, IncomingBatch)
+    return item
 
 
 def check_timestamps(timestamps: npt.NDArray[np.uint64]) -> None:
@@ -239,18 +159,20 @@ def batch_to_pb(batch: FragmentBatch, first_sequence: int | None = None) -> pb.F
 
 
 def watermark_from_pb(
-    message: pb.Watermark, limits: BatchLimits = BatchLimits()
+    message: pb.Watermark, limits: BatchLimits = _ANY_SOURCE
 ) -> tuple[int, int]:
-    """``(source, watermark)``; every uint64 is a valid watermark."""
-    if limits.sources is not None and message.source not in limits.sources:
-        raise InterfaceError(f"watermark.source: {message.source} is not a declared source")
-    return message.source, message.watermark
+    """``(source, watermark)``; every uint64 is a valid watermark (checked as
+    :func:`batch_from_pb` checks a batch)."""
+    item = submit.decode_submit(pb.SubmitRequest(watermark=message).SerializeToString(), limits)
+    assert isinstance(item, submit.WatermarkItem)
+    return item.source, item.watermark
 
 
-def end_of_source_from_pb(message: pb.EndOfSource, limits: BatchLimits = BatchLimits()) -> int:
-    if limits.sources is not None and message.source not in limits.sources:
-        raise InterfaceError(f"end_of_source.source: {message.source} is not a declared source")
-    return message.source
+def end_of_source_from_pb(message: pb.EndOfSource, limits: BatchLimits = _ANY_SOURCE) -> int:
+    request = pb.SubmitRequest(end_of_source=message)
+    item = submit.decode_submit(request.SerializeToString(), limits)
+    assert isinstance(item, submit.EndOfSourceItem)
+    return item.source
 
 
 def emitted_to_pb(
