@@ -19,14 +19,15 @@ gauge of a precomputed rate cannot be summed or re-windowed). README ("The servi
 ``evb_log_volume_free_bytes``, ``evb_log_volume_size_bytes``, ``evb_degraded``,
 ``evb_output_offset``, ``evb_high_water_mark``, ``evb_consumer_committed_offset{consumer}``,
 ``evb_consumer_lag_seconds{consumer}``,
-``evb_submit_streams``, ``evb_subscribers``, ``evb_build_info{version}``.
+``evb_submit_streams``, ``evb_subscribers``, ``evb_run_ended``, ``evb_build_info{version}``.
 
 A declared source that never sent anything has every per-source series from the start, its idle
 time counted from the run's start and ``evb_source_arrived`` 0: a series that is absent matches
 no alert expression and draws no line, so the failure a shift crew meets first (a digitizer that
 never connected, while every fragment waits the full build window) would be silent. The
 contract is unchanged (such a source is never dead by timeout, docs/ordering.md); this only
-makes it visible.
+makes it visible. ``evb_run_ended`` lets the source alerts go quiet once the run ended: a
+source that never came, went silent or died is nothing to act on after the shift ended the run.
 """
 
 from __future__ import annotations
@@ -246,6 +247,8 @@ class MetricsSnapshot:
     subscribers: int
     now: float = 0.0
     """The service's clock (the time base of ``last_arrival``)."""
+    run_ended: bool = False
+    """The current run has ended (``evb end-run``) and all its output is durable."""
     waiting_since: float = 0.0
     """The service's clock when the orderer began waiting for its declared sources, from which
     one that never sent counts as idle: the clock's origin, 0 at the data directory's first
@@ -330,6 +333,12 @@ class _OrdererCollector(Collector):
         )
         yield GaugeMetricFamily(
             "evb_subscribers", "Open Subscribe streams.", value=float(snap.subscribers)
+        )
+        yield GaugeMetricFamily(
+            "evb_run_ended",
+            "1 once the current run ended (evb end-run) and all its output is durable; 0 while"
+            " it goes on (evb begin-run starts the next).",
+            value=1.0 if snap.run_ended else 0.0,
         )
         info = GaugeMetricFamily(
             "evb_build_info", "Always 1; the version of evb serving.", labels=["version"]

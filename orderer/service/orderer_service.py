@@ -551,7 +551,7 @@ class OrdererService:
         1000), the open Submit streams and the consumers with their lag."""
         now = self._peek()
         durable = self._commit.durable_offset
-        ended = self._run_ended and durable == self._commit.written_offset
+        ended = self.run_ended_durably
         return convert.stats_to_pb(
             counters=self._orderer.counters(),
             states=self._orderer.source_states(now=now),
@@ -573,6 +573,12 @@ class OrdererService:
             runs=self._run_table(durable if ended else None),
         )
 
+    @property
+    def run_ended_durably(self) -> bool:
+        """The current run has ended and all its output is durable: what ``GetStats`` and the
+        metrics call ended (a consumer that sees it and ``next_offset`` has the whole run)."""
+        return self._run_ended and self._commit.durable_offset == self._commit.written_offset
+
     def _run_table(self, current_end: int | None) -> list[tuple[int, int, int | None]]:
         """``(run, start, end)`` of every run: a run ends where the next began (output between
         an end of run and the next begin run is the earlier run's, as ``run_start_offset``
@@ -593,6 +599,7 @@ class OrdererService:
             submit_streams=len(self._streams),
             subscribers=self._output.subscribers,
             now=now,
+            run_ended=self.run_ended_durably,
             barriers=self._barriers.counts(),
             latency=self._latency.histogram.data(),
             fsync={name: h.data() for name, h in self._commit.fsync_seconds.items()},

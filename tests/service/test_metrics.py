@@ -174,6 +174,23 @@ def test_a_declared_source_that_never_sent_has_its_series_from_the_start(tmp_pat
     run(body())
 
 
+def test_the_run_ended_flag_follows_end_run_and_begin_run(tmp_path: Path) -> None:
+    """evb_run_ended is 0 while the run goes on, 1 once evb end-run ended it and its output is
+    durable (the source alerts go quiet then), 0 again after evb begin-run."""
+    config = OrdererConfig(build_window=0.2, startup_delay=0.0, sources=(1, 2))
+
+    async def body() -> None:
+        async with serving_channel(tmp_path, config, metrics_port=0) as (running, channel):
+            await submit(channel, 1, [1, 2, 3])
+            assert value(await scrape_async(running), "evb_run_ended") == 0
+            await running.service.end_run()
+            assert value(await scrape_async(running), "evb_run_ended") == 1
+            await running.service.begin_run()
+            assert value(await scrape_async(running), "evb_run_ended") == 0
+
+    run(body())
+
+
 def test_the_degraded_flag_follows_a_full_log_volume(tmp_path: Path) -> None:
     """A write the volume refuses (ENOSPC) sets evb_degraded to 1; the retry that succeeds
     clears it."""

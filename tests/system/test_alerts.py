@@ -5,10 +5,11 @@ One Prometheus (``prometheus`` from the distribution, a subprocess with a scrape
 interval of 1 s) scrapes several live ``evb serve --metrics-port`` processes at once, each
 labelled as the PodMonitor's targets are (``namespace``, ``pod``): one healthy run and one run
 per failure (a source that went silent, one never heard from, a late burst, an incomplete
-barrier, a consumer that lags, a log volume that is full, one that is nearly full). The rules
-are the chart's, rendered as ``tests/operator/test_chart_observability.py`` renders them (every
-monitoring option on) and taken out of the PrometheusRule into a plain rules file; the test's
-thresholds come through the chart's values, and every ``for:`` is rewritten to
+barrier, a consumer that lags, a log volume that is full, one that is nearly full), and one
+whose sources fail as the first two do before the run is ended (the source alerts go quiet).
+The rules are the chart's, rendered as ``tests/operator/test_chart_observability.py`` renders
+them (every monitoring option on) and taken out of the PrometheusRule into a plain rules file;
+the test's thresholds come through the chart's values, and every ``for:`` is rewritten to
 :data:`FOR` in the rendered file (the chart has no value for it: a shift crew has no reason to
 tune it, and the test cannot wait minutes). ``promtool check rules`` checks that file, and every
 query of the chart's dashboard must return data on the healthy run.
@@ -40,7 +41,7 @@ import numpy as np
 import pytest
 import yaml
 
-from orderer.client import SourceClient, commit, get_stats
+from orderer.client import SourceClient, commit, end_run, get_stats
 from tests.e2e.conftest import ServerProcess
 from tests.operator.test_chart_observability import _NAME, MONITORING, _dashboard, render
 
@@ -88,6 +89,12 @@ FIRES_AT = {
     "EvbLogVolumeNearlyFull": ("nearly-full-volume", {}),
 }
 """Each alert of the chart: the run that makes its condition, and labels the alert must carry."""
+ENDED = "ended-run"
+QUIET_ONCE_ENDED = ("EvbSourceDead", "EvbSourceNeverSeen", "EvbSourceStalled")
+"""The source alerts, which a run's end silences (``evb_run_ended``)."""
+SETTLE = 3.0
+"""Seconds from ``evb end-run`` until Prometheus has scraped the end and evaluated the rules
+(1 s each), with a margin."""
 
 
 def _tool(name: str) -> str:
@@ -175,6 +182,8 @@ class Run:
     threads: list[threading.Thread] = field(default_factory=list)
     clients: list[SourceClient] = field(default_factory=list)
     errors: list[BaseException] = field(default_factory=list)
+    ended_at: float | None = None
+    """``time.monotonic()`` when the test ended the run (``evb end-run``), if it did."""
 
     @property
     def target(self) -> str:
@@ -327,12 +336,24 @@ def _nearly_full_volume(run: Run) -> None:
     run.volume.fill(leave=VOLUME_BYTES // 20)
 
 
+def _ended_run(run: Run) -> None:
+    """What the silent-sources and never-seen-source runs do (sources 1 and 2 send once and
+    fall silent, 3 of 1-3 never sends), then the shift ends the run."""
+    client = run.client()
+    for source in (1, 2):
+        _send(client, source, [10, 20, 30])
+    client.wait_acked(30)
+    end_run(run.target)
+    run.ended_at = time.monotonic()
+
+
 def _runs() -> list[Run]:
     return [
         Run(HEALTHY, feed=(1, 2), consumer="spark", volume_bytes=4 * VOLUME_BYTES),
         Run("silent-sources", _silent_sources),
         # sources 1-3 declared, 1 and 2 send all along, 3 never (a digitizer never connected)
         Run("never-seen-source", feed=(1, 2), flags=(*COMMON[:-1], "1,2,3")),
+        Run(ENDED, _ended_run, flags=(*COMMON[:-1], "1,2,3")),
         Run("late-burst", _late_burst),
         Run("incomplete-barrier", _incomplete_barrier),
         Run("consumer-lag", _consumer_lag),
@@ -527,6 +548,24 @@ def test_the_alert_stays_quiet_on_a_healthy_run(world: World, alert: str) -> Non
     assert history == [], f"{alert} was active for the healthy run: {history}"
     fired = [a for a in world.prometheus.alerts() if a["labels"].get("alertname") == alert]
     assert fired, f"{alert} fired nowhere: the quiet run proves nothing"
+
+
+@pytest.mark.parametrize("alert", QUIET_ONCE_ENDED)
+def test_the_source_alerts_go_quiet_once_the_run_ended(world: World, alert: str) -> None:
+    """A source that never came, went silent or died is nothing to act on once the shift ended
+    the run: from the moment Prometheus saw ``evb_run_ended`` 1 the alert was not even pending
+    for that run, whose sources are in the very state that fires it on the silent-sources and
+    never-seen-source runs (before ``evb_run_ended``, all three kept firing after the end)."""
+    time.sleep(max(0.0, world.acted + QUIET_WATCH - time.monotonic()))
+    run = world.runs[ENDED]
+    assert run.errors == [] and run.ended_at is not None
+    assert world.prometheus.query(f'evb_run_ended{{pod="{ENDED}"}} == 1'), "the end not seen"
+    window = int(time.monotonic() - run.ended_at - SETTLE)
+    assert window >= 5, f"only {window} s watched after the end"
+    history = world.prometheus.query(
+        f'count_over_time(ALERTS{{alertname="{alert}", pod="{ENDED}"}}[{window}s])'
+    )
+    assert history == [], f"{alert} was active after the run ended: {history}"
 
 
 def test_every_dashboard_query_returns_data(world: World) -> None:
