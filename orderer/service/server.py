@@ -26,13 +26,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from orderer._proto.evb.v1 import orderer_pb2 as pb
-from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
 from orderer.config import OrdererConfig
-from orderer.service import binding
+from orderer.service import binding, servicer
 from orderer.service.metrics import MetricsSnapshot, ServiceMetrics
 from orderer.service.orderer_service import OrdererService
 from orderer.service.security import ServerSecurity
-from orderer.service.servicer import OrdererServicer
 from orderer.service.settings import GivenParameter, ServiceConfig
 
 __all__ = [
@@ -197,7 +195,7 @@ def _bind(
         *binding.GRPC_SERVER_OPTIONS,
     ]
     server = grpc.aio.server(options=options, interceptors=security.interceptors())
-    pb_grpc.add_OrdererServicer_to_server(OrdererServicer(service), server)
+    servicer.add_to_server(servicer.OrdererServicer(service), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(

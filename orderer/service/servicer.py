@@ -2,10 +2,11 @@
 ``evb.v1.Orderer``) and ``_status``, the one translation of errors into status codes.
 
 Why so thin: each method only converts between protobuf messages and API types
-(:mod:`orderer.wire.convert`), calls the :class:`~orderer.service.orderer_service.OrdererService`,
-and translates what it raises, once, here: a refused input (``InterfaceError``, ``ConfigError``)
-is INVALID_ARGUMENT, a service that cannot take it now (``ServiceUnavailable``) is UNAVAILABLE
-(clients retry), anything else INTERNAL. A late fragment is data, never an error.
+(:mod:`orderer.wire.convert`; ``Submit`` from raw bytes, :mod:`orderer.wire.submit`), calls
+the :class:`~orderer.service.orderer_service.OrdererService`, and translates what it raises,
+once, here: a refused input (``InterfaceError``, ``ConfigError``) is INVALID_ARGUMENT, a
+service that cannot take it now (``ServiceUnavailable``) is UNAVAILABLE (clients retry),
+anything else INTERNAL. A late fragment is data, never an error.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
 from orderer.errors import ConfigError, EvbError, InterfaceError, ServiceUnavailable
 from orderer.service.orderer_service import OrdererService
 from orderer.service.submit_stream import ACK, SubmitStream
-from orderer.wire import convert
+from orderer.wire import convert, submit
 
-__all__ = ["OrdererServicer"]
+__all__ = ["RAW_REQUESTS", "OrdererServicer", "add_to_server"]
 
 log = logging.getLogger("evb.service")
 
@@ -45,27 +46,23 @@ class OrdererServicer(pb_grpc.OrdererServicer):
     def __init__(self, service: OrdererService) -> None:
         self._service = service
 
-    async def _read_submissions(
-        self, requests: AsyncIterator[pb.SubmitRequest], stream: SubmitStream
-    ) -> None:
+    async def _read_submissions(self, requests: AsyncIterator[bytes], stream: SubmitStream) -> None:
+        """Each request arrives as its raw bytes (see :func:`add_to_server`) and is decoded,
+        checked and turned into columns by one compiled call (:func:`submit.decode_submit`)."""
         service = self._service
         try:
-            async for request in requests:
+            async for data in requests:
                 await service.room_for_input()
                 if not stream.reading:
                     return
-                stream.received(request.ByteSize())
-                item = request.WhichOneof("item")
-                if item == "batch":
-                    service.submit(stream, convert.batch_from_pb(request.batch, service.limits))
-                elif item == "watermark":
-                    source, watermark = convert.watermark_from_pb(request.watermark, service.limits)
-                    service.watermark(stream, source, watermark)
-                elif item == "end_of_source":
-                    source = convert.end_of_source_from_pb(request.end_of_source, service.limits)
-                    service.end_source(stream, source)
+                stream.received(len(data))
+                item = submit.decode_submit(data, service.limits)
+                if isinstance(item, submit.IncomingBatch):
+                    service.submit(stream, item)
+                elif isinstance(item, submit.WatermarkItem):
+                    service.watermark(stream, item.source, item.watermark)
                 else:
-                    raise InterfaceError("item: an empty SubmitRequest")
+                    service.end_source(stream, item.source)
             service.finish_stream(stream)
         except asyncio.CancelledError:
             stream.finish()
@@ -79,7 +76,7 @@ class OrdererServicer(pb_grpc.OrdererServicer):
 
     async def Submit(
         self,
-        request_iterator: AsyncIterator[pb.SubmitRequest],
+        request_iterator: AsyncIterator[bytes],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[pb.SubmitReply]:
         stream = self._service.open_stream(context.peer())
@@ -171,6 +168,40 @@ class OrdererServicer(pb_grpc.OrdererServicer):
         number = request.run if request.HasField("run") else None
         run, start = await _answered(context, self._service.begin_run(number))
         return pb.BeginRunReply(run=run, start_offset=start)
+
+
+_HANDLERS = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+RAW_REQUESTS = frozenset({"Submit"})
+"""Methods whose requests reach the servicer undecoded, as bytes (no request deserializer)."""
+
+
+def add_to_server(servicer: OrdererServicer, server: grpc.aio.Server) -> None:
+    """Serve ``evb.v1.Orderer`` with ``servicer``: what the generated
+    ``add_OrdererServicer_to_server`` does, except that ``Submit`` requests are not decoded by
+    the protobuf runtime. Its messages come as raw bytes to :func:`submit.decode_submit`, which
+    checks and decodes one in a compiled call, without the GIL, where the runtime made Python
+    objects of every field on the event loop's thread. Built from the service's descriptor, so
+    that every method of the proto is served, and a new one too."""
+    service = pb.DESCRIPTOR.services_by_name["Orderer"]
+    handlers = {}
+    for method in service.methods:
+        request = getattr(pb, method.input_type.name)
+        reply = getattr(pb, method.output_type.name)
+        make = _HANDLERS[method.client_streaming, method.server_streaming]
+        handlers[method.name] = make(
+            getattr(servicer, method.name),
+            request_deserializer=None if method.name in RAW_REQUESTS else request.FromString,
+            response_serializer=reply.SerializeToString,
+        )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, handlers),)
+    )
+    server.add_registered_method_handlers(service.full_name, handlers)
 
 
 async def _answered(

@@ -158,9 +158,7 @@ def batch_to_pb(batch: FragmentBatch, first_sequence: int | None = None) -> pb.F
     return message
 
 
-def watermark_from_pb(
-    message: pb.Watermark, limits: BatchLimits = _ANY_SOURCE
-) -> tuple[int, int]:
+def watermark_from_pb(message: pb.Watermark, limits: BatchLimits = _ANY_SOURCE) -> tuple[int, int]:
     """``(source, watermark)``; every uint64 is a valid watermark (checked as
     :func:`batch_from_pb` checks a batch)."""
     item = submit.decode_submit(pb.SubmitRequest(watermark=message).SerializeToString(), limits)

@@ -31,7 +31,7 @@ from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
 from orderer.errors import InterfaceError
 from orderer.service.server import RunningServer, start_server
 from orderer.service.settings import ServiceConfig
-from orderer.wire import convert
+from orderer.wire import convert, submit
 
 SOAK = bool(os.environ.get("EVB_SOAK"))
 LIMITS = convert.BatchLimits(max_payload_bytes=64, sources=None)
@@ -47,8 +47,10 @@ FIELDS = (
     "watermark",
     "end_of_source",
     "item",
+    "SubmitRequest",
 )
-"""Every message of an ``InterfaceError`` starts with one of these."""
+"""Every message of an ``InterfaceError`` starts with one of these (``SubmitRequest``: wire
+data that is not a valid protobuf message)."""
 SECONDS = 5
 """No single input may take longer (a hang is a failure, not a stuck test run)."""
 
@@ -221,10 +223,19 @@ def _report() -> Iterator[None]:
 @given(data=st.binary(max_size=300) | _mutated())
 def test_arbitrary_bytes_as_a_submit_request(data: bytes) -> None:
     _tried("bytes")
+    for limits in (LIMITS, STRICT):  # what the service's Submit does with the raw bytes
+        with _Alarm():
+            try:
+                item = submit.decode_submit(data, limits)
+            except InterfaceError as error:
+                assert str(error).startswith(FIELDS), str(error)
+            else:
+                if isinstance(item, submit.IncomingBatch):
+                    _coherent(item.batch)
     try:
         message = pb.SubmitRequest.FromString(data)
     except DecodeError:
-        return  # grpc ends such a call before the handler sees it
+        return
     for limits in (LIMITS, STRICT):
         _check(message, limits)
 
@@ -318,3 +329,33 @@ def test_the_server_survives_bad_requests_and_keeps_what_came_before(
             health_pb2.HealthCheckRequest(), timeout=10
         )
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+MALFORMED = {
+    "cut short": pb.SubmitRequest(batch=_good(101, 0, 3, True)).SerializeToString()[:-4],
+    "wire type 7": b"\x0f\x00",
+    "varint of 11 bytes": b"\x10" + b"\xff" * 10 + b"\x01",
+}
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+def test_wire_data_that_is_not_protobuf_ends_the_stream_invalid_argument(
+    server: tuple[str, Callable[[], int]], name: str
+) -> None:
+    """A message the protobuf runtime cannot parse is the client's mistake: INVALID_ARGUMENT
+    naming it, after the good batch before it was taken in (gRPC's own deserializer ended such
+    a call INTERNAL, "Exception deserializing request!")."""
+    target, received = server
+    good = _good(100, SENT["sequence"], 5, True)
+    with grpc.insecure_channel(target) as channel:
+        call = channel.stream_stream(
+            "/evb.v1.Orderer/Submit", response_deserializer=pb.SubmitReply.FromString
+        )(iter([pb.SubmitRequest(batch=good).SerializeToString(), MALFORMED[name]]), timeout=30)
+        with pytest.raises(grpc.RpcError) as raised:
+            list(call)
+    SENT["sequence"] += 5
+    SENT["good"] += 5
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+    details = raised.value.details()  # type: ignore[attr-defined]
+    assert details.startswith("SubmitRequest: not a valid protobuf message"), details
+    assert received() >= SENT["good"]
