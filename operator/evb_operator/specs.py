@@ -233,6 +233,14 @@ def _probe(tls: bool, service: str = "", **timing: int) -> dict[str, Any]:
     return {**check, **timing}
 
 
+TERMINATION_MESSAGE_POLICY = "FallbackToLogsOnError"
+"""The containers running ``evb``: a start it refuses ends in one line naming the flag and the
+values (a data directory whose run began with other sources, a volume it cannot write), and
+with this policy the kubelet keeps the log's tail as the container's termination message, so
+``kubectl describe pod`` and ``kubectl get events`` say why the pod restarts, not only that it
+does."""
+
+
 def build_configmap_spec(
     name: str, namespace: str, valid: ValidSpec, *, labels: ExtraLabels = None
 ) -> dict[str, Any]:
@@ -271,6 +279,7 @@ def build_statefulset_spec(
         ),
         "resources": orderer_spec["resources"],
         "securityContext": dict(RESTRICTED_CONTAINER),
+        "terminationMessagePolicy": TERMINATION_MESSAGE_POLICY,
         "volumeMounts": [
             {"name": "config", "mountPath": c.CONFIG_DIR, "readOnly": True},
             {"name": "data", "mountPath": c.DATA_DIR},
@@ -708,6 +717,7 @@ def build_forward_spec(
             "env": [{"name": "OPENBLAS_NUM_THREADS", "value": "1"}, *copy.deepcopy(found.env)],
             "resources": copy.deepcopy(FORWARD_RESOURCES),
             "securityContext": dict(RESTRICTED_CONTAINER),
+            "terminationMessagePolicy": TERMINATION_MESSAGE_POLICY,
             "volumeMounts": [
                 {"name": "tmp", "mountPath": "/tmp"},
                 *copy.deepcopy(found.mounts),

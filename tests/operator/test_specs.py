@@ -170,6 +170,20 @@ def test_the_orderer_pod_is_locked_down() -> None:
     assert pod["terminationGracePeriodSeconds"] > c.STOP_GRACE_SECONDS
 
 
+def test_a_refused_start_is_the_termination_message_of_every_evb_container() -> None:
+    """evb serve or evb forward refusing to start (one line naming the flag) is what
+    ``kubectl describe pod`` shows as the last state's message, not only a restart count."""
+    kinds = _by_kind(_children({"upstreams": [{"target": "upstream.daq.svc:50051"}]}))
+    containers = [
+        container
+        for kind in ("StatefulSet", "Deployment")
+        for container in kinds[kind]["spec"]["template"]["spec"]["containers"]
+    ]
+    assert [c["command"] for c in containers] == [["evb"], ["evb"]]
+    for container in containers:
+        assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+
+
 def test_liveness_asks_the_health_name_that_a_full_log_volume_leaves_serving() -> None:
     """Readiness follows the overall health (NOT_SERVING while the volume is full); liveness
     only the orderer's failure, since a restart cannot free a volume."""
