@@ -80,6 +80,7 @@ def test_the_cython_core_imports_only_numpy_errors_and_the_c_library() -> None:
         "orderer.errors",
         "libc.math",
         "libc.stdint",
+        "libc.stdlib",
         "libc.string",
         "cpython.mem",
         "cpython.pycapsule",

@@ -6,6 +6,8 @@
 # orderer/wire/convert.py (batch_from_pb) goes through it too, so each rule is written once, here
 # and in rules.pyx (the rules the core itself keeps).
 
+from libc.stdlib cimport qsort
+
 cdef extern from "<stdint.h>":
     uint64_t U64_MAX "UINT64_MAX"
 
@@ -109,11 +111,55 @@ cdef Py_ssize_t _fill_columns(const BatchFields *f, Columns *out, Py_ssize_t n,
     return _first_violation(out.timestamp, out.payload_offsets, n, max_payload, what)
 
 
-cdef tuple _batch_columns(const BatchFields *f, SubmitLimits limits):
-    """``(source, timestamp, barrier, payload_offsets, payload, single source, first sequence)``
-    of a checked batch (the last two None for a multi-source batch); the first rule it breaks
-    raises ``InterfaceError`` naming the field. The order of the checks is the order of the
-    errors a client sees when a message breaks several rules."""
+cdef tuple _new_part(uint32_t source, uint64_t first, Py_ssize_t n, dict sequences):
+    """``(sequence of the first fragment taken, fragments skipped)`` of a single-source batch:
+    with ``sequences`` (next sequence expected by source), what the service already holds is
+    skipped (a resend after a reconnect) and a batch that leaves a gap is refused."""
+    if sequences is None:
+        return first, 0
+    expected = sequences.get(source, 0)
+    if n and first > expected:
+        raise InterfaceError(
+            f"first_sequence: {first} leaves a gap; source {source} continues at {expected}",
+            hint="resend from the last acknowledged sequence")
+    if n and first + n > expected:
+        return expected, expected - first
+    return expected, n
+
+
+cdef int _ascending(const void *a, const void *b) noexcept nogil:
+    cdef uint32_t x = (<const uint32_t *>a)[0], y = (<const uint32_t *>b)[0]
+    return (x > y) - (x < y)
+
+
+cdef list _distinct(const uint32_t *source, Py_ssize_t n):
+    """The sources of a column, ascending, each once (the streams a batch speaks for)."""
+    cdef uint32_t *ordered = <uint32_t *>PyMem_RawMalloc(max(n, 1) * sizeof(uint32_t))
+    cdef Py_ssize_t i, kept = 0
+    if ordered == NULL:
+        raise MemoryError()
+    try:
+        with nogil:
+            memcpy(ordered, source, n * sizeof(uint32_t))
+            qsort(ordered, n, sizeof(uint32_t), _ascending)
+            for i in range(n):
+                if kept == 0 or ordered[i] != ordered[kept - 1]:
+                    ordered[kept] = ordered[i]
+                    kept += 1
+        return [ordered[i] for i in range(kept)]
+    finally:
+        PyMem_RawFree(ordered)
+
+
+cdef tuple _batch_columns(const BatchFields *f, SubmitLimits limits, dict sequences):
+    """``(source, timestamp, barrier, payload_offsets, payload, single source, first sequence,
+    next sequence, sources)`` of a checked batch: the first rule it breaks raises
+    ``InterfaceError`` naming the field (the order of the checks is the order of the errors a
+    client sees when a message breaks several rules). A multi-source batch has no single
+    source, no sequence numbers. With ``sequences`` a single-source batch is deduplicated
+    (:func:`_new_part`): its columns are the part not seen yet, the first sequence is that
+    part's, the next sequence what the source's is once it is taken (the ack it is owed).
+    ``sources`` are the batch's distinct sources, ascending."""
     cdef Py_ssize_t n = _packed_count("timestamps", &f.timestamps, 8, -1)
     cdef bint several = f.sources.size != 0
     cdef bint has_payload = f.payload_offsets.size != 0
@@ -179,15 +225,24 @@ cdef tuple _batch_columns(const BatchFields *f, SubmitLimits limits):
     if what != VIOLATION_NONE:
         raise _rule_error(what, culprit, out.payload_offsets, limits.max_payload)
     if several:
-        return source, timestamp, barrier, offsets, payload, None, None
-    return source, timestamp, barrier, offsets, payload, f.source, f.first_sequence
+        return (source, timestamp, barrier, offsets, payload, None, None, None,
+                _distinct(out.source, n))
+    first, skip = _new_part(f.source, f.first_sequence, n, sequences)
+    following = <object>f.first_sequence + n if skip < n else first
+    if skip:  # a resend: the part not seen yet, as views (payload offsets rebased to 0)
+        start = int(offsets[skip])
+        source, timestamp, barrier = source[skip:], timestamp[skip:], barrier[skip:]
+        offsets, payload = offsets[skip:] - np.uint64(start), payload[start:]
+    return (source, timestamp, barrier, offsets, payload, f.source, first, following,
+            [f.source])
 
 
-def decode_submit(bytes data not None, SubmitLimits limits not None):
+def decode_submit(bytes data not None, SubmitLimits limits not None, dict sequences=None):
     """One Submit message from its raw bytes: ``(ITEM_BATCH, columns)`` with the columns of
-    ``_batch_columns``, ``(ITEM_WATERMARK, (source, watermark))`` or
-    ``(ITEM_END_OF_SOURCE, (source, 0))``. Anything the service refuses, malformed wire
-    data included, raises ``InterfaceError`` naming what is wrong."""
+    ``_batch_columns`` (deduplicated against ``sequences``, which it only reads),
+    ``(ITEM_WATERMARK, (source, watermark))`` or ``(ITEM_END_OF_SOURCE, (source, 0))``.
+    Anything the service refuses, malformed wire data included, raises ``InterfaceError``
+    naming what is wrong."""
     cdef SubmitFields fields
     cdef WireFault fault
     cdef Py_ssize_t size = len(data)
@@ -204,7 +259,7 @@ def decode_submit(bytes data not None, SubmitLimits limits not None):
             f"SubmitRequest: not a valid protobuf message ({fault.why.decode()} at byte "
             f"{fault.at})")
     if fields.item == SUBMIT_BATCH:
-        return SUBMIT_BATCH, _batch_columns(&fields.batch, limits)
+        return SUBMIT_BATCH, _batch_columns(&fields.batch, limits, sequences)
     if fields.item == SUBMIT_NONE:
         raise InterfaceError("item: an empty SubmitRequest")
     if not limits._is_declared(fields.source):

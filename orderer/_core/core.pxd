@@ -286,4 +286,7 @@ cdef Py_ssize_t _packed_count(str field, const Span *span, Py_ssize_t itemsize,
                               Py_ssize_t count) except -2
 cdef Py_ssize_t _fill_columns(const BatchFields *f, Columns *out, Py_ssize_t n,
                               uint64_t max_payload, Violation *what) noexcept nogil
-cdef tuple _batch_columns(const BatchFields *f, SubmitLimits limits)
+cdef tuple _new_part(uint32_t source, uint64_t first, Py_ssize_t n, dict sequences)
+cdef int _ascending(const void *a, const void *b) noexcept nogil
+cdef list _distinct(const uint32_t *source, Py_ssize_t n)
+cdef tuple _batch_columns(const BatchFields *f, SubmitLimits limits, dict sequences)

@@ -23,7 +23,7 @@ class SubmitLimits:
     def max_payload(self) -> int: ...
 
 def decode_submit(
-    data: bytes, limits: SubmitLimits
+    data: bytes, limits: SubmitLimits, sequences: dict[int, int] | None = None
 ) -> tuple[int, tuple[Any, ...]]: ...
 
 class OrdererCore:

@@ -9,9 +9,11 @@ resends, and the one deadline timer. Making the logs durable is the job of
 :mod:`~orderer.service.subscriptions`; a ``Submit`` call's acks and flow signals wait in its
 :mod:`~orderer.service.submit_stream`.
 
-How a batch travels: ``Submit`` checks and converts it, the service drops what it already has
-(sequence numbers per source), takes the new part in at time ``now`` (strictly after every
-earlier time, so that the arrival log replays to the same output) in one intake pass
+How a batch travels: ``Submit`` hands the service its raw bytes, which one compiled call checks,
+converts and deduplicates (what the service already has, by sequence numbers per source, is
+dropped: :meth:`OrdererService.take_message`); the service takes the new part in at time
+``now`` (strictly after every earlier time, so that the arrival log replays to the same output)
+in one intake pass
 (:mod:`~orderer.service.intake`), stages it for the arrival log, and owes the stream an ``Ack``.
 A write round (group commit) makes the logs durable and then releases the acks and the new
 output to subscribers, which only ever see durable output. Deadlines are served by one
@@ -33,8 +35,6 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer.api import Orderer
 from orderer.batch import ArrivalKind, ArrivalRecords, EmittedBatch
@@ -50,7 +50,7 @@ from orderer.service.settings import GivenParameter, ServiceConfig, every_parame
 from orderer.service.storage import ArrivalLog, ConsumerOffsets, OrderedLog, Recovered
 from orderer.service.submit_stream import END_OF_STREAM, SubmitStream
 from orderer.service.subscriptions import Retention, Subscriptions
-from orderer.wire import convert
+from orderer.wire import convert, submit
 
 __all__ = ["OrdererService"]
 
@@ -289,30 +289,33 @@ class OrdererService:
             if self._paused.get(source):
                 stream.signal(source, True)
 
-    def submit(self, stream: SubmitStream, incoming: convert.IncomingBatch) -> None:
-        """A checked batch from ``stream``: deduplicated, then into the intake, ack owed."""
+    def take_message(self, stream: SubmitStream, data: bytes) -> None:
+        """One ``Submit`` message from ``stream``, as its raw bytes: decoded, checked and
+        deduplicated against the sequence numbers this service holds by one compiled call
+        (:func:`orderer.wire.submit.decode_submit`, which only reads them), then taken in."""
+        item = submit.decode_submit(data, self.limits, self._next_sequence)
+        if isinstance(item, submit.IncomingBatch):
+            self._submit(stream, item)
+        elif isinstance(item, submit.WatermarkItem):
+            self.watermark(stream, item.source, item.watermark)
+        else:
+            self.end_source(stream, item.source)
+
+    def _submit(self, stream: SubmitStream, incoming: submit.IncomingBatch) -> None:
+        """A batch checked and deduplicated by :meth:`take_message`: into the intake, the
+        source's next sequence moved, its ack owed."""
         self._check_open()
         batch = incoming.batch
-        n = len(batch)
-        if incoming.source is None or incoming.first_sequence is None:
-            for source in np.unique(batch.source).tolist():
-                self._speaks_for(stream, source)
+        for source in incoming.sources:
+            self._speaks_for(stream, source)
+        if incoming.source is None or incoming.next_sequence is None:
             self._intake.add_batch(batch, None)
             self._intake_soon()
             return
-        source, first = incoming.source, incoming.first_sequence
-        self._speaks_for(stream, source)
-        expected = self._next_sequence.get(source, 0)
-        if n and first > expected:
-            raise InterfaceError(
-                f"first_sequence: {first} leaves a gap; source {source} continues at {expected}",
-                hint="resend from the last acknowledged sequence",
-            )
-        if n and first + n > expected:  # something new
-            new = batch if first == expected else batch.slice(expected - first)
-            self._intake.add_batch(new, expected)
-            self._next_sequence[source] = first + n
-        self._intake.owe_ack(stream, source, self._next_sequence.get(source, 0))
+        if len(batch):
+            self._intake.add_batch(batch, incoming.first_sequence)
+            self._next_sequence[incoming.source] = incoming.next_sequence
+        self._intake.owe_ack(stream, incoming.source, incoming.next_sequence)
         self._intake_soon()
 
     def watermark(self, stream: SubmitStream, source: int, watermark: int) -> None:

@@ -24,7 +24,7 @@ from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
 from orderer.errors import ConfigError, EvbError, InterfaceError, ServiceUnavailable
 from orderer.service.orderer_service import OrdererService
 from orderer.service.submit_stream import ACK, SubmitStream
-from orderer.wire import convert, submit
+from orderer.wire import convert
 
 __all__ = ["RAW_REQUESTS", "OrdererServicer", "add_to_server"]
 
@@ -47,8 +47,8 @@ class OrdererServicer(pb_grpc.OrdererServicer):
         self._service = service
 
     async def _read_submissions(self, requests: AsyncIterator[bytes], stream: SubmitStream) -> None:
-        """Each request arrives as its raw bytes (see :func:`add_to_server`) and is decoded,
-        checked and turned into columns by one compiled call (:func:`submit.decode_submit`)."""
+        """Each request arrives as its raw bytes (see :func:`add_to_server`): the service
+        decodes, checks and deduplicates it in one compiled call (``take_message``)."""
         service = self._service
         try:
             async for data in requests:
@@ -56,13 +56,7 @@ class OrdererServicer(pb_grpc.OrdererServicer):
                 if not stream.reading:
                     return
                 stream.received(len(data))
-                item = submit.decode_submit(data, service.limits)
-                if isinstance(item, submit.IncomingBatch):
-                    service.submit(stream, item)
-                elif isinstance(item, submit.WatermarkItem):
-                    service.watermark(stream, item.source, item.watermark)
-                else:
-                    service.end_source(stream, item.source)
+                service.take_message(stream, data)
             service.finish_stream(stream)
         except asyncio.CancelledError:
             stream.finish()
@@ -183,9 +177,9 @@ RAW_REQUESTS = frozenset({"Submit"})
 def add_to_server(servicer: OrdererServicer, server: grpc.aio.Server) -> None:
     """Serve ``evb.v1.Orderer`` with ``servicer``: what the generated
     ``add_OrdererServicer_to_server`` does, except that ``Submit`` requests are not decoded by
-    the protobuf runtime. Its messages come as raw bytes to :func:`submit.decode_submit`, which
-    checks and decodes one in a compiled call, without the GIL, where the runtime made Python
-    objects of every field on the event loop's thread. Built from the service's descriptor, so
+    the protobuf runtime, which made Python objects of every field on the event loop's thread.
+    They come as raw bytes to ``decode_submit`` (:mod:`orderer.wire.submit`), which checks and
+    decodes one in a compiled call, without the GIL. Built from the service's descriptor, so
     that every method of the proto is served, and a new one too."""
     service = pb.DESCRIPTOR.services_by_name["Orderer"]
     handlers = {}

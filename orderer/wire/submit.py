@@ -5,7 +5,8 @@ deserializer) and :func:`decode_submit` makes of it what the service takes, in o
 call that reads the wire format, applies every rule of a batch and copies the columns without
 the GIL (``orderer/_core/submit_wire.pyx``, ``batch_fields.pyx``). The protobuf runtime would
 build Python objects and copies of every field on the event loop's thread first, for every
-message. Everything a client can get wrong, malformed wire data included, raises
+message; deduplication against the sequence numbers the service holds is part of the same
+call. Everything a client can get wrong, malformed wire data included, raises
 :class:`~orderer.errors.InterfaceError` naming the field; the service turns it into
 ``INVALID_ARGUMENT``.
 
@@ -15,6 +16,7 @@ decoded by the protobuf runtime, :func:`orderer.wire.convert.batch_from_pb`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from orderer._core import core
@@ -56,6 +58,12 @@ class IncomingBatch:
     multi-source batch."""
     first_sequence: int | None
     """Sequence number of the first fragment; None for a multi-source batch (not deduplicated)."""
+    next_sequence: int | None = None
+    """The source's next sequence number once the batch is taken in: the ack it is owed (of a
+    deduplicated batch: the batch may be empty, all of it held already); None for a
+    multi-source batch."""
+    sources: Sequence[int] = ()
+    """The distinct sources of the batch, ascending (the sources its stream speaks for)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,15 +85,21 @@ SubmitItem = IncomingBatch | WatermarkItem | EndOfSourceItem
 """What one ``SubmitRequest`` holds, checked."""
 
 
-def decode_submit(data: bytes, limits: BatchLimits) -> SubmitItem:
+def decode_submit(
+    data: bytes, limits: BatchLimits, sequences: dict[int, int] | None = None
+) -> SubmitItem:
     """The ``SubmitRequest`` encoded in ``data``, checked against ``limits``; every problem
-    raises ``InterfaceError`` naming the field (or the byte where the wire data breaks)."""
-    kind, value = core.decode_submit(data, limits.compiled)
+    raises ``InterfaceError`` naming the field (or the byte where the wire data breaks).
+
+    With ``sequences``, the next sequence number the service expects of each source (read,
+    never changed: the service moves it once it has taken the batch in), a single-source batch
+    is deduplicated: only the part the service does not hold yet comes back, and a batch that
+    would leave a gap is refused."""
+    kind, value = core.decode_submit(data, limits.compiled, sequences)
     if kind == core.ITEM_BATCH:
-        source, timestamp, barrier, offsets, payload, single, first_sequence = value
-        return IncomingBatch(
-            FragmentBatch(source, timestamp, barrier, offsets, payload), single, first_sequence
-        )
+        source, timestamp, barrier, offsets, payload, single, first, following, sources = value
+        batch = FragmentBatch(source, timestamp, barrier, offsets, payload)
+        return IncomingBatch(batch, single, first, following, sources)
     if kind == core.ITEM_WATERMARK:
         return WatermarkItem(value[0], value[1])
     return EndOfSourceItem(value[0])

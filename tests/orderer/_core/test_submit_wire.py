@@ -1,8 +1,9 @@
 """The compiled decoder of ``Submit`` messages (``orderer/_core/submit_wire.pyx`` and
 ``batch_fields.pyx``, through :func:`orderer.wire.submit.decode_submit`) against the protobuf
-path it replaced: the protobuf runtime's parse of the same bytes, then the checks the service
-made of the parsed message until the decoder took over (``REFERENCE``, kept here verbatim as
-the specification, with ``numpy``), and today's :func:`orderer.wire.convert.batch_from_pb`.
+path it replaced: the protobuf runtime's parse of the same bytes, then the checks and the
+deduplication the service made of the parsed message until the decoder took over
+(:func:`reference` and :func:`reference_deduplicated`, kept here as the specification, with
+``numpy``), and today's :func:`orderer.wire.convert.batch_from_pb`.
 
 On random valid messages and hostile ones (truncated, bytes flipped, wrong wire types,
 overlong varints and tags, unknown fields and groups, repeated fields and members of the oneof,
@@ -24,6 +25,7 @@ from hypothesis import strategies as st
 
 from orderer._core.core import check_fragment_rules
 from orderer._proto.evb.v1 import orderer_pb2 as pb
+from orderer.batch import FragmentBatch
 from orderer.errors import InterfaceError
 from orderer.wire import convert, submit
 
@@ -392,3 +394,78 @@ def test_nesting_is_refused_past_the_protobuf_runtimes_limit() -> None:
         group += b"".join(_varint(9 << 3 | 4) for _ in range(depth))
         _same(group)
         _same(_varint(1 << 3 | 2) + _varint(len(group)) + group)
+
+
+# ------------------------------------------------------------------ deduplication
+
+
+def reference_deduplicated(data: bytes, sequences: dict[int, int]) -> tuple[Any, ...]:
+    """The protobuf path, then the service's deduplication of a single-source batch against
+    the next sequence expected of each source (``OrdererService.submit`` until the decoder
+    took it over): ``(..., first sequence, next sequence, distinct sources)``."""
+    outcome = reference(data, LIMITS[0])
+    if outcome[0] != "batch":
+        return outcome
+    _, source, timestamp, barrier, offsets, payload, single, first = outcome
+    batch = FragmentBatch(source, timestamp, barrier, offsets, payload)
+    distinct = np.unique(source).tolist()
+    if single is None:
+        return (*outcome, None, distinct)
+    n = len(batch)
+    expected = sequences.get(single, 0)
+    if n and first > expected:
+        return ("refused", f"first_sequence: {first} leaves a gap; source {single} continues "
+                f"at {expected} (resend from the last acknowledged sequence)")  # fmt: skip
+    if n and first + n > expected:
+        new, following = batch.slice(expected - first), first + n
+    else:
+        new, following = batch.slice(n), expected
+    columns = (new.source, new.timestamp, new.barrier, new.payload_offsets, new.payload)
+    return ("batch", *columns, single, expected, following, [single])
+
+
+def compiled_deduplicated(data: bytes, sequences: dict[int, int]) -> tuple[Any, ...]:
+    try:
+        item = submit.decode_submit(data, LIMITS[0], sequences)
+    except InterfaceError as error:
+        return ("refused", str(error))
+    assert isinstance(item, submit.IncomingBatch)
+    b = item.batch
+    columns = (b.source, b.timestamp, b.barrier, b.payload_offsets, b.payload)
+    return ("batch", *columns, item.source, item.first_sequence, item.next_sequence,
+            list(item.sources))  # fmt: skip
+
+
+@st.composite
+def _sequenced(draw: st.DrawFn) -> tuple[bytes, dict[int, int]]:
+    """A good batch of source 1 or 2 (or of several sources) with payloads, and the sequences
+    the service holds: ahead of it, behind it, inside it, or none for its source."""
+    n = draw(st.integers(0, 6))
+    lengths = draw(st.lists(st.integers(0, 9), min_size=n, max_size=n))
+    offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype("<u8")
+    batch = pb.FragmentBatch(
+        timestamps=np.asarray(draw(st.lists(st.integers(0, 99), min_size=n, max_size=n)),
+                              "<u8").tobytes(),
+        payload_offsets=offsets.tobytes() if n and draw(st.booleans()) else b"",
+    )  # fmt: skip
+    batch.payload = bytes(range(int(offsets[-1]))) if batch.payload_offsets else b""
+    if n and draw(st.integers(0, 4)) == 0:
+        sources = draw(st.lists(st.sampled_from([1, 2, 5]), min_size=n, max_size=n))
+        batch.sources = np.asarray(sources, "<u4").tobytes()
+    else:
+        batch.source = draw(st.sampled_from([1, 2]))
+        batch.first_sequence = draw(st.integers(0, 12) | st.sampled_from([2**64 - max(n, 1)]))
+    table = draw(st.dictionaries(st.sampled_from([1, 2, 3]), st.integers(0, 20), max_size=3))
+    return pb.SubmitRequest(batch=batch).SerializeToString(), table
+
+
+@_settings(1000)
+@given(case=_sequenced())
+def test_resends_are_deduplicated_as_the_service_deduplicated_them(
+    case: tuple[bytes, dict[int, int]],
+) -> None:
+    data, sequences = case
+    before = dict(sequences)
+    expected = _comparable(reference_deduplicated(data, sequences))
+    assert _comparable(compiled_deduplicated(data, sequences)) == expected
+    assert sequences == before  # read, never changed: the service moves it once taken in
