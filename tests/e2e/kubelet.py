@@ -147,6 +147,7 @@ CONTAINER_FIELDS = {
     "livenessProbe": PROBE_FIELDS,
     "resources": ACCEPTED,
     "securityContext": ACCEPTED,
+    "terminationMessagePolicy": ACCEPTED,  # no pod status here to hold the message
     "volumeMounts": MOUNT_FIELDS,
 }
 LABELS = {"labels": LEAF}
