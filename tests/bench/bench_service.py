@@ -86,6 +86,9 @@ from orderer.wire import convert
 
 TARGET_THROUGHPUT = 3e6
 TARGET_RATIO = 0.6
+TARGET_BUSIEST_THREAD_US = 60.0
+"""No server thread above this many microseconds of CPU per 1000 fragments at full ingest
+(issue 27): what lets one pod's rate grow with its cores."""
 TARGET_P99 = 0.020
 TARGET_DELIVERED_P99 = 0.100
 """p99 of send -> delivered to a subscriber, all sources live (issue 18)."""
@@ -248,6 +251,23 @@ class Server:
         message is read and every orderer call made (one core's worth at most)."""
         return self._cpu(f"/proc/{self.pid}/task/{self.pid}/stat")
 
+    def thread_cpu(self) -> dict[int, tuple[str, float]]:
+        """Per thread of the process: its name and its user + system CPU seconds. The busiest
+        thread bounds one process's rate whatever the cores (issue 27's figure)."""
+        threads: dict[int, tuple[str, float]] = {}
+        try:
+            tids = os.listdir(f"/proc/{self.pid}/task")
+        except OSError:
+            return threads
+        for tid in tids:
+            try:
+                with open(f"/proc/{self.pid}/task/{tid}/comm", encoding="utf-8") as comm:
+                    name = comm.read().strip()
+            except OSError:
+                continue
+            threads[int(tid)] = (name, self._cpu(f"/proc/{self.pid}/task/{tid}/stat"))
+        return threads
+
     def _cpu(self, path: str) -> float:
         try:
             with open(path, encoding="ascii") as stat:
@@ -269,6 +289,17 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.kill()
         return int(self.process.returncode)
+
+
+def _busiest(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]
+) -> tuple[str, float]:
+    """The thread that used the most CPU between two :meth:`ServerProcess.thread_cpu` readings
+    (one started meanwhile counts from 0): its name and seconds."""
+    used = {
+        tid: (name, cpu - before.get(tid, (name, 0.0))[1]) for tid, (name, cpu) in after.items()
+    }
+    return max(used.values(), key=lambda named: named[1], default=("", 0.0))
 
 
 def start_evb(
@@ -357,6 +388,8 @@ class Sent:
     sender_cpu: float
     server_cpu: float
     server_loop_cpu: float = 0.0  # the server's main (event-loop) thread alone
+    server_busiest_thread: str = ""  # the name of the server's thread that used the most CPU
+    server_busiest_cpu: float = 0.0  # and its CPU seconds
     started: float = 0.0  # time.monotonic() of the start
     send_times: list[float] | None = None  # per message, paced phases
     xoff_at: float | None = None
@@ -470,6 +503,7 @@ async def send(
         stop_at = None if deadline is None else time.monotonic() + deadline
         gc.collect()
         cpu0, server_cpu0, loop_cpu0 = _cpu_self(), server.cpu(), server.loop_cpu()
+        threads0 = server.thread_cpu()
         start = time.monotonic()
 
         async def writer(i: int) -> None:
@@ -503,6 +537,7 @@ async def send(
         total = sum(written)
         done = await wait_offset(control, total if expect is None else expect)
         cpu1, server_cpu1, loop_cpu1 = _cpu_self(), server.cpu(), server.loop_cpu()
+        busiest, busiest_cpu = _busiest(threads0, server.thread_cpu())
         for reader in readers:
             with contextlib.suppress(grpc.aio.AioRpcError):
                 await asyncio.wait_for(reader, 60)
@@ -517,6 +552,8 @@ async def send(
             sender_cpu=cpu1 - cpu0,
             server_cpu=server_cpu1 - server_cpu0,
             server_loop_cpu=loop_cpu1 - loop_cpu0,
+            server_busiest_thread=busiest,
+            server_busiest_cpu=busiest_cpu,
             started=start,
             send_times=send_times if paced else None,
             xoff_at=min(xoffs) - start if xoffs else None,
@@ -555,6 +592,7 @@ async def send_with_client(
                     await asyncio.sleep(0.001)
         gc.collect()
         cpu0, server_cpu0, loop_cpu0 = _cpu_self(), server.cpu(), server.loop_cpu()
+        threads0 = server.thread_cpu()
         start = time.monotonic()
 
         async def feed(i: int) -> None:
@@ -571,6 +609,7 @@ async def send_with_client(
         writes_done = time.monotonic()
         done = await wait_offset(control, data.fragments)
         cpu1, server_cpu1, loop_cpu1 = _cpu_self(), server.cpu(), server.loop_cpu()
+        busiest, busiest_cpu = _busiest(threads0, server.thread_cpu())
         for client in clients:
             await client.close()
         return Sent(
@@ -581,6 +620,8 @@ async def send_with_client(
             sender_cpu=cpu1 - cpu0,
             server_cpu=server_cpu1 - server_cpu0,
             server_loop_cpu=loop_cpu1 - loop_cpu0,
+            server_busiest_thread=busiest,
+            server_busiest_cpu=busiest_cpu,
         )
     finally:
         for client in clients:
@@ -603,6 +644,8 @@ def _throughput(sent: Sent, payload_size: int) -> dict[str, Any]:
         "sender_cpu_s": sent.sender_cpu,
         "server_cpu_us_per_1000": 1e9 * sent.server_cpu / sent.fragments,
         "server_loop_cpu_us_per_1000": 1e9 * sent.server_loop_cpu / sent.fragments,
+        "server_busiest_thread": sent.server_busiest_thread,
+        "server_busiest_thread_cpu_us_per_1000": 1e9 * sent.server_busiest_cpu / sent.fragments,
         "sender_cpu_us_per_1000": 1e9 * sent.sender_cpu / sent.fragments,
         "replies_per_1000": 1e3 * sent.replies / sent.fragments,
     }
@@ -1085,6 +1128,14 @@ def report(figures: dict[str, Any], console: Console) -> None:
         row("   of the server's, its event-loop thread (one core: at most)",
             f"{loop:.0f} us ({_rate(1e9 / loop) if loop else '-'})")
     if ingest and bare:
+        evb_top = ingest["server_busiest_thread_cpu_us_per_1000"]
+        bare_top = bare["server_busiest_thread_cpu_us_per_1000"]
+        row("   busiest server thread per 1000 fragments: evb / bare peer",
+            f"{evb_top:.0f} us ({ingest['server_busiest_thread']}) / "
+            f"{bare_top:.0f} us ({bare['server_busiest_thread']})",
+            f"{TARGET_BUSIEST_THREAD_US:g} us", evb_top <= TARGET_BUSIEST_THREAD_US)
+        if bare_top:
+            row("   ratio of the busiest threads evb / bare", f"{evb_top / bare_top:.2f}")
         ratio = ingest["fragments_per_s"] / bare["fragments_per_s"]
         figures["ratio_evb_over_bare"] = ratio
         row("   ratio evb / bare", f"{ratio:.2f}", f"{TARGET_RATIO:g}", ratio >= TARGET_RATIO)

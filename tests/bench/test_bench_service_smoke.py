@@ -34,6 +34,10 @@ def test_bench_service_runs_on_tiny_sizes(tmp_path: Path) -> None:
         assert figures[phase]["fragments"] == 16_000
         assert figures[phase]["fragments_per_s"] > 0
         assert figures[phase]["payload_mb_per_s"] > 0
+    for phase in ("ingest", "bare"):  # the main thread is one of the threads
+        busiest = figures[phase]["server_busiest_thread_cpu_us_per_1000"]
+        assert busiest >= figures[phase]["server_loop_cpu_us_per_1000"]
+        assert figures[phase]["server_busiest_thread"]
     assert figures["ratio_evb_over_bare"] > 0
     budget = figures["cpu_budget_us_per_1000"]
     assert budget["at_target"] > budget["left_after_transport"]
@@ -49,3 +53,4 @@ def test_bench_service_runs_on_tiny_sizes(tmp_path: Path) -> None:
     assert stall["rss_peak_mb"] > 0
     assert stall["emitted_at_the_end"] == stall["fragments_sent"] > 0
     assert "evb service benchmark" in result.stdout
+    assert "busiest server thread" in result.stdout
