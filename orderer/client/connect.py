@@ -131,6 +131,9 @@ class Cause:
 
     words: str
     final: bool = False
+    answered: bool = True
+    """False when nothing answered before the probe's deadline (an attempt still under way):
+    a reason seen earlier (``connection refused``) then says more."""
 
 
 def check_connect_timeout(connect_timeout: float | None) -> None:
@@ -199,7 +202,7 @@ def cause_of(details: str, target: str, security: ChannelSecurity | None) -> Cau
     if match is not None:
         return Cause(match.group(1).strip().lower())
     if "deadline" in text or "timed out" in text or "timeout" in text:
-        return Cause("timed out (no gRPC answer from this address)")
+        return Cause("timed out (no gRPC answer from this address)", answered=False)
     return Cause("no connection")
 
 
@@ -320,6 +323,7 @@ def connect_sync(
     # Spark source makes several each micro-batch).
     deadline = time.monotonic() + connect_timeout
     probes = _SyncProbes(channel, target, security)
+    heard: tuple[Cause, str] | None = None  # the last reason gRPC gave, if any
     try:
         while True:
             details = probes.probe(max(deadline - time.monotonic(), 0.001))
@@ -328,8 +332,14 @@ def connect_sync(
             cause = cause_of(details, target, security)
             if not cause.final:  # another of its addresses may have refused this client
                 cause, details = probes.final(_POLL * 4) or (cause, details)
+            if cause.answered:
+                heard = (cause, details)
             left = deadline - time.monotonic()
             if cause.final or left <= 0:
+                if not cause.answered and heard is not None:
+                    # the last probe met an attempt still under way (a loaded host): the
+                    # reason an earlier attempt ended with is the one to tell
+                    cause, details = heard
                 raise _unavailable(target, connect_timeout, cause, details) from None
             time.sleep(min(_POLL, left))
     finally:
@@ -397,6 +407,7 @@ async def connect_async(
         return
     deadline = time.monotonic() + connect_timeout
     probes = _AsyncProbes(channel, target, security)
+    heard: tuple[Cause, str] | None = None  # the last reason gRPC gave, if any
     try:
         while True:
             details = await probes.probe(max(deadline - time.monotonic(), 0.001))
@@ -405,8 +416,14 @@ async def connect_async(
             cause = cause_of(details, target, security)
             if not cause.final:  # another of its addresses may have refused this client
                 cause, details = await probes.final(_POLL * 4) or (cause, details)
+            if cause.answered:
+                heard = (cause, details)
             left = deadline - time.monotonic()
             if cause.final or left <= 0:
+                if not cause.answered and heard is not None:
+                    # the last probe met an attempt still under way (a loaded host): the
+                    # reason an earlier attempt ended with is the one to tell
+                    cause, details = heard
                 raise _unavailable(target, connect_timeout, cause, details) from None
             await asyncio.sleep(min(_POLL, left))
     finally:
