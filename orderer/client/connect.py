@@ -323,7 +323,9 @@ def connect_sync(
     # Spark source makes several each micro-batch).
     deadline = time.monotonic() + connect_timeout
     probes = _SyncProbes(channel, target, security)
-    heard: tuple[Cause, str] | None = None  # the last reason gRPC gave, if any
+    # the last reason gRPC gave: a probe that met an attempt still under way (a loaded host)
+    # has none, and the reason an earlier attempt ended with is the one to tell
+    heard: tuple[Cause, str] | None = None
     try:
         while True:
             details = probes.probe(max(deadline - time.monotonic(), 0.001))
@@ -332,15 +334,11 @@ def connect_sync(
             cause = cause_of(details, target, security)
             if not cause.final:  # another of its addresses may have refused this client
                 cause, details = probes.final(_POLL * 4) or (cause, details)
-            if cause.answered:
-                heard = (cause, details)
+            heard = (cause, details) if cause.answered else heard
             left = deadline - time.monotonic()
             if cause.final or left <= 0:
-                if not cause.answered and heard is not None:
-                    # the last probe met an attempt still under way (a loaded host): the
-                    # reason an earlier attempt ended with is the one to tell
-                    cause, details = heard
-                raise _unavailable(target, connect_timeout, cause, details) from None
+                told, why = heard or (cause, details)
+                raise _unavailable(target, connect_timeout, told, why) from None
             time.sleep(min(_POLL, left))
     finally:
         probes.close()
@@ -407,7 +405,9 @@ async def connect_async(
         return
     deadline = time.monotonic() + connect_timeout
     probes = _AsyncProbes(channel, target, security)
-    heard: tuple[Cause, str] | None = None  # the last reason gRPC gave, if any
+    # the last reason gRPC gave: a probe that met an attempt still under way (a loaded host)
+    # has none, and the reason an earlier attempt ended with is the one to tell
+    heard: tuple[Cause, str] | None = None
     try:
         while True:
             details = await probes.probe(max(deadline - time.monotonic(), 0.001))
@@ -416,15 +416,11 @@ async def connect_async(
             cause = cause_of(details, target, security)
             if not cause.final:  # another of its addresses may have refused this client
                 cause, details = await probes.final(_POLL * 4) or (cause, details)
-            if cause.answered:
-                heard = (cause, details)
+            heard = (cause, details) if cause.answered else heard
             left = deadline - time.monotonic()
             if cause.final or left <= 0:
-                if not cause.answered and heard is not None:
-                    # the last probe met an attempt still under way (a loaded host): the
-                    # reason an earlier attempt ended with is the one to tell
-                    cause, details = heard
-                raise _unavailable(target, connect_timeout, cause, details) from None
+                told, why = heard or (cause, details)
+                raise _unavailable(target, connect_timeout, told, why) from None
             await asyncio.sleep(min(_POLL, left))
     finally:
         await probes.close()

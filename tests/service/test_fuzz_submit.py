@@ -32,6 +32,7 @@ from orderer.errors import InterfaceError
 from orderer.service.server import RunningServer, start_server
 from orderer.service.settings import ServiceConfig
 from orderer.wire import convert, submit
+from tests.orderer._core.test_submit_wire import damaged
 
 SOAK = bool(os.environ.get("EVB_SOAK"))
 LIMITS = convert.BatchLimits(max_payload_bytes=64, sources=None)
@@ -187,19 +188,7 @@ def _mutated(draw: st.DrawFn) -> bytes:
     request = pb.SubmitRequest(
         batch=_good(draw(st.integers(1, 3)), draw(st.integers(0, 9)), draw(st.integers(0, 6)), True)
     )
-    data = bytearray(request.SerializeToString())
-    for _ in range(draw(st.integers(1, 4))):
-        if not data:
-            break
-        at = draw(st.integers(0, len(data) - 1))
-        action = draw(st.sampled_from(["flip", "cut", "insert"]))
-        if action == "flip":
-            data[at] ^= 1 << draw(st.integers(0, 7))
-        elif action == "cut":
-            del data[at:]
-        else:
-            data[at:at] = draw(st.binary(min_size=1, max_size=4))
-    return bytes(data)
+    return damaged(draw, request.SerializeToString(), edits=4, longest=4)
 
 
 # ------------------------------------------------------------------------------ the decoder

@@ -327,11 +327,11 @@ def _request(draw: st.DrawFn) -> bytes:
     return b"".join(draw(st.permutations(parts)))
 
 
-@st.composite
-def _hostile(draw: st.DrawFn) -> bytes:
-    """A request's bytes cut short, with bytes flipped or inserted."""
-    data = bytearray(draw(_request()))
-    for _ in range(draw(st.integers(1, 3))):
+def damaged(draw: st.DrawFn, request: bytes, edits: int, longest: int) -> bytes:
+    """``request`` with 1 to ``edits`` bytes flipped, cut off there or inserted (at most
+    ``longest`` bytes at once). Also the service fuzzer's (tests/service/test_fuzz_submit.py)."""
+    data = bytearray(request)
+    for _ in range(draw(st.integers(1, edits))):
         if not data:
             break
         at = draw(st.integers(0, len(data) - 1))
@@ -341,8 +341,14 @@ def _hostile(draw: st.DrawFn) -> bytes:
         elif action == "cut":
             del data[at:]
         else:
-            data[at:at] = draw(st.binary(min_size=1, max_size=3))
+            data[at:at] = draw(st.binary(min_size=1, max_size=longest))
     return bytes(data)
+
+
+@st.composite
+def _hostile(draw: st.DrawFn) -> bytes:
+    """A request's bytes cut short, with bytes flipped or inserted."""
+    return damaged(draw, draw(_request()), edits=3, longest=3)
 
 
 # ------------------------------------------------------------------------------ the tests
