@@ -26,6 +26,14 @@ def decode_submit(
     data: bytes, limits: SubmitLimits, sequences: dict[int, int] | None = None
 ) -> tuple[int, tuple[Any, ...]]: ...
 
+# arrival_rows.pyx: a group is a batch (t, first sequence or None, source, timestamp, barrier,
+# payload_offsets, payload) or a marker (t, kind, source, value); the fields of ArrivalRecords
+def arrival_rows(
+    groups: list[tuple[Any, ...]],
+) -> tuple[
+    _U8, _F64, _U32, _U64, _U32, _U64, _U8, _U64 | None, npt.NDArray[np.bool_] | None
+]: ...
+
 class OrdererCore:
     def __init__(
         self,

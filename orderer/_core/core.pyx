@@ -50,3 +50,4 @@ include "calls.pyx"      # OrdererCore and its coarse calls
 include "nscldaq.pyx"    # the walk of NSCLDAQ ring items and event-builder fragments
 include "submit_wire.pyx"   # the protobuf wire format of a SubmitRequest, read without the GIL
 include "batch_fields.pyx"  # a FragmentBatch's fields into checked columns; decode_submit
+include "arrival_rows.pyx"  # arrival-log rows joined from batches and markers, without the GIL
