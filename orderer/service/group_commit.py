@@ -1,15 +1,16 @@
 """Group commit: what the service staged for its two logs, written and made durable in rounds.
 
 Why rounds: an fsync costs as much for one record as for a thousand. The service stages what
-each intake pass, configure or end of run took in (arrival records) and leaves what the orderer
-emitted in the core; one background task then runs write rounds: each round takes the core's
-output once, writes everything staged to the arrival log and the ordered log in a worker thread,
-forces both to disk with one fsync each, and only then tells the service, which releases the
-acks and the new output (nothing unwritten is ever acknowledged or shown to a subscriber).
+each intake pass, configure or end of run took in (arrival records) and what the orderer
+emitted (taken out of the core on the orderer's thread); one background task then runs write
+rounds: each round writes everything staged to the arrival log and to the ordered log, each log
+on a thread of its own and both at once, forces each to disk with one fsync, and only then
+tells the service, which releases the acks and the new output (nothing unwritten is ever
+acknowledged or shown to a subscriber).
 
-Generations order this: every orderer call starts a new one (:meth:`GroupCommit.advance`); an
-ack or a waiter is owed to the generation that staged its input, and is released once a round
-that began at or after that generation is durable.
+Generations order this: every orderer call (anything staged) starts a new one
+(:meth:`GroupCommit.advance`); an ack or a waiter is owed to the generation that staged its
+input, and is released once a round that began at or after that generation is durable.
 
 Storage errors: a write the volume refuses (full, quota) *degrades* the service (input refused,
 the round retried every :data:`STORAGE_RETRY` seconds); anything else, such as a failed fsync,
@@ -27,12 +28,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from orderer.api import Orderer
 from orderer.batch import ArrivalRecords, EmittedBatch
 from orderer.errors import InternalOrdererError, ServiceUnavailable
 from orderer.service.intake import IntakePass, arrival_records
 from orderer.service.metrics import FSYNC_BUCKETS, Histogram
 from orderer.service.storage import ArrivalLog, OrderedLog
+from orderer.service.threads import single_thread
 
 __all__ = ["JOIN_RECORDS", "MAX_UNWRITTEN", "STORAGE_RETRY", "GroupCommit"]
 
@@ -43,17 +44,27 @@ MAX_UNWRITTEN = 1_000_000
 stops reading Submit streams until a write round catches up: HTTP/2 flow control then holds
 the clients back, instead of the server's memory growing with the length of the run."""
 
-TAKE_FRAGMENTS = 16384
-"""The service takes the core's output once this much is there (and at every round): a take
-per orderer call cost 69 us on the loop's thread, 21 us per 1000 fragments at 3 M/s."""
-
 JOIN_RECORDS = 32768
-"""Intake passes are joined into arrival-log record batches of about this many rows."""
+"""Intake passes are joined into arrival-log record batches of about this many rows: a record
+batch of tens of thousands of rows is written at four times the speed of one larger than the
+CPU's caches (20-24 against 86-138 us per 1000 rows), and of one of a single message's."""
 
 STORAGE_RETRY = 1.0
 """Seconds between attempts to write to a log volume that refused a write (full, quota)."""
 
 _RETRYABLE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+_Staged = tuple[float | None, ArrivalRecords | list[tuple[float, IntakePass]]]
+"""An arrival-log entry to write: records with their time (None: each row carries its own), or
+a group of intake passes to join."""
+
+
+def _records(rows: ArrivalRecords | list[tuple[float, IntakePass]]) -> int:
+    """Rows an entry adds to the arrival log."""
+    if isinstance(rows, list):
+        return sum(taken.records for _, taken in rows)
+    return len(rows)
 
 
 def _retryable(error: OSError) -> bool:
@@ -64,7 +75,8 @@ def _retryable(error: OSError) -> bool:
 
 class GroupCommit:
     """The write rounds of one service's arrival log and ordered log. Runs on the service's
-    loop; only :meth:`_write_out` leaves it (worker thread).
+    loop; only :meth:`_write_arrivals` and :meth:`_write_output` leave it, each on its log's
+    thread.
 
     The service hears of a round through three callbacks: ``on_durable(generation, advanced)``
     after a round made everything up to ``generation`` durable (``advanced``: the durable
@@ -73,7 +85,6 @@ class GroupCommit:
 
     def __init__(
         self,
-        orderer: Orderer,
         arrivals: ArrivalLog,
         ordered: OrderedLog,
         *,
@@ -84,7 +95,6 @@ class GroupCommit:
     ) -> None:
         self.arrivals = arrivals
         self.ordered = ordered
-        self._orderer: Orderer = orderer
         self._health_changed = health_changed
         self._on_durable, self._on_refused = on_durable, on_refused
         self._on_failure = on_failure
@@ -98,13 +108,12 @@ class GroupCommit:
         """The log volume refuses writes (full): input is refused until a retry succeeds."""
         self._failed: BaseException | None = None
         self._closing = False
-        self._unwritten_arrivals: deque[tuple[float | None, ArrivalRecords]] = deque()
-        """Arrival records to write, each with its arrival time or None (joined intake
-        passes: each row carries its own); the loop's thread appends, the worker's removes."""
+        self._unwritten_arrivals: deque[_Staged] = deque()
+        """Arrival records to write, each with its arrival time, or intake passes to join into
+        one record batch (each row with its pass's time); the loop's thread appends, the
+        arrival log's thread removes."""
         self._pending_passes: list[tuple[float, IntakePass]] = []
         self._pending_records = 0
-        self._taken_offset = ordered.next_offset
-        """Output below this offset has been taken out of the core."""
         self._unwritten_output: deque[EmittedBatch] = deque()
         self._unwritten_records = 0
         self._caught_up = asyncio.Event()
@@ -113,47 +122,47 @@ class GroupCommit:
         self._task: asyncio.Task[None] | None = None
         self.fsync_seconds = {name: Histogram(FSYNC_BUCKETS) for name in ("arrival", "ordered")}
         """Each round's sync of each log, in seconds (``evb_fsync_duration_seconds``)."""
+        self._threads = {name: single_thread(f"evb-{name}-log") for name in ("arrival", "ordered")}
 
     # ------------------------------------------------------------------ staging
 
     def stage(self, t: float, rows: ArrivalRecords) -> None:
         """Arrival records taken in at ``t`` (a configure, an end of run), for the next round."""
-        self._join_pending()
+        self._group_pending()
         self._unwritten_arrivals.append((t, rows))
 
     def stage_input(self, t: float, taken: IntakePass) -> None:
-        """An intake pass: counted against ``max_unwritten``, and joined with the passes
-        before it into arrival-log rows once they hold :data:`JOIN_RECORDS` (or a round
-        begins)."""
+        """An intake pass: counted against ``max_unwritten``, and grouped with the passes
+        before it until they hold :data:`JOIN_RECORDS` rows (or a round begins); the arrival
+        log's thread joins a group into one record batch."""
         self._pending_passes.append((t, taken))
         self._pending_records += taken.records
         self._unwritten_records += taken.records
         if self._pending_records >= JOIN_RECORDS:
-            self._join_pending()
+            self._group_pending()
         if self._unwritten_records >= self.max_unwritten:
             self._caught_up.clear()
 
-    def _join_pending(self) -> None:
-        """Join the pending intake passes into one arrival-log record batch for the next round.
+    def _group_pending(self) -> None:
+        """The pending intake passes, as one group for the next round to join and write.
 
-        Why here, on the event loop's thread, in pieces of about :data:`JOIN_RECORDS` rows:
-        the write round's worker thread waits for the loop's GIL after every numpy call it
-        makes (0.3-0.5 ms each while the loop is busy); joining there, a pass or a join at a
-        time, it spent five times its CPU time waiting, and the rounds set the pace of
-        ingest. The loop holds the GIL anyway. And a record batch of tens of thousands of
-        rows is written at four times the speed of one larger than the CPU's caches (20-24
-        against 86-138 us per 1000 rows)."""
+        Why joined on the arrival log's thread, by one compiled call (:func:`arrival_records`):
+        nothing per fragment is left on the event loop's thread, and a join of numpy calls
+        there waited for the GIL after each (0.3-0.5 ms while the other threads run Python)."""
         if self._pending_passes:
-            self._unwritten_arrivals.append((None, arrival_records(self._pending_passes)))
+            self._unwritten_arrivals.append((None, self._pending_passes))
             self._pending_passes, self._pending_records = [], 0
 
-    def advance(self, emitted_seq: int) -> None:
-        """After every orderer call: a new generation, its output ending at ``emitted_seq``
-        (taken out of the core once :data:`TAKE_FRAGMENTS` are there, see
-        :meth:`_stage_output`, and at the start of every round)."""
-        if emitted_seq - self._taken_offset >= TAKE_FRAGMENTS:
-            self._stage_output()
-        self.written_offset = emitted_seq
+    def stage_output(self, emitted: EmittedBatch) -> None:
+        """Output the orderer's thread took out of the core, for the ordered log. Each take is a
+        record batch of its own, not joined with the next: a take is already as large as a
+        record batch should be (a cycle's, see ``orderer_thread.PASS_MESSAGES``)."""
+        if len(emitted):
+            self._unwritten_output.append(emitted)
+            self.written_offset = emitted.first_seq + len(emitted)
+
+    def advance(self) -> None:
+        """After every orderer call (and anything else staged): a new generation."""
         self.written_generation += 1
 
     def start(self) -> None:
@@ -178,42 +187,52 @@ class GroupCommit:
 
     # ------------------------------------------------------------------ rounds
 
-    def _stage_output(self) -> None:
-        """Take the output the core holds for the ordered log. Every :data:`TAKE_FRAGMENTS`,
-        not once per write round: output left in the core for a whole round (hundreds of
-        thousands of fragments at 2 M/s) grew its buffers by reallocation each round and was
-        handed over in fresh memory, page faults and copies that doubled the cost of the
-        core's submit on the loop's thread (105 against 45 us per 1000 fragments, taking every
-        million against every 16,000, in-process); smaller takes reuse warm buffers. Each take
-        is a record batch of its own, not joined with the next: a take is already as large as
-        a record batch should be (see :meth:`_join_pending`), and the join cost the loop's
-        thread 11 us per 1000 fragments."""
-        emitted = self._orderer.take_emitted()
-        self._taken_offset = emitted.first_seq + len(emitted)
-        if len(emitted):
-            self._unwritten_output.append(emitted)
-
-    def _write_out(self) -> None:
-        """Write what is staged, in order, then force both logs to disk (worker thread).
+    def _write_arrivals(self) -> None:
+        """Write the staged arrival records, in order, then force the log to disk (the
+        arrival log's thread).
 
         An entry leaves its queue only once written, and a failed append leaves its log as it
         was (storage.py cuts what it half wrote), so after an error such as a full volume the
         next round simply tries again from the same entry."""
-        arrivals, output = self._unwritten_arrivals, self._unwritten_output
+        arrivals = self._unwritten_arrivals
         while arrivals:
             t, rows = arrivals[0]
+            if isinstance(rows, list):  # a group of intake passes: joined once, kept joined
+                rows = arrival_records(rows)
+                arrivals[0] = (None, rows)
             self.arrivals.append_rows(t, rows)
             arrivals.popleft()
+        self._sync("arrival", self.arrivals)
+
+    def _write_output(self) -> None:
+        """Write the staged output, in order, then force the log to disk (the ordered log's
+        thread)."""
+        output = self._unwritten_output
         while output:
             self.ordered.append(output[0])  # after a failed try: appends only what it lacks
             output.popleft()
+        self._sync("ordered", self.ordered)
+
+    def _sync(self, name: str, written: ArrivalLog | OrderedLog) -> None:
+        began = time.perf_counter()
         try:
-            for name, written in (("arrival", self.arrivals), ("ordered", self.ordered)):
-                began = time.perf_counter()
-                written.sync()
-                self.fsync_seconds[name].observe(time.perf_counter() - began)
+            written.sync()
         except OSError as error:  # never retried: after a failed fsync nothing is known
             raise InternalOrdererError(f"fsync of a log failed: {error}") from error
+        self.fsync_seconds[name].observe(time.perf_counter() - began)
+
+    async def _write_out(self) -> None:
+        """Both logs written and synced at once, each on its thread; the first error (after
+        both have stopped: neither is left writing)."""
+        loop = asyncio.get_running_loop()
+        results = await asyncio.gather(
+            loop.run_in_executor(self._threads["arrival"], self._write_arrivals),
+            loop.run_in_executor(self._threads["ordered"], self._write_output),
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
 
     async def _rounds(self) -> None:
         """Each round writes everything staged before it and makes it durable with one fsync
@@ -223,10 +242,9 @@ class GroupCommit:
         try:
             while self.synced_generation < self.written_generation and self._failed is None:
                 generation, offset = self.written_generation, self.written_offset
-                self._stage_output()
-                self._join_pending()
+                self._group_pending()
                 try:
-                    await asyncio.to_thread(self._write_out)
+                    await self._write_out()
                 except OSError as error:
                     if not _retryable(error):
                         raise
@@ -241,8 +259,9 @@ class GroupCommit:
                     continue
                 if self.degraded is not None:
                     self._recovered_from(self.degraded)
-                staged = self._unwritten_arrivals
-                self._unwritten_records = self._pending_records + sum(len(r) for _, r in staged)
+                self._unwritten_records = self._pending_records + sum(
+                    _records(rows) for _, rows in self._unwritten_arrivals
+                )
                 if self._unwritten_records < self.max_unwritten:
                     self._caught_up.set()
                 self.synced_generation = generation
@@ -310,9 +329,12 @@ class GroupCommit:
     async def close(self) -> None:
         """Write out the rest unless the storage failed or refuses writes, then close the
         logs (after :meth:`settle`)."""
-        if self._failed is None and self.degraded is None:
-            self._stage_output()
-            self._join_pending()
-            await asyncio.to_thread(self._write_out)
-        self.arrivals.close()
-        self.ordered.close()
+        try:
+            if self._failed is None and self.degraded is None:
+                self._group_pending()
+                await self._write_out()
+        finally:
+            for thread in self._threads.values():
+                thread.shutdown(wait=False)
+            self.arrivals.close()
+            self.ordered.close()

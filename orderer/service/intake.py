@@ -2,10 +2,11 @@
 
 Why: gRPC Python hands the service one message at a time, and every orderer call, arrival-log
 append and ordered-log append has a fixed cost (Arrow record batches, timers, bookkeeping) that
-dwarfs the per-fragment work at 1000 fragments a message. So ``Submit`` only checks a message,
-deduplicates it and puts it here; the service then takes everything that is here in one *intake
-pass* at one arrival time: one orderer call per run of batches, one arrival-log record batch, one
-ordered-log append, one timer re-arm.
+dwarfs the per-fragment work at 1000 fragments a message. So the orderer's thread
+(:mod:`~orderer.service.ingest`) only checks each message of a cycle, deduplicates it and puts it
+here; then it takes everything that is here in one *intake pass* at one arrival time: one
+orderer call per run of batches, one arrival-log record batch, one ordered-log append, one
+timer re-arm.
 
 Why that is still the ordering contract: the pass gives every record it takes in the same
 arrival time ``t`` and logs them so, in arrival order. A run of batches submitted at ``t`` is
@@ -24,10 +25,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import numpy.typing as npt
-
-from orderer.batch import ArrivalKind, ArrivalRecords, FragmentBatch, concat_payloads
+from orderer._core.core import arrival_rows
+from orderer.batch import ArrivalKind, ArrivalRecords, FragmentBatch
 
 if TYPE_CHECKING:
     from orderer.api import Orderer
@@ -96,63 +95,25 @@ class IntakePass:
 
 def arrival_records(passes: Sequence[tuple[float, IntakePass]]) -> ArrivalRecords:
     """Taken passes as arrival-log rows in arrival order, each row with its pass's arrival
-    time, built column by column with a fixed number of numpy calls whatever the number of
-    passes and batches (a pass at a time, 20-odd calls each, cost that many times over)."""
-    kinds: list[int] = []
-    times: list[float] = []
-    lengths: list[int] = []
-    firsts: list[int] = []
-    sequenced: list[bool] = []
-    source: list[npt.NDArray[np.uint32]] = []
-    value: list[npt.NDArray[np.uint64]] = []
-    barrier: list[npt.NDArray[np.uint32]] = []
-    payloads: list[tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint8]]] = []
+    time, joined in one compiled call (:func:`orderer._core.core.arrival_rows`) that copies
+    every column without the GIL: the service calls this on a writer thread while the event
+    loop's and the orderer's threads are busy, where each of the numpy calls it took before
+    could wait for the GIL. Here only a tuple per batch and per marker is made. Passes without
+    a row at all raise ``ValueError``, as before (the service stages none)."""
+    groups: list[tuple[Any, ...]] = []
     for t, taken in passes:
         sequences = iter(taken.sequences)
         for row in taken.rows():
-            times.append(t)
             if isinstance(row, _Marker):
-                marker = ArrivalRecords.marker(row.kind, row.source, row.value)
-                kinds.append(row.kind)
-                lengths.append(1)
-                firsts.append(0)
-                sequenced.append(False)
-                source.append(marker.source)
-                value.append(marker.value)
-                barrier.append(marker.barrier)
-                payloads.append((marker.payload_offsets, marker.payload))
-                continue
-            first = next(sequences)
-            kinds.append(ArrivalKind.FRAGMENT)
-            lengths.append(len(row))
-            firsts.append(0 if first is None else first)
-            sequenced.append(first is not None)
-            source.append(row.source)
-            value.append(row.timestamp)
-            barrier.append(row.barrier)
-            payloads.append((row.payload_offsets, row.payload))
-    n = np.asarray(lengths, dtype=np.int64)
-    start = np.cumsum(n) - n
-    total = int(n.sum())
-    # each fragment's sequence: its batch's first plus its place in the batch
-    sequence = (
-        np.arange(total, dtype=np.uint64)
-        - np.repeat(start.astype(np.uint64), n)
-        + np.repeat(np.asarray(firsts, dtype=np.uint64), n)
-    )
-    carries = np.repeat(np.asarray(sequenced, dtype=np.bool_), n)
-    offsets, payload = concat_payloads(payloads)
-    return ArrivalRecords(
-        kind=np.repeat(np.asarray(kinds, dtype=np.uint8), n),
-        t=np.repeat(np.asarray(times, dtype=np.float64), n),
-        source=np.concatenate(source),
-        value=np.concatenate(value),
-        barrier=np.concatenate(barrier),
-        payload_offsets=offsets,
-        payload=payload,
-        sequence=sequence if carries.any() else None,
-        sequenced=None if carries.all() else carries,
-    )
+                groups.append((t, row.kind, row.source, row.value))
+            else:
+                groups.append((
+                    t, next(sequences), row.source, row.timestamp, row.barrier,
+                    row.payload_offsets, row.payload,
+                ))
+    if not groups:
+        raise ValueError("arrival records of passes without batches or markers")
+    return ArrivalRecords(*arrival_rows(groups))
 
 
 class Intake:

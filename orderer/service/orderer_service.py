@@ -9,15 +9,21 @@ resends, and the one deadline timer. Making the logs durable is the job of
 :mod:`~orderer.service.subscriptions`; a ``Submit`` call's acks and flow signals wait in its
 :mod:`~orderer.service.submit_stream`.
 
-How a batch travels: ``Submit`` hands the service its raw bytes, which one compiled call checks,
-converts and deduplicates (what the service already has, by sequence numbers per source, is
-dropped: :meth:`OrdererService.take_message`); the service takes the new part in at time
-``now`` (strictly after every earlier time, so that the arrival log replays to the same output)
-in one intake pass
-(:mod:`~orderer.service.intake`), stages it for the arrival log, and owes the stream an ``Ack``.
-A write round (group commit) makes the logs durable and then releases the acks and the new
-output to subscribers, which only ever see durable output. Deadlines are served by one
-``loop.call_later`` on ``Orderer.next_deadline()``, re-armed after every call: no polling.
+How a batch travels: ``Submit`` hands the service its raw bytes, which the loop only queues
+for the orderer's thread (:mod:`~orderer.service.ingest`): there one compiled call checks,
+converts and deduplicates each (what the service already has, by sequence numbers per source,
+is dropped), and a cycle's messages go into the orderer at one time ``now`` (strictly after
+every earlier time, so that the arrival log replays to the same output) as one intake pass
+(:mod:`~orderer.service.intake`). Back on the loop, each orderer call's
+:class:`~orderer.service.orderer_thread.Step` is staged for the logs and the stream is owed an
+``Ack`` (:meth:`OrdererService._apply`). A write round (group commit) makes the logs durable and
+then releases the acks and the new output to subscribers, which only ever see durable output.
+Deadlines are served by one ``loop.call_later`` on the orderer's next deadline, re-armed after
+every call: no polling.
+
+Which thread does what: the loop's receives messages, sends replies and keeps the books; the
+orderer's thread decodes, orders and takes the output; one thread per log writes and syncs
+(:mod:`~orderer.service.group_commit`). Nothing per fragment runs on the loop's thread.
 
 The run lives in its data directory (:mod:`~orderer.service.data_dir`), locked while a service
 runs on it: :meth:`OrdererService.open` recovers the run the logs hold,
@@ -31,26 +37,26 @@ import logging
 import math
 import os
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer.api import Orderer
-from orderer.batch import ArrivalKind, ArrivalRecords, EmittedBatch
-from orderer.clock import MonotonicClock
+from orderer.batch import ArrivalRecords, EmittedBatch
 from orderer.config import OrdererConfig, parameter_value
-from orderer.errors import InterfaceError, ServiceUnavailable
+from orderer.errors import ServiceUnavailable
 from orderer.service import data_dir, restart
 from orderer.service.diagnostics import BarrierLog
 from orderer.service.group_commit import GroupCommit
-from orderer.service.intake import Intake
+from orderer.service.ingest import Ingest
 from orderer.service.metrics import ArrivalLatency, BarrierTally, MetricsSnapshot, directory_bytes
+from orderer.service.orderer_thread import Step
 from orderer.service.settings import GivenParameter, ServiceConfig, every_parameter
 from orderer.service.storage import ArrivalLog, ConsumerOffsets, OrderedLog, Recovered
 from orderer.service.submit_stream import END_OF_STREAM, SubmitStream
 from orderer.service.subscriptions import Retention, Subscriptions
-from orderer.wire import convert, submit
+from orderer.wire import convert
 
 __all__ = ["OrdererService"]
 
@@ -59,7 +65,8 @@ log = logging.getLogger("evb.service")
 
 class OrdererService:
     """The orderer as a service: input, durability, output, deadlines. All methods run on one
-    asyncio loop; only the writes and fsyncs leave it (worker thread)."""
+    asyncio loop; the orderer runs on its own thread (:mod:`~orderer.service.ingest`), the
+    writes and fsyncs on the logs' threads."""
 
     def __init__(
         self,
@@ -79,9 +86,6 @@ class OrdererService:
         self.limits = limits if limits is not None else convert.BatchLimits()
         self._lock = lock
         self._orderer: Orderer = recovered.orderer
-        self._clock = MonotonicClock(start=recovered.resume_time)
-        self._last_time = recovered.resume_time
-        self._next_sequence = dict(recovered.next_sequence)
         self._run_ended = recovered.run_ended
         self._run = run if recovered.run is None else recovered.run
         self._run_start = recovered.run_start_offset
@@ -102,7 +106,6 @@ class OrdererService:
         self.ordered = ordered
         """The ordered log: the output, by offset (written by the group commit)."""
         self._commit = GroupCommit(
-            self._orderer,
             arrivals,
             ordered,
             health_changed=self.health_changed,
@@ -120,14 +123,26 @@ class OrdererService:
         self._latency = ArrivalLatency(self._orderer.queued)
         self._barriers = BarrierTally()
         self._barrier_log = BarrierLog()
-        self._intake = Intake()
-        self._intake_scheduled = False
         self._restart_changes: tuple[restart.LiveChange, ...] = ()
+        self._commands: set[asyncio.Future[Any]] = set()
         for flow in self._orderer.take_flow_signals():
             self._paused[flow.source] = flow.paused
         # those the recovery resolved: the whole run's, from the start (it replays every arrival)
-        self._take_barrier_log()
-        self._rearm()
+        self._note_barriers(self._orderer.take_barrier_log())
+        self.high_water_mark: int | None = self._orderer.high_water_mark
+        """The orderer's high-water mark as of the last step the loop has seen."""
+        self._ingest = Ingest(
+            self._orderer,
+            resume_time=recovered.resume_time,
+            next_sequence=recovered.next_sequence.items(),
+            run_ended=recovered.run_ended,
+            limits=self.limits,
+            taken_offset=ordered.next_offset,
+            refusal=self._storage_refusal,
+            deliver=self._apply,
+            on_error=self._fail,
+        )
+        self._rearm(self._orderer.next_deadline())
 
     @classmethod
     def open(
@@ -200,6 +215,8 @@ class OrdererService:
 
     @property
     def orderer(self) -> Orderer:
+        """The orderer itself: its own thread calls it; read it from another thread only
+        under that thread's lock (as :meth:`stats` does), or once input is quiet (the tests)."""
         return self._orderer
 
     @property
@@ -209,19 +226,13 @@ class OrdererService:
 
     # ------------------------------------------------------------------ time
 
-    def _tick(self, at_least: float = -math.inf) -> float:
-        """The time of the next input or flush: the clock, but strictly after every time used
-        before (a record at a flush's time would replay before that flush, not after)."""
-        now = max(self._clock.now(), math.nextafter(self._last_time, math.inf), at_least)
-        self._last_time = now
-        return now
-
     def _peek(self) -> float:
-        return max(self._clock.now(), self._last_time)
+        return self._ingest.peek()
 
-    def _rearm(self) -> None:
-        """One timer, on the orderer's next deadline."""
-        deadline = None if self._closed or self.failed else self._orderer.next_deadline()
+    def _rearm(self, deadline: float | None) -> None:
+        """One timer, on the orderer's next deadline (as the last step said)."""
+        if self._closed or self.failed:
+            deadline = None
         if deadline is not None and deadline == self._timer_at and self._timer is not None:
             return
         if self._timer is not None:
@@ -230,7 +241,8 @@ class OrdererService:
         if deadline is None:
             return
         loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(max(0.0, deadline - self._clock.now()), self._on_deadline)
+        delay = max(0.0, deadline - self._ingest.clock())
+        self._timer = loop.call_later(delay, self._on_deadline)
         self._timer_at = deadline
 
     def _on_deadline(self) -> None:
@@ -238,18 +250,26 @@ class OrdererService:
         self._timer = self._timer_at = None
         if self._closed or self.failed:
             return
-        self.take_intake()
-        try:
-            self._orderer.advance(self._tick(at_least=deadline))
-            self._after_call()
-        except Exception as error:
-            self._fail(error)
+        self._ingest.advance_soon(deadline)
 
     # ------------------------------------------------------------------ input
 
     def _check_open(self) -> None:
+        refusal = self._refusal()
+        if refusal is not None:
+            raise refusal
+
+    def _refusal(self) -> ServiceUnavailable | None:
+        """Why input is refused now, if it is (read by the orderer's thread too)."""
         if self.failed is not None or self.degraded is not None or self._closed:
-            raise self._unavailable()
+            return self._unavailable()
+        return None
+
+    def _storage_refusal(self) -> ServiceUnavailable | None:
+        """Why the logs take no input now, if they do not (read by the orderer's thread)."""
+        if self.failed is not None or self.degraded is not None:
+            return self._unavailable()
+        return None
 
     def open_stream(self, peer: str = "") -> SubmitStream:
         stream = SubmitStream(peer)
@@ -261,10 +281,7 @@ class OrdererService:
     def finish_stream(self, stream: SubmitStream) -> None:
         """The client closed its side: the call ends OK once everything it sent is durable, so
         a client knows its watermarks and ends (which get no ack) are safe too."""
-        self.take_intake()
-        stream.owe_ack(self._commit.written_generation, END_OF_STREAM, 0)
-        stream.finish()
-        stream.release(self._commit.synced_generation)
+        self._ingest.end_stream(stream)
 
     def close_stream(self, stream: SubmitStream) -> None:
         self._streams.discard(stream)
@@ -279,96 +296,91 @@ class OrdererService:
         self._commit.max_unwritten = records
 
     async def room_for_input(self) -> None:
-        """Returns at once unless the writes are ``max_unwritten`` records behind; then when a
-        write round has caught up (or the service stops taking input)."""
+        """Returns at once unless the writes are ``max_unwritten`` records behind or the
+        orderer's thread has too much queued; then once they have caught up (or the service
+        stops taking input)."""
         await self._commit.room_for_input()
-
-    def _speaks_for(self, stream: SubmitStream, source: int) -> None:
-        if source not in stream.sources:
-            stream.sources.add(source)
-            if self._paused.get(source):
-                stream.signal(source, True)
+        await self._ingest.room()
 
     def take_message(self, stream: SubmitStream, data: bytes) -> None:
-        """One ``Submit`` message from ``stream``, as its raw bytes: decoded, checked and
-        deduplicated against the sequence numbers this service holds by one compiled call
-        (:func:`orderer.wire.submit.decode_submit`, which only reads them), then taken in."""
-        item = submit.decode_submit(data, self.limits, self._next_sequence)
-        if isinstance(item, submit.IncomingBatch):
-            self._submit(stream, item)
-        elif isinstance(item, submit.WatermarkItem):
-            self.watermark(stream, item.source, item.watermark)
-        else:
-            self.end_source(stream, item.source)
-
-    def _submit(self, stream: SubmitStream, incoming: submit.IncomingBatch) -> None:
-        """A batch checked and deduplicated by :meth:`take_message`: into the intake, the
-        source's next sequence moved, its ack owed."""
+        """One ``Submit`` message from ``stream``, as its raw bytes, for the orderer's thread
+        (which decodes, checks and deduplicates it; a refusal ends the stream)."""
         self._check_open()
-        batch = incoming.batch
-        for source in incoming.sources:
-            self._speaks_for(stream, source)
-        if incoming.source is None or incoming.next_sequence is None:
-            self._intake.add_batch(batch, None)
-            self._intake_soon()
-            return
-        if len(batch):
-            self._intake.add_batch(batch, incoming.first_sequence)
-            self._next_sequence[incoming.source] = incoming.next_sequence
-        self._intake.owe_ack(stream, incoming.source, incoming.next_sequence)
-        self._intake_soon()
+        self._ingest.put_message(stream, data)
 
-    def watermark(self, stream: SubmitStream, source: int, watermark: int) -> None:
+    # ------------------------------------------------------------------ steps (loop)
+
+    def _apply(self, steps: list[Step]) -> None:
+        """The orderer's thread made these steps, in order: their arrival records and output
+        are staged for the logs (an orderer call, or anything staged, is a new generation),
+        their acks owed to that generation, flow signals relayed, the timer re-armed, a
+        command's caller answered."""
+        commit = self._commit
+        deadline: float | None = self._timer_at
+        rearm = False
+        for step in steps:
+            for stream, source in step.sources:
+                if self._paused.get(source):
+                    stream.signal(source, True)
+            rows = step.rows
+            if rows is not None:
+                if isinstance(rows, ArrivalRecords):
+                    commit.stage(step.t, rows)
+                else:
+                    commit.stage_input(step.t, rows)
+            if step.emitted is not None:
+                commit.stage_output(step.emitted)
+            if step.called or rows is not None or step.emitted is not None:
+                commit.advance()
+            if step.called:
+                if step.fragments:
+                    self._latency.arrived(step.t, step.fragments)
+                self._latency.left(step.t, step.queued)
+                if step.barriers:
+                    self._note_barriers(step.barriers)
+                for flow in step.flows:
+                    self._paused[flow.source] = flow.paused
+                    for stream in self._streams:
+                        if flow.source in stream.sources:
+                            stream.signal(flow.source, flow.paused)
+                deadline, rearm = step.deadline, True
+                self.high_water_mark = step.high_water_mark
+            if step.run_ended is not None:
+                self._run_ended = step.run_ended
+            generation = commit.written_generation
+            for stream, source, sequence in step.acks:
+                stream.owe_ack(generation, source, sequence)
+                if source == END_OF_STREAM:  # the client closed its side: nothing more comes
+                    stream.finish()
+                stream.release(commit.synced_generation)
+            for stream, error in step.refused:
+                stream.finish(error)
+            future = step.future
+            if future is not None and not future.done():
+                if step.error is not None:
+                    future.set_exception(step.error)
+                else:
+                    future.set_result((step.value, generation))
+        if rearm:
+            self._rearm(deadline)
+        commit.start()
+
+    async def _call(self, run: Callable[[], Step]) -> tuple[Any, int]:
+        """A command on the orderer's thread; failed with the service if it fails."""
         self._check_open()
-        self._speaks_for(stream, source)
-        self._intake.add_watermark(source, watermark)
-        self._intake_soon()
-
-    def end_source(self, stream: SubmitStream, source: int) -> None:
-        self._check_open()
-        self._speaks_for(stream, source)
-        self._intake.add_end_of_source(source)
-        self._intake_soon()
-
-    def _intake_soon(self) -> None:
-        """Take the intake in once the loop has read what is ready now (see intake.py)."""
-        if not self._intake_scheduled:
-            self._intake_scheduled = True
-            asyncio.get_running_loop().call_soon(self.take_intake)
-
-    def take_intake(self) -> None:
-        """One intake pass: everything waiting goes in at one arrival time, is staged for the
-        arrival log as one record batch, and its acks are owed to the generation that stages
-        it. Every other input (configure, end of run, a deadline, a stream's end) takes the
-        intake first, so the orderer sees input in arrival order."""
-        self._intake_scheduled = False
-        if not self._intake or self.failed is not None:
-            return
-        taken = self._intake.take()
-        now = self._tick()
-        if taken.batches or taken.markers:
-            # convert checked every batch as the core does: the core cannot refuse one here
-            taken.run(self._orderer, now)
-            self._commit.stage_input(now, taken)
-        if taken.fragments:
-            self._latency.arrived(now, taken.fragments)
-            self._run_ended = False
-        self._after_call()
-        for stream, source, sequence in taken.acks:
-            stream.owe_ack(self._commit.written_generation, source, sequence)
-            stream.release(self._commit.synced_generation)
+        call: asyncio.Future[tuple[Any, int]] = asyncio.get_running_loop().create_future()
+        self._commands.add(call)
+        try:
+            self._ingest.call(run, call)
+            return await call
+        finally:
+            self._commands.discard(call)
 
     async def configure(self, changes: Mapping[str, Any]) -> OrdererConfig:
         """A live change of parameters (checked first: ``ConfigError`` names the parameter),
         recorded in the arrival log; returns once durable."""
-        self._check_open()
-        new = self._orderer.config.with_changes(**changes)
-        self.take_intake()
-        now = self._tick()
-        self._orderer.configure(new, now=now)
-        self._commit.stage(now, ArrivalRecords.configure(changes))
-        self._after_call()
-        await self._durable(self._commit.written_generation)
+        new, generation = await self._call(lambda: self._ingest.configure(dict(changes)))
+        await self._durable(generation)
         log.info("configured %s", dict(changes))
         return new
 
@@ -381,41 +393,18 @@ class OrdererService:
         the known ones: the core would make it known, and a typo (``evb source revive 9`` for
         source 6) would then add a silent source that holds every fragment for the whole build
         window. Declare a source (``--sources``) to mark it before it connects."""
-        self._check_open()
-        declared = self.limits.sources
-        if declared is not None and source not in declared:
-            raise InterfaceError(
-                f"source: {source} is not a declared source",
-                hint=f"the server accepts only {sorted(declared)}",
-            )
-        self.take_intake()
-        known_sources = self._orderer.source_ids
-        if source not in known_sources:
-            raise InterfaceError(
-                f"source: {source} is not known to this orderer (known: "
-                f"{', '.join(map(str, known_sources)) or 'none yet'})",
-                hint="a source is known once declared (--sources) or once it has sent anything",
-            )
-        now = self._tick()
-        known = self._orderer.set_source_state(source, dead, now=now)
-        self._commit.stage(now, ArrivalRecords.source_state(source, dead))
-        self._after_call()
-        dead_now = bool(self._orderer.source_states(now=now).get(source, {}).get("dead", dead))
-        await self._durable(self._commit.written_generation)
+        (known, dead_now), generation = await self._call(
+            lambda: self._ingest.set_source_state(source, dead)
+        )
+        await self._durable(generation)
         log.info("source %d %s by hand", source, "marked dead" if dead else "revived")
         return known, dead_now
 
     async def end_run(self) -> int:
         """The spec's end of run: drain every queue now; returns the offset after the run's last
         fragment once everything is durable."""
-        self._check_open()
-        self.take_intake()
-        now = self._tick()
-        self._orderer.end_run(now=now)
-        self._commit.stage(now, ArrivalRecords.marker(ArrivalKind.END_RUN))
-        self._run_ended = True
-        self._after_call()
-        await self._durable(self._commit.written_generation)
+        _, generation = await self._call(self._ingest.end_run)
+        await self._durable(generation)
         return self._commit.durable_offset
 
     async def begin_run(self, run: int | None = None) -> tuple[int, int]:
@@ -423,47 +412,18 @@ class OrdererService:
         arrival log (recovery continues with it); returns ``(its number, the output offset of
         its first fragment)`` once durable. The orderer itself is untouched (docs/ordering.md,
         "Runs one after another"): the number only names the output from that offset on."""
-        self._check_open()
-        self.take_intake()
-        if not self._run_ended:
-            raise InterfaceError(
-                f"run {self._run} has not ended",
-                hint="end it first (evb end-run); a run begins only after the previous one ended",
-            )
-        number = self._run + 1 if run is None else run
-        if number <= self._run:
-            raise InterfaceError(
-                f"run: {number} is not above the current run {self._run}",
-                hint="run numbers increase from run to run",
-            )
-        now = self._tick()
-        self._commit.stage(now, ArrivalRecords.marker(ArrivalKind.BEGIN_RUN, value=number))
-        self._after_call()
-        await self._durable(self._commit.written_generation)
+        current = self._run
+        number = current + 1 if run is None else run
+        _, generation = await self._call(lambda: self._ingest.begin_run(number, current))
+        await self._durable(generation)
         self._run, self._run_start, self._run_ended = number, self._commit.durable_offset, False
         self._runs.append((number, self._run_start))
         log.info("run %d begun at output offset %d", number, self._run_start)
         return number, self._run_start
 
-    def _after_call(self) -> None:
-        """After every orderer call: note what it emitted (the output stays in the core until
-        the next write round takes it all at once), relay flow control, re-arm the timer, and
-        have the new state written and made durable."""
-        self._take_barrier_log()
-        self._latency.left(self._last_time, self._orderer.queued)
-        self._commit.advance(self._orderer.emitted_seq)
-        for flow in self._orderer.take_flow_signals():
-            self._paused[flow.source] = flow.paused
-            for stream in self._streams:
-                if flow.source in stream.sources:
-                    stream.signal(flow.source, flow.paused)
-        self._rearm()
-        self._commit.start()
-
-    def _take_barrier_log(self) -> None:
-        """The barriers the last orderer call resolved (taken after every call, or the core's
-        list grows), into the metrics and the barrier log ``GetStats`` shows."""
-        resolved = self._orderer.take_barrier_log()
+    def _note_barriers(self, resolved: list[dict[str, Any]]) -> None:
+        """Barriers an orderer call resolved, into the metrics and the barrier log ``GetStats``
+        shows."""
         if resolved:
             self._barriers.add(resolved)
             self._barrier_log.add(resolved)
@@ -518,9 +478,12 @@ class OrdererService:
         self.failure.set()
         self._commit.fail(error)
         self.health_changed.set()
-        self._rearm()
+        self._rearm(None)
         for stream in self._streams:
             stream.abandon()
+        for call in self._commands:
+            if not call.done():
+                call.set_exception(self._unavailable())
         self._output.fail()
 
     # ------------------------------------------------------------------ output
@@ -552,25 +515,31 @@ class OrdererService:
     def stats(self, barrier_log_limit: int = 0) -> pb.Stats:
         """``GetStats``: the counters, the newest ``barrier_log_limit`` resolved barriers (0:
         1000), the open Submit streams and the consumers with their lag."""
-        now = self._peek()
         durable = self._commit.durable_offset
         ended = self.run_ended_durably
+        with self._ingest.lock:  # the orderer's thread is between cycles
+            now = self._peek()
+            counters = self._orderer.counters()
+            states = self._orderer.source_states(now=now)
+            high_water_mark = self._orderer.high_water_mark
+            queued = self._orderer.queued
+            config = self._orderer.config
         return convert.stats_to_pb(
-            counters=self._orderer.counters(),
-            states=self._orderer.source_states(now=now),
+            counters=counters,
+            states=states,
             next_offset=durable,
-            high_water_mark=self._orderer.high_water_mark,
-            queued=self._orderer.queued,
+            high_water_mark=high_water_mark,
+            queued=queued,
             now=now,
             # ended only once the run's last output is durable: a consumer that sees run_ended
             # and next_offset has the whole run (the Spark source closes its last event there)
             run_ended=ended,
-            config=self._orderer.config,
+            config=config,
             consumers=self._output.consumer_states(now),
             barrier_log=self._barrier_log.newest(barrier_log_limit),
             barriers_by_type=self._barrier_log.by_type,
             connections=[_connection(stream) for stream in self._streams],
-            wall_time=time.time() - (self._clock.now() - now),
+            wall_time=time.time() - (self._ingest.clock() - now),
             run=self._run,
             run_start_offset=self._run_start,
             runs=self._run_table(durable if ended else None),
@@ -593,12 +562,16 @@ class OrdererService:
         ]
 
     def metrics_snapshot(self) -> MetricsSnapshot:
-        now = self._peek()
+        with self._ingest.lock:  # the orderer's thread is between cycles
+            now = self._peek()
+            counters = self._orderer.counters()
+            states = self._orderer.source_states(now=now)
+            high_water_mark = self._orderer.high_water_mark
         return MetricsSnapshot(
-            counters=self._orderer.counters(),
-            states=self._orderer.source_states(now=now),
+            counters=counters,
+            states=states,
             output_offset=self._commit.durable_offset,
-            high_water_mark=self._orderer.high_water_mark,
+            high_water_mark=high_water_mark,
             submit_streams=len(self._streams),
             subscribers=self._output.subscribers,
             now=now,
@@ -620,25 +593,33 @@ class OrdererService:
         )
 
     def next_sequence(self, source: int) -> int:
-        return self._next_sequence.get(source, 0)
+        return self._ingest.next_sequence.get(source, 0)
 
     # ------------------------------------------------------------------ shutdown
 
     def begin_shutdown(self) -> None:
-        """Stop taking input: Submit streams finish (their owed acks still go out once durable,
-        then they end UNAVAILABLE so clients reconnect elsewhere or later); subscribers end."""
-        if not self._closed:
-            self.take_intake()
+        """Stop taking input: what was received is still taken in, then Submit streams finish
+        (their owed acks still go out once durable, then they end UNAVAILABLE so clients
+        reconnect elsewhere or later); subscribers end."""
+        if self._closed:
+            return
         self._closed = True
         self._commit.shut()
+        self._rearm(None)
+        self._output.close()
+        closed: asyncio.Future[tuple[Any, int]] = asyncio.get_running_loop().create_future()
+        closed.add_done_callback(self._finish_streams)
+        self._ingest.close_input(closed)
+
+    def _finish_streams(self, _: object = None) -> None:
         for stream in self._streams:
             stream.finish(ServiceUnavailable("the orderer is shutting down; reconnect and resend"))
-        self._rearm()
-        self._output.close()
 
     async def close(self) -> None:
         """Make everything durable and close the logs."""
         self.begin_shutdown()
+        await self._ingest.stop()
+        self._finish_streams()
         await self._commit.settle()
         try:
             await self._commit.close()

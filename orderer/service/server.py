@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import gc
 import logging
 import signal
@@ -230,6 +232,36 @@ def _settle_garbage_collector() -> None:
     gc.set_threshold(GC_THRESHOLD, middle, old)
 
 
+MMAP_THRESHOLD = 32 << 20
+"""Bytes from which glibc's malloc maps a block of its own (and unmaps it when freed)."""
+
+TRIM_THRESHOLD = 128 << 20
+"""Free bytes at the top of a malloc heap that glibc keeps instead of giving back."""
+
+
+def _keep_freed_memory() -> None:
+    """Have glibc's malloc keep the memory the serving process frees for its next allocation.
+
+    Why: every cycle of the orderer's thread and every write round allocates arrays of a few
+    hundred kilobytes to a few megabytes (decoded columns, the output taken, arrival-log rows)
+    and frees them a few milliseconds later. With glibc's defaults each was given back to the
+    kernel and faulted in again page by page: the compiled join of arrival-log rows spent most
+    of its time in page faults (540 a call), and the server used 230-245 us of CPU per 1000
+    fragments against 182-185 with these settings (the README's Performance). A process that
+    keeps up to :data:`TRIM_THRESHOLD` of freed memory is what a server that streams at
+    hundreds of megabytes a second wants. Nothing happens where malloc is not glibc's."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
+
+
 async def serve(
     config: OrdererConfig,
     service_config: ServiceConfig,
@@ -240,6 +272,7 @@ async def serve(
     """Run until SIGTERM/SIGINT (graceful stop) or a storage failure (exit status 1, so that the
     pod restarts and recovers from the logs; 1 also for a stop while the log volume is full,
     since then input that arrived was not written: never acknowledged, so it is resent)."""
+    _keep_freed_memory()
     running = await start_server(config, service_config, given=given)
     _settle_garbage_collector()
     log.info("serving on port %d (data in %s)", running.port, service_config.data_dir)

@@ -47,8 +47,9 @@ class OrdererServicer(pb_grpc.OrdererServicer):
         self._service = service
 
     async def _read_submissions(self, requests: AsyncIterator[bytes], stream: SubmitStream) -> None:
-        """Each request arrives as its raw bytes (see :func:`add_to_server`): the service
-        decodes, checks and deduplicates it in one compiled call (``take_message``)."""
+        """Each request arrives as its raw bytes (see :func:`add_to_server`) and is only
+        queued here (``take_message``): the orderer's thread decodes, checks and deduplicates
+        it, and ends the stream with the error if it refuses it."""
         service = self._service
         try:
             async for data in requests:
@@ -99,7 +100,7 @@ class OrdererServicer(pb_grpc.OrdererServicer):
                 yield convert.emitted_to_pb(
                     batch,
                     next_offset=durable,
-                    high_water_mark=service.orderer.high_water_mark,
+                    high_water_mark=service.high_water_mark,
                     payload=not request.omit_payload,
                 )
         except EvbError as error:

@@ -41,6 +41,7 @@ class SubmitStream:
         "messages",
         "peer",
         "reading",
+        "refused",
         "since",
         "sources",
     )
@@ -58,6 +59,8 @@ class SubmitStream:
         """Per source: the last durable sequence released to the client as an ack."""
         self.sources: set[int] = set()
         self.reading = True
+        self.refused = False
+        """Its input was refused (set by the orderer's thread, which drops what follows)."""
         self.error: BaseException | None = None
         self._unsynced: deque[tuple[int, int, int]] = deque()  # (generation, source, sequence)
         self._acks: dict[int, int] = {}

@@ -291,15 +291,22 @@ class Server:
         return int(self.process.returncode)
 
 
-def _busiest(
+def _threads(figures: dict[str, Any], top: int = 4) -> str:
+    """The busiest server threads of a phase, ``name us`` per 1000 fragments."""
+    return ", ".join(
+        f"{name} {us:.0f}" for name, us in figures.get("server_threads_us_per_1000", [])[:top]
+    )
+
+
+def _thread_use(
     before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]
-) -> tuple[str, float]:
-    """The thread that used the most CPU between two :meth:`ServerProcess.thread_cpu` readings
-    (one started meanwhile counts from 0): its name and seconds."""
-    used = {
-        tid: (name, cpu - before.get(tid, (name, 0.0))[1]) for tid, (name, cpu) in after.items()
-    }
-    return max(used.values(), key=lambda named: named[1], default=("", 0.0))
+) -> list[tuple[str, float]]:
+    """Every thread's CPU seconds between two :meth:`ServerProcess.thread_cpu` readings (one
+    started meanwhile counts from 0), busiest first: ``(name, seconds)``."""
+    used = [
+        (name, cpu - before.get(tid, (name, 0.0))[1]) for tid, (name, cpu) in after.items()
+    ]
+    return sorted(used, key=lambda named: -named[1])
 
 
 def start_evb(
@@ -388,8 +395,8 @@ class Sent:
     sender_cpu: float
     server_cpu: float
     server_loop_cpu: float = 0.0  # the server's main (event-loop) thread alone
-    server_busiest_thread: str = ""  # the name of the server's thread that used the most CPU
-    server_busiest_cpu: float = 0.0  # and its CPU seconds
+    server_threads: list[tuple[str, float]] = dataclasses.field(default_factory=list)
+    """Each server thread's name and CPU seconds, busiest first."""
     started: float = 0.0  # time.monotonic() of the start
     send_times: list[float] | None = None  # per message, paced phases
     xoff_at: float | None = None
@@ -537,7 +544,7 @@ async def send(
         total = sum(written)
         done = await wait_offset(control, total if expect is None else expect)
         cpu1, server_cpu1, loop_cpu1 = _cpu_self(), server.cpu(), server.loop_cpu()
-        busiest, busiest_cpu = _busiest(threads0, server.thread_cpu())
+        threads = _thread_use(threads0, server.thread_cpu())
         for reader in readers:
             with contextlib.suppress(grpc.aio.AioRpcError):
                 await asyncio.wait_for(reader, 60)
@@ -552,8 +559,7 @@ async def send(
             sender_cpu=cpu1 - cpu0,
             server_cpu=server_cpu1 - server_cpu0,
             server_loop_cpu=loop_cpu1 - loop_cpu0,
-            server_busiest_thread=busiest,
-            server_busiest_cpu=busiest_cpu,
+            server_threads=threads,
             started=start,
             send_times=send_times if paced else None,
             xoff_at=min(xoffs) - start if xoffs else None,
@@ -609,7 +615,7 @@ async def send_with_client(
         writes_done = time.monotonic()
         done = await wait_offset(control, data.fragments)
         cpu1, server_cpu1, loop_cpu1 = _cpu_self(), server.cpu(), server.loop_cpu()
-        busiest, busiest_cpu = _busiest(threads0, server.thread_cpu())
+        threads = _thread_use(threads0, server.thread_cpu())
         for client in clients:
             await client.close()
         return Sent(
@@ -620,8 +626,7 @@ async def send_with_client(
             sender_cpu=cpu1 - cpu0,
             server_cpu=server_cpu1 - server_cpu0,
             server_loop_cpu=loop_cpu1 - loop_cpu0,
-            server_busiest_thread=busiest,
-            server_busiest_cpu=busiest_cpu,
+            server_threads=threads,
         )
     finally:
         for client in clients:
@@ -644,8 +649,14 @@ def _throughput(sent: Sent, payload_size: int) -> dict[str, Any]:
         "sender_cpu_s": sent.sender_cpu,
         "server_cpu_us_per_1000": 1e9 * sent.server_cpu / sent.fragments,
         "server_loop_cpu_us_per_1000": 1e9 * sent.server_loop_cpu / sent.fragments,
-        "server_busiest_thread": sent.server_busiest_thread,
-        "server_busiest_thread_cpu_us_per_1000": 1e9 * sent.server_busiest_cpu / sent.fragments,
+        "server_busiest_thread": sent.server_threads[0][0] if sent.server_threads else "",
+        "server_busiest_thread_cpu_us_per_1000": (
+            1e9 * sent.server_threads[0][1] / sent.fragments if sent.server_threads else 0.0
+        ),
+        "server_threads_us_per_1000": [
+            (name, 1e9 * cpu / sent.fragments) for name, cpu in sent.server_threads
+            if 1e9 * cpu / sent.fragments >= 1.0
+        ],
         "sender_cpu_us_per_1000": 1e9 * sent.sender_cpu / sent.fragments,
         "replies_per_1000": 1e3 * sent.replies / sent.fragments,
     }
@@ -1115,6 +1126,7 @@ def report(figures: dict[str, Any], console: Console) -> None:
         loop = ingest["server_loop_cpu_us_per_1000"]
         row("   of the server's, its event-loop thread (one core: at most)",
             f"{loop:.0f} us ({_rate(1e9 / loop) if loop else '-'})")
+        row("   per server thread", _threads(ingest))
     client = figures.get("client")
     if client:
         row("1b. evb serve, orderer.client", _rate(client["fragments_per_s"]))
@@ -1127,6 +1139,7 @@ def report(figures: dict[str, Any], console: Console) -> None:
         loop = bare["server_loop_cpu_us_per_1000"]
         row("   of the server's, its event-loop thread (one core: at most)",
             f"{loop:.0f} us ({_rate(1e9 / loop) if loop else '-'})")
+        row("   per server thread", _threads(bare))
     if ingest and bare:
         evb_top = ingest["server_busiest_thread_cpu_us_per_1000"]
         bare_top = bare["server_busiest_thread_cpu_us_per_1000"]

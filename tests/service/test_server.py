@@ -300,7 +300,10 @@ def test_a_storage_failure_stops_input_but_not_the_server(tmp_path: Path) -> Non
     run(body())
 
 
-def test_arrival_times_increase_strictly_between_calls(tmp_path: Path) -> None:
+def test_arrival_times_never_decrease(tmp_path: Path) -> None:
+    """Each intake pass takes what the orderer's thread found queued at one time, strictly after
+    the time of every earlier pass; the messages of one pass share it (intake.py)."""
+
     async def body() -> None:
         async with serving_channel(tmp_path, CONFIG) as (_running, channel):
             call = _Stream(channel)
@@ -310,7 +313,8 @@ def test_arrival_times_increase_strictly_between_calls(tmp_path: Path) -> None:
             assert await call.close() == grpc.StatusCode.OK
         arrivals = ArrivalLog.open(tmp_path / "arrivals")
         times = np.concatenate([b.column("t").to_numpy() for b in arrivals.batches()])
-        assert len(times) == 100 and bool((np.diff(times) > 0).all())
+        assert len(times) == 100 and bool((np.diff(times) >= 0).all())
+        assert len(np.unique(times)) > 1
 
     run(body())
 
