@@ -232,11 +232,15 @@ def _settle_garbage_collector() -> None:
     gc.set_threshold(GC_THRESHOLD, middle, old)
 
 
-MMAP_THRESHOLD = 32 << 20
-"""Bytes from which glibc's malloc maps a block of its own (and unmaps it when freed)."""
+MMAP_THRESHOLD = 4 << 20
+"""Bytes from which glibc's malloc maps a block of its own (and unmaps it when freed): above
+what one cycle of the orderer's thread or one arrival-log join allocates at a time, below the
+orderer's queues of a stalled run (with 32 MiB, the stalled-source benchmark's memory peaked at
+529-539 MB against 489 MB, at the same speed)."""
 
-TRIM_THRESHOLD = 128 << 20
-"""Free bytes at the top of a malloc heap that glibc keeps instead of giving back."""
+TRIM_THRESHOLD = 32 << 20
+"""Free bytes at the top of a malloc heap that glibc keeps instead of giving back (128 MiB
+measured no faster)."""
 
 
 def _keep_freed_memory() -> None:
@@ -245,11 +249,10 @@ def _keep_freed_memory() -> None:
     Why: every cycle of the orderer's thread and every write round allocates arrays of a few
     hundred kilobytes to a few megabytes (decoded columns, the output taken, arrival-log rows)
     and frees them a few milliseconds later. With glibc's defaults each was given back to the
-    kernel and faulted in again page by page: the compiled join of arrival-log rows spent most
-    of its time in page faults (540 a call), and the server used 230-245 us of CPU per 1000
-    fragments against 182-185 with these settings (the README's Performance). A process that
-    keeps up to :data:`TRIM_THRESHOLD` of freed memory is what a server that streams at
-    hundreds of megabytes a second wants. Nothing happens where malloc is not glibc's."""
+    kernel and faulted in again page by page (glibc's own adjustment of its threshold did not
+    prevent it): the compiled join of arrival-log rows spent most of its time in page faults
+    (540 a call), and the server's CPU per 1000 fragments was a fifth higher (the README's
+    Performance). Nothing happens where malloc is not glibc's."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c"))
         mallopt = libc.mallopt
