@@ -163,8 +163,11 @@ class Ingest:
             item = submit.decode_submit(data, self.limits, self.next_sequence)
         except EvbError as error:
             log.warning("Submit stream refused: %s", error)
-            stream.refused = True
-            self._refused.append((stream, error))
+            self._refuse(stream, error)
+            return
+        except Exception as error:  # a bug met by one client's message: that stream ends
+            log.exception("Submit stream failed")
+            self._refuse(stream, error)
             return
         intake = self._intake
         if isinstance(item, submit.IncomingBatch):
@@ -188,6 +191,12 @@ class Ingest:
             intake.add_watermark(item.source, item.watermark)
         else:
             intake.add_end_of_source(item.source)
+
+    def _refuse(self, stream: SubmitStream, error: BaseException) -> None:
+        """The stream ends with ``error`` once what it sent before is staged; the thread drops
+        what it sent after."""
+        stream.refused = True
+        self._refused.append((stream, error))
 
     def _pass(self, steps: list[Step]) -> None:
         """The intake so far as one pass at one arrival time (see intake.py), if anything is
