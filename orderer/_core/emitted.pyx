@@ -72,19 +72,29 @@ cdef tuple _take_emitted(OrdererCore self):
     cdef cnp.ndarray offsets = np.empty(n + 1, dtype=np.uint64)
     cdef cnp.ndarray payload = np.empty(self._out_pay_len, dtype=np.uint8)
     cdef uint64_t first_seq = self._out_seq
-    if n:
-        memcpy(cnp.PyArray_DATA(ts), self._out_ts, n * sizeof(uint64_t))
-        memcpy(cnp.PyArray_DATA(source), self._out_source, n * sizeof(uint32_t))
-        memcpy(cnp.PyArray_DATA(barrier), self._out_barrier, n * sizeof(uint32_t))
-        memcpy(cnp.PyArray_DATA(late), self._out_late, n * sizeof(uint8_t))
-        memcpy(cnp.PyArray_DATA(t), self._out_t, n * sizeof(double))
-        if self._track_arrival:
-            memcpy(cnp.PyArray_DATA(arrival), self._out_arrival, n * sizeof(double))
-        memcpy(<uint64_t *>cnp.PyArray_DATA(offsets) + 1, self._out_pay_end,
-               n * sizeof(uint64_t))
-    (<uint64_t *>cnp.PyArray_DATA(offsets))[0] = 0
-    if self._out_pay_len:
-        memcpy(cnp.PyArray_DATA(payload), self._out_pay, self._out_pay_len)
+    # the copies without the GIL: the service takes the output on the orderer's thread while
+    # the event loop's thread and the log writers run Python
+    cdef void *ts_to = cnp.PyArray_DATA(ts)
+    cdef void *source_to = cnp.PyArray_DATA(source)
+    cdef void *barrier_to = cnp.PyArray_DATA(barrier)
+    cdef void *late_to = cnp.PyArray_DATA(late)
+    cdef void *t_to = cnp.PyArray_DATA(t)
+    cdef void *arrival_to = cnp.PyArray_DATA(arrival)
+    cdef uint64_t *offsets_to = <uint64_t *>cnp.PyArray_DATA(offsets)
+    cdef void *payload_to = cnp.PyArray_DATA(payload)
+    with nogil:
+        if n:
+            memcpy(ts_to, self._out_ts, n * sizeof(uint64_t))
+            memcpy(source_to, self._out_source, n * sizeof(uint32_t))
+            memcpy(barrier_to, self._out_barrier, n * sizeof(uint32_t))
+            memcpy(late_to, self._out_late, n * sizeof(uint8_t))
+            memcpy(t_to, self._out_t, n * sizeof(double))
+            if self._track_arrival:
+                memcpy(arrival_to, self._out_arrival, n * sizeof(double))
+            memcpy(offsets_to + 1, self._out_pay_end, n * sizeof(uint64_t))
+        offsets_to[0] = 0
+        if self._out_pay_len:
+            memcpy(payload_to, self._out_pay, self._out_pay_len)
     self._out_seq += n
     self._out_n = 0
     self._out_pay_len = 0
