@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import ctypes.util
 import gc
 import logging
 import signal
@@ -254,7 +253,7 @@ def _keep_freed_memory() -> None:
     (540 a call), and the server's CPU per 1000 fragments was a fifth higher (the README's
     Performance). Nothing happens where malloc is not glibc's."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        libc = ctypes.CDLL(None)  # the process's own symbols: the C library's among them
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return

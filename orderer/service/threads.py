@@ -10,7 +10,6 @@ Python names its threads only for itself (every one shows as ``python`` to the k
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -27,7 +26,7 @@ def name_this_thread(name: str) -> None:
     threading.current_thread().name = name
     try:
         if _libc is None:
-            _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+            _libc = ctypes.CDLL(None)  # the process's own symbols: the C library's among them
         _libc.prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
     except (OSError, AttributeError):
         pass
