@@ -17,6 +17,7 @@ from orderer import FragmentBatch, OrdererConfig
 from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer.client import end_run_async
 from orderer.service import orderer_thread
+from orderer.service.ingest import Ingest
 from orderer.service.storage import ArrivalLog, OrderedLog
 from orderer.wire import convert
 from tests.service.harness import run, serving, serving_channel, target
@@ -67,6 +68,14 @@ async def _write(call: _Stream, messages: int) -> None:
         await call.write(_message(k))
 
 
+async def _queue(call: _Stream, ingest: Ingest, messages: int) -> None:
+    """Write ``messages`` and return once the server received them all (the orderer's thread
+    held, none taken in)."""
+    await _write(call, messages)
+    while ingest._thread.queued_bytes < messages * len(_message(0).SerializeToString()):
+        await asyncio.sleep(0.01)
+
+
 def test_what_was_received_before_a_stop_is_taken_in(tmp_path: Path) -> None:
     async def body() -> None:
         async with serving_channel(tmp_path, CONFIG) as (running, channel):
@@ -74,9 +83,7 @@ def test_what_was_received_before_a_stop_is_taken_in(tmp_path: Path) -> None:
             call = _Stream(channel)
             ingest.lock.acquire()
             try:
-                await _write(call, 5)
-                while ingest._thread.queued_bytes < 5 * len(_message(0).SerializeToString()):
-                    await asyncio.sleep(0.01)  # all five received, none taken in
+                await _queue(call, ingest, 5)
                 running.service.begin_shutdown()
             finally:
                 ingest.lock.release()
@@ -102,9 +109,7 @@ def test_a_command_sees_the_input_received_before_it(tmp_path: Path) -> None:
             call = _Stream(channel)
             ingest.lock.acquire()
             try:
-                await _write(call, 3)
-                while ingest._thread.queued_bytes < 3 * len(_message(0).SerializeToString()):
-                    await asyncio.sleep(0.01)
+                await _queue(call, ingest, 3)
                 ended = asyncio.create_task(end_run_async(target(running)))
                 await asyncio.sleep(0.2)  # the end of run is queued behind the three
                 assert not ended.done()
