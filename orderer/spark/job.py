@@ -7,9 +7,10 @@ Run as ``evb spark-job ...`` or as the SparkApplication's main file
 events with Spark's file sink (exactly once: the checkpoint and the sink's log), and finishes by
 itself once the run ended and everything was consumed (``GetStats.run_ended``; the
 SparkApplication relies on that). With ``--path`` it reads a finished run's log directory in one
-batch. Either way the events are built by :func:`orderer.spark.glom.glom_batches` on the
-executors, one partition at a time, and the source only cuts where events start, so the events
-are the sequential glom's.
+batch. Either way the source builds the events where it reads them (``output`` = ``events``:
+:func:`orderer.spark.glom.glom_batches` in each partition's ``read()`` on the executors, one
+Python step per fragment), and it cuts partitions only where events start, so the events are the
+sequential glom's.
 
 Output layout under ``--output`` (:class:`Layout`); several runs share one output, and a run
 writes only its own directories::
@@ -60,14 +61,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from orderer.errors import ConfigError, ServiceUnavailable
 from orderer.spark import files, runs
-from orderer.spark.glom import EVENT_SPARK_SCHEMA, GlomConfig, glom_batches
+from orderer.spark.glom import GlomConfig
 from orderer.spark.nscldaq import DEFAULT_GLOM_SOURCE_ID, NscldaqSink, check_glom_source_id
 from orderer.wire.options import DEFAULT_CONNECT_TIMEOUT, add_security_arguments
 
@@ -151,7 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="glom window in timestamp ticks (required unless --no-build)",
     )
     parser.add_argument("--no-build", action="store_true", help="one event per fragment")
-    _valued(parser, "--max-fragments", int, "N", 1000, "most fragments per event")
+    _valued(
+        parser, "--max-fragments", int, "N", 1000,
+        "glom's --maxfragments: at most N+1 fragments per event; 0: one per event",
+    )
     parser.add_argument(
         "--timestamp-policy",
         choices=["earliest", "latest", "average"],
@@ -269,8 +273,8 @@ def _channel_security(args: argparse.Namespace) -> Any:
 
 def _glom(args: argparse.Namespace) -> Any:
     """The glom configuration of the flags; a bad value names its flag."""
-    if args.max_fragments < 1:
-        raise ConfigError("--max-fragments", args.max_fragments, "must be an integer >= 1")
+    if args.max_fragments < 0:  # glom's --maxfragments: 0 is one fragment per event
+        raise ConfigError("--max-fragments", args.max_fragments, "must be an integer >= 0")
     if args.no_build:
         return GlomConfig(None, args.max_fragments, args.timestamp_policy)
     if args.dt is None:
@@ -438,13 +442,6 @@ def _check_resumed_building(spark: Any, layout: Layout, building: dict[str, str]
             )
 
 
-def _builder(glom: Any) -> Any:
-    def build(batches: Iterator[Any]) -> Any:
-        return glom_batches(batches, glom)
-
-    return build
-
-
 def _stream(
     spark: Any,
     args: argparse.Namespace,
@@ -482,7 +479,7 @@ def _stream(
         reader = reader.option("maxFragmentsPerTrigger", args.max_fragments_per_trigger)
     if span is not None:  # this run's offsets alone: its last event closes at its end
         reader = reader.option("run", span.run).option("startingOffset", span.start)
-    events = reader.load().mapInArrow(_builder(glom), EVENT_SPARK_SCHEMA)
+    events = reader.option("output", "events").load()  # built where read: one Python step
     writer = events.writeStream.option("checkpointLocation", checkpoint).queryName(
         f"evb-{layout.run}"
     )
@@ -549,15 +546,20 @@ def _end_offset(progress: dict[str, Any] | None) -> int | None:
     return int(end["offset"]) if isinstance(end, dict) and "offset" in end else None
 
 
-def _batch(spark: Any, args: argparse.Namespace, glom: Any, layout: Layout) -> int:
-    fragments = (
+def batch_events(spark: Any, args: argparse.Namespace, glom: Any) -> Any:
+    """The events of a finished run's ordered log (``--path``), built where they are read."""
+    return (
         spark.read.format("evb")
         .option("path", str(args.path))
         .options(**glom.to_options())
         .option("numPartitions", args.partitions)
+        .option("output", "events")
         .load()
     )
-    events = fragments.mapInArrow(_builder(glom), EVENT_SPARK_SCHEMA)
+
+
+def _batch(spark: Any, args: argparse.Namespace, glom: Any, layout: Layout) -> int:
+    events = batch_events(spark, args, glom)
     # overwrite the run's partition only: the other runs' partitions are not touched
     if args.format == "nscldaq":  # one batch, number 0, through the streaming sink's writer
         files.remove(spark, layout.events)

@@ -4,7 +4,8 @@
 gRPC; ``spark.read.format("evb").option("path", "<data dir>")`` reads a finished run's ordered log
 directly (``option("target", ...)`` also works for a batch read of what a live orderer holds).
 Rows: ``offset, source, timestamp, barrier, late, payload`` (:data:`~orderer.spark.glom.
-FRAGMENT_SPARK_SCHEMA`).
+FRAGMENT_SPARK_SCHEMA`), or with ``option("output", "events")`` the events built of them
+(:data:`~orderer.spark.glom.EVENT_SPARK_SCHEMA`).
 
 Why the source knows the glom window (options ``dt``, ``maxFragments``): event building is the one
 order-sensitive step, and it is only sensitive to *where an event starts*. The driver runs
@@ -12,8 +13,12 @@ order-sensitive step, and it is only sensitive to *where an event starts*. The d
 leaves the payloads out: ``omit_payload``) and ends every micro-batch and every partition at an
 event start. Each partition then holds whole events, the executors build them in parallel with no
 shuffle and no state, and the result is the sequential glom's for any number of partitions and
-any trigger. The event still open at the live end of the log is left for the next micro-batch; at
-the end of the run (``GetStats.run_ended``) the end of the log closes it.
+any trigger. With ``output`` = ``events`` each partition's ``read()`` builds its events itself
+(:func:`~orderer.spark.glom.glom_batches`), so a fragment crosses from Python to the JVM once, as
+part of an event: one Python step per fragment, where reading fragments and building them in a
+``mapInArrow`` took two (two Python workers, and every fragment through the JVM between them).
+The event still open at the live end of the log is left for the next micro-batch; at the end of
+the run (``GetStats.run_ended``) the end of the log closes it.
 
 A batch read of a log directory plans its partitions one record batch at a time
 (:func:`plan_log`): the driver never holds the run's timestamps, whatever its size. The log is
@@ -25,7 +30,8 @@ it still holds). ``commit`` tells the orderer (``Commit``) that the query proces
 below the offset, so its retention keeps the rest until then. Without ``dt`` the source does not
 build (every offset is an event start).
 
-Options: ``target`` or ``path``; ``dt``, ``maxFragments`` (1000); ``numPartitions`` (2);
+Options: ``target`` or ``path``; ``output`` (``fragments`` or ``events``); ``dt``,
+``maxFragments`` (1000); ``numPartitions`` (2);
 ``maxFragmentsPerTrigger`` (a micro-batch holds at most this many fragments, or one whole event if
 that is longer); ``consumer`` (``spark``, the name commits are kept under); ``startingOffset``
 (0); ``endingOffset`` (read only a prefix of the run: it ends there); ``run`` (a run number of
@@ -64,7 +70,14 @@ from pyspark.sql.types import StructType
 from orderer.batch import EmittedBatch
 from orderer.errors import ConfigError, InterfaceError, ServiceUnavailable
 from orderer.log_format import ordered_batches, ordered_segments
-from orderer.spark.glom import FRAGMENT_SCHEMA, FRAGMENT_SPARK_SCHEMA, GlomConfig, event_starts
+from orderer.spark.glom import (
+    EVENT_SPARK_SCHEMA,
+    FRAGMENT_SCHEMA,
+    FRAGMENT_SPARK_SCHEMA,
+    GlomConfig,
+    event_starts,
+    glom_batches,
+)
 from orderer.spark.runs import run_end
 
 __all__ = [
@@ -81,6 +94,15 @@ log = logging.getLogger("evb.spark")
 
 _INT64_LIMIT = 2**63
 _SECURITY_OPTIONS = ("tlsCa", "tlsCert", "tlsKey", "tokenFile", "tls")
+
+
+def _output(value: str | None) -> bool:
+    """Whether the option ``output`` asks for events (else fragments, the default)."""
+    if value is None or value == "" or value.lower() == "fragments":
+        return False
+    if value.lower() == "events":
+        return True
+    raise ConfigError("output", value, "must be fragments or events")
 
 
 def channel_security(options: tuple[tuple[str, str], ...]) -> Any:
@@ -118,6 +140,8 @@ class _Options:
     reconnect_timeout: float
     run: int | None = None
     """Read up to the end of this run of the orderer's run table (``GetStats.runs``)."""
+    events: bool = False
+    """Rows are built events (``output`` = ``events``), not fragments."""
     security: tuple[tuple[str, str], ...] = ()
     """TLS and token files (``tlsCa``, ``tlsCert``, ``tlsKey``, ``tokenFile``, ``tls``), read
     where a channel is opened (driver and executors alike)."""
@@ -155,12 +179,18 @@ class _Options:
             poll_interval=number("pollInterval", 0.05, float, 0),
             reconnect_timeout=number("reconnectTimeout", 120.0, float, 0),
             run=number("run", None, int, 0),
+            events=_output(lowered.get("output")),
             security=tuple(
                 (name, lowered[name.lower()])
                 for name in _SECURITY_OPTIONS
                 if lowered.get(name.lower())
             ),
         )
+
+    def rows(self, fragments: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """A partition's rows: its fragments, or the events built of them (a partition holds
+        whole events, so it builds alone, exactly as the sequential glom)."""
+        return glom_batches(fragments, self.glom) if self.events else fragments
 
     def starts(self, timestamp: np.ndarray, barrier: np.ndarray) -> np.ndarray:
         """Event starts (indices) of a stretch that begins at an event start."""
@@ -321,7 +351,7 @@ class _Planner:
             if closed.size:
                 end = int(closed[-1])
             elif scan_to < available:  # one event longer than the limit: take it whole
-                longer = min(available, first + self.options.glom.max_fragments + 1)
+                longer = min(available, first + self.options.glom.largest_event + 1)
                 ts, barrier = _scan_target(self.options, first, longer)
                 starts = first + self.options.starts(ts, barrier)
                 later = starts[starts > first]
@@ -402,7 +432,7 @@ class EvbStreamReader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, OffsetRange)
-        return _read_target(partition)
+        return self.options.rows(_read_target(partition))
 
     def commit(self, end: dict) -> None:
         from orderer.client import commit
@@ -536,19 +566,20 @@ class EvbBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, OffsetRange)
         if partition.segments:
-            return _read_segments(partition)
-        return _read_target(partition)
+            return self.options.rows(_read_segments(partition))
+        return self.options.rows(_read_target(partition))
 
 
 class EvbDataSource(DataSource):
-    """``format("evb")``: the orderer's ordered output as fragment rows."""
+    """``format("evb")``: the orderer's ordered output as fragment rows, or (``output`` =
+    ``events``) as the events built of them."""
 
     @classmethod
     def name(cls) -> str:
         return "evb"
 
     def schema(self) -> str:
-        return FRAGMENT_SPARK_SCHEMA
+        return EVENT_SPARK_SCHEMA if _Options.parse(self.options).events else FRAGMENT_SPARK_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return EvbBatchReader(_Options.parse(self.options))

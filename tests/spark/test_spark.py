@@ -56,7 +56,7 @@ def _stream(
         reader = reader.option("maxFragmentsPerTrigger", per_trigger)
     if until is not None:
         reader = reader.option("endingOffset", until)
-    events = reader.load().mapInArrow(_build(config), EVENT_SPARK_SCHEMA)
+    events = reader.option("output", "events").load()  # as the job reads: built where read
     return (
         events.writeStream.format("parquet")
         .option("path", str(out / "events"))
@@ -139,9 +139,29 @@ def test_batch_read_of_the_finished_runs_log_equals_the_streamed_result(
             .load()
         )
         assert fragments.rdd.getNumPartitions() == partitions
+        # fragments built by a mapInArrow of their own, and events built where read
         batch = events_of(fragments.mapInArrow(_build(config), EVENT_SPARK_SCHEMA).toArrow())
         assert batch == streamed
+        built = fragments.sparkSession.read.format("evb").options(
+            path=str(finished_run.data_dir), numPartitions=str(partitions), output="events",
+            **config.to_options(),
+        ).load()
+        assert built.rdd.getNumPartitions() == partitions
+        assert events_of(built.toArrow()) == streamed
     assert streamed == glom(fragments_of(finished_run.fragments), DT, 4)
+
+
+def test_the_job_has_one_python_step(spark: Any, finished_run: FinishedRun) -> None:
+    """The job's events are built where the source reads them: the physical plan holds the
+    source's scan and no Python stage after it (no MapInArrow, no Python UDF)."""
+    args = job.build_parser().parse_args(
+        ["--path", str(finished_run.data_dir), "--dt", str(DT), "--output", "unused"]
+    )
+    events = job.batch_events(spark, args, job._glom(args))
+    plan = events._jdf.queryExecution().executedPlan().toString()
+    assert "PythonDataSource" in plan or "BatchScan" in plan, plan
+    for python_stage in ("MapInArrow", "MapInPandas", "PythonUDF", "ArrowEvalPython"):
+        assert python_stage not in plan, plan
 
 
 def test_the_job_consumes_a_live_run_and_writes_events_summary_and_report(
