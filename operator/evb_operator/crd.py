@@ -355,8 +355,10 @@ def _spec_schema() -> dict[str, Any]:
                 "default": False,
             },
             "maxFragments": _integer(
-                "Most fragments in one event; a longer one is cut there. Building.",
-                minimum=1,
+                "glom's --maxfragments: an event holds at most maxFragments + 1 fragments"
+                " (glom checks the count before it adds a fragment), a longer one is cut"
+                " there; 0: one fragment per event. Building.",
+                minimum=0,
                 maximum=2**31 - 1,
                 default=1000,  # orderer.spark.glom.GlomConfig's (a test checks)
             ),

@@ -1,14 +1,25 @@
 """Event building ("glom") over the ordered stream, as NSCLDAQ's glom does it.
 
 An **event** is the maximal run of consecutive ordinary fragments whose timestamps lie within
-``dt`` ticks of the event's first fragment (``|ts - first| <= dt``), at most ``max_fragments``
-per event. A **barrier** closes the open event and passes through as a row of its own. The
-event's timestamp follows the timestamp policy, as glom's ``--timestamp-policy`` sets it
-(NSCLDAQ's ``GLOM_TIMESTAMP_FIRST``, ``_LAST``, ``_AVERAGE``): ``earliest`` is the timestamp of
-the event's *first fragment in stream order*, ``latest`` that of its *last* one, ``average`` the
-integer mean (rounded down). Stream order, not the smallest or largest timestamp: an event that
-holds a late fragment can have a first fragment that is not its smallest timestamp, and glom keeps
-the first one all the same. The no-build mode makes one event per fragment (``dt`` None).
+``dt`` ticks of the event's first fragment (``|ts - first| <= dt``), at most ``max_fragments + 1``
+per event, as glom's ``--maxfragments N`` makes them (NSCLDAQ 12.0-maint,
+``main/daq/evbtools/glom/glomMain.cpp``, ``accumulateEvent``: before it adds a fragment, glom
+flushes the open event when ``fragmentCount > maxFragments``, so an event reaches ``N + 1``
+fragments; ``N`` = 0 makes one event per fragment). A **barrier** closes the open event and passes
+through as a row of its own. The event's timestamp follows the timestamp policy, as glom's
+``--timestamp-policy`` sets it (NSCLDAQ's ``GLOM_TIMESTAMP_FIRST``, ``_LAST``, ``_AVERAGE``):
+``earliest`` is the timestamp of the event's *first fragment in stream order*, ``latest`` that of
+its *last* one, ``average`` the integer mean (rounded down). Stream order, not the smallest or
+largest timestamp: an event that holds a late fragment can have a first fragment that is not its
+smallest timestamp, and glom keeps the first one all the same. The no-build mode makes one event
+per fragment (``dt`` None).
+
+The window is measured in exact integers, ``|ts - first|``. glom measures it in unsigned 64-bit
+arithmetic both ways round and takes the shorter (``min(ts - first, first - ts)`` modulo 2**64,
+glomMain.cpp, ``accumulateEvent``), so two timestamps more than 2**63 apart are close to glom
+across the wrap (2**64 - 10 and 5 are 15 apart) and far apart here. The two agree whenever both
+timestamps are below 2**63, and the data source refuses any timestamp from 2**63 up
+(:func:`orderer.spark.source.fragment_rows`), so the events of the Spark job never differ.
 
 Why this module is pure numpy/pyarrow, with no Spark in it: the only order-sensitive step of the
 whole consumer is *where an event starts* (:func:`event_starts`). Once a position is known to be
@@ -100,7 +111,10 @@ class GlomConfig:
     dt: int | None = None
     """Glom window in timestamp ticks; None: no building, one event per fragment."""
     max_fragments: int = 1000
-    """Most fragments in one event; a full event closes."""
+    """glom's ``--maxfragments`` (its default 1000 too): an event holds at most
+    ``max_fragments + 1`` fragments (glom checks the count before adding a fragment:
+    glomMain.cpp, ``accumulateEvent``, ``fragmentCount > maxFragments``); 0: one fragment per
+    event, as no building."""
     timestamp_policy: TimestampPolicy = TimestampPolicy.EARLIEST
     """Timestamp of a built event: its first (``earliest``) or last (``latest``) fragment's in
     stream order, or the integer mean (``average``), as NSCLDAQ's glom."""
@@ -113,9 +127,9 @@ class GlomConfig:
         if (
             isinstance(self.max_fragments, bool)
             or not isinstance(self.max_fragments, int)
-            or self.max_fragments < 1
+            or self.max_fragments < 0
         ):
-            raise ConfigError("max_fragments", self.max_fragments, "must be an integer >= 1")
+            raise ConfigError("max_fragments", self.max_fragments, "must be an integer >= 0")
         try:
             object.__setattr__(self, "timestamp_policy", TimestampPolicy(self.timestamp_policy))
         except ValueError:
@@ -125,7 +139,13 @@ class GlomConfig:
 
     @property
     def builds(self) -> bool:
-        return self.dt is not None and self.max_fragments > 1
+        """Whether any event can hold two fragments (``max_fragments`` 0: one per event)."""
+        return self.dt is not None and self.max_fragments > 0
+
+    @property
+    def largest_event(self) -> int:
+        """Most fragments one event can hold: ``max_fragments + 1``, as glom."""
+        return self.max_fragments + 1
 
     def to_options(self) -> dict[str, str]:
         """As options of the ``evb`` data source."""
@@ -165,6 +185,9 @@ def event_starts(
 ) -> npt.NDArray[np.int64]:
     """Indices where an event (or a barrier row) starts, ascending, 0 first; glom from index 0.
 
+    ``max_fragments`` is glom's ``--maxfragments``: an event holds at most ``max_fragments + 1``
+    fragments, 0 makes every index a start (glomMain.cpp, ``accumulateEvent``).
+
     The rule is sequential (each event's first fragment decides where it ends), but only the
     chain of starts needs a Python step; where an event starting at ``i`` ends is computed for
     every ``i`` at once. Ordinary (not late) fragments have non-decreasing timestamps, so for an
@@ -173,9 +196,11 @@ def event_starts(
     events reach a drop, or that are late themselves, are scanned directly.
     """
     n = int(timestamp.shape[0])
+    if max_fragments < 0:
+        raise ValueError(f"max_fragments must be >= 0, not {max_fragments}")
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    if dt is None or max_fragments <= 1:
+    if dt is None or max_fragments == 0:
         return np.arange(n, dtype=np.int64)
     ts = np.ascontiguousarray(timestamp, dtype=np.uint64)
     is_barrier = np.asarray(barrier) != 0
@@ -183,7 +208,7 @@ def event_starts(
     sentinel = np.array([n], dtype=np.int64)
     barriers = np.concatenate([np.flatnonzero(is_barrier), sentinel])
     next_barrier = barriers[np.searchsorted(barriers, index, "right")]
-    limit = np.minimum(np.minimum(next_barrier, index + max_fragments), n)
+    limit = np.minimum(np.minimum(next_barrier, index + (max_fragments + 1)), n)
     window = np.uint64(dt)
     high = np.where(ts > _U64_MAX - window, _U64_MAX, ts + window)
     running_max = np.maximum.accumulate(ts)

@@ -16,6 +16,7 @@ import yaml
 
 from evb_operator import crd, status, validation
 from orderer.config import LIVE_PARAMETERS, FlowControl, OrdererConfig
+from orderer.errors import ConfigError
 from tests.operator.conftest import REPO
 
 
@@ -293,6 +294,11 @@ def test_the_spark_defaults_are_the_jobs() -> None:
     spark = crd.SPEC_SCHEMA["properties"]["spark"]["properties"]
     job = build_parser().parse_args(["--target", "h:1", "--output", "o"])
     assert spark["maxFragments"]["default"] == job.max_fragments == GlomConfig(None).max_fragments
+    # glom's --maxfragments, 0 included (one fragment per event): the job's lowest value too
+    lowest = spark["maxFragments"]["minimum"]
+    assert lowest == 0 and GlomConfig(5, lowest).largest_event == 1
+    with pytest.raises(ConfigError, match="max_fragments: must be an integer >= 0"):
+        GlomConfig(5, lowest - 1)
     assert spark["tickRate"]["default"] == job.tick_rate
     assert spark["triggerInterval"]["default"] == job.trigger_seconds
     assert spark["timestampPolicy"]["default"] == job.timestamp_policy

@@ -90,7 +90,7 @@ def test_source_timeout_zero_is_off() -> None:
                 ({"partitions": 0}, "spec.spark.partitions"),
                 ({"partitions": 65537}, "spec.spark.partitions"),
                 ({"partitions": "8"}, "spec.spark.partitions"),
-                ({"maxFragments": 0}, "spec.spark.maxFragments"),
+                ({"maxFragments": -1}, "spec.spark.maxFragments"),  # glom's 0 is allowed
                 ({"maxFragmentsPerTrigger": 0}, "spec.spark.maxFragmentsPerTrigger"),
                 ({"triggerInterval": -1}, "spec.spark.triggerInterval"),
                 ({"triggerInterval": 86401}, "spec.spark.triggerInterval"),

@@ -60,8 +60,14 @@ def glom(
     policy: str = "earliest",
 ) -> list[Event]:
     """Sequential glom: an event is the run of consecutive ordinary fragments within dt of its
-    first one, at most max_fragments; a barrier closes the open event and is a row of its own;
-    dt None builds one event per fragment; the event still open at the end closes there."""
+    first one, at most max_fragments + 1 of them; a barrier closes the open event and is a row of
+    its own; dt None builds one event per fragment; the event still open at the end closes there.
+
+    max_fragments is glom's --maxfragments, checked as glom checks it: *before* a fragment is
+    added, the open event closes once it holds more than max_fragments (NSCLDAQ 12.0-maint,
+    main/daq/evbtools/glom/glomMain.cpp, accumulateEvent: ``fragmentCount > maxFragments``), so
+    1 builds pairs and 0 one event per fragment. :func:`glom_main` is that function transcribed;
+    the tests hold this oracle to it."""
     events: list[Event] = []
     open_event: list[Fragment] = []
     for fragment in fragments:
@@ -74,13 +80,75 @@ def glom(
         if open_event and (
             dt is None
             or abs(fragment.timestamp - open_event[0].timestamp) > dt
-            or len(open_event) >= max_fragments
+            or len(open_event) > max_fragments
         ):
             events.append(_close(open_event, policy))
             open_event = []
         open_event.append(fragment)
     if open_event:
         events.append(_close(open_event, policy))
+    return events
+
+
+def glom_main(
+    timestamps: list[int],
+    barriers: list[int],
+    dt: int,
+    maxfragments: int = 1000,
+    *,
+    nobuild: bool = False,
+) -> list[list[int]]:
+    """NSCLDAQ's glom (12.0-maint, main/daq/evbtools/glom/glomMain.cpp) transcribed statement by
+    statement, for physics fragments and barriers: the events it writes, as lists of indices.
+
+    ``main``: a barrier flushes the open event and goes out on its own (``flushEvent();
+    outputBarrier(p);``); any other fragment goes to ``accumulateEvent(dt, p)``::
+
+        uint64_t tsdiff1 = timestamp-firstTimestamp;
+        uint64_t tsdiff2 = firstTimestamp - timestamp;
+        uint64_t tsdiff  = (tsdiff1 < tsdiff2) ? tsdiff1 : tsdiff2;
+        if (nobuild || (!firstEvent && ((tsdiff) > dt)) || (fragmentCount > maxFragments)) {
+          flushEvent();
+        }
+        if (firstEvent) { firstTimestamp = timestamp; firstEvent = false; fragmentCount = 0; ... }
+        fragmentCount++;  ... addDataToAccumulatedEvent(...)
+
+    ``flushEvent`` writes the accumulated event only if it holds something
+    (``if (totalEventSize)``) and sets ``firstEvent = true``. ``maxFragments`` is a ``static
+    unsigned`` set from ``--maxfragments`` (``int``, default 1000 in glom.ggo); the timestamp
+    arithmetic is unsigned 64-bit, so the window wraps at 2**64."""
+    wrap = 2**64
+    max_fragments = maxfragments % 2**32  # static unsigned maxFragments = args.maxfragments_arg
+    events: list[list[int]] = []
+    accumulated: list[int] = []
+    first_event = True
+    first_timestamp = 0
+    fragment_count = 0  # static uint64_t: not reset by flushEvent, only by the next first event
+
+    def flush_event() -> None:
+        nonlocal first_event
+        if accumulated:
+            events.append(list(accumulated))
+            accumulated.clear()
+            first_event = True
+
+    for index, (timestamp, barrier) in enumerate(zip(timestamps, barriers, strict=True)):
+        if barrier:
+            flush_event()
+            events.append([index])
+            continue
+        tsdiff1 = (timestamp - first_timestamp) % wrap
+        tsdiff2 = (first_timestamp - timestamp) % wrap
+        tsdiff = tsdiff1 if tsdiff1 < tsdiff2 else tsdiff2
+        if nobuild or (not first_event and tsdiff > dt) or fragment_count > max_fragments:
+            flush_event()
+        if first_event:
+            first_timestamp = timestamp
+            first_event = False
+            fragment_count = 0
+        fragment_count += 1
+        accumulated.append(index)
+    flush_event()  # EOF: flushEvent()
     return events
 
 

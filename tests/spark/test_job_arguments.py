@@ -36,7 +36,7 @@ def _cases(data: Path, tmp: Path) -> list[tuple[list[str], str]]:
         (["--path", str(empty), "--dt", "1", "--output", "o"], "--path: is not an evb data dir"),
         ([*path], "--dt: is required"),
         ([*path, "--dt", "-1"], "--dt: must be an integer number of ticks >= 0"),
-        ([*path, "--dt", "5", "--max-fragments", "0"], "--max-fragments: must be an integer >= 1"),
+        ([*path, "--dt", "5", "--max-fragments", "-1"], "--max-fragments: must be an integer >= 0"),
         ([*path, "--no-build", "--max-fragments", "-3"], "--max-fragments: must be"),
         ([*path, "--dt", "5", "--partitions", "0"], "--partitions: must be an integer >= 1"),
         ([*path, "--dt", "5", "--max-fragments-per-trigger", "0"],

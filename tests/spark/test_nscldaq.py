@@ -31,7 +31,7 @@ from orderer.spark.glom import (
 from orderer.spark.nscldaq import NscldaqSink, ring_items
 from tests.spark.conftest import DT, FinishedRun
 from tests.spark.logdata import write_ordered_log
-from tests.spark.oracle import Event, fragments_of, glom
+from tests.spark.oracle import Event, fragments_of, glom, glom_main
 
 # --- the tests' own NSCLDAQ writer (version 11, little-endian) -------------------------------
 PHYSICS_EVENT, BEGIN_RUN, END_RUN, EVB_UNKNOWN_PAYLOAD = 30, 1, 2, 41
@@ -95,10 +95,43 @@ def readout_stream(n: int = 400) -> pa.Table:
     })
 
 
-def _expected(table: pa.Table, dt: int | None, glom_source: int, policy: str = "earliest") -> bytes:
+def _expected(
+    table: pa.Table,
+    dt: int | None,
+    glom_source: int,
+    policy: str = "earliest",
+    max_fragments: int = 1000,  # glom's --maxfragments default (glom.ggo)
+) -> bytes:
     fragments = fragments_of(table)
     by_offset = {f.offset: f for f in fragments}
-    return expected_items(glom(fragments, dt, 1000, policy), by_offset, glom_source)
+    return expected_items(glom(fragments, dt, max_fragments, policy), by_offset, glom_source)
+
+
+def physics_multiplicities(items: bytes) -> list[int]:
+    """How many fragments each PHYSICS_EVENT of a ring-item stream holds, read from the bytes:
+    after the item and body headers, a u32 (itself and the fragments), then fragments, each a
+    20-byte header (timestamp, source, payload size, barrier) and its payload."""
+    counts, at = [], 0
+    while at < len(items):
+        size, kind = struct.unpack_from("<II", items, at)
+        if kind == PHYSICS_EVENT:
+            (inner,) = struct.unpack_from("<I", items, at + 28)
+            cursor, stop, n = at + 32, at + 28 + inner, 0
+            while cursor < stop:
+                (length,) = struct.unpack_from("<I", items, cursor + 12)
+                cursor, n = cursor + 20 + length, n + 1
+            assert cursor == stop
+            counts.append(n)
+        at += size
+    return counts
+
+
+def glom_multiplicities(table: pa.Table, dt: int, maxfragments: int) -> list[int]:
+    """The fragments in each event glom's own loop (glomMain.cpp, transcribed: ``glom_main``)
+    builds of the stream, barriers left out (they are not PHYSICS_EVENT items)."""
+    barrier = table.column("barrier").to_pylist()
+    events = glom_main(table.column("timestamp").to_pylist(), barrier, dt, maxfragments)
+    return [len(event) for event in events if not barrier[event[0]]]
 
 
 def _concatenated(directory: Path) -> bytes:
@@ -124,6 +157,24 @@ def test_events_are_glom_ring_items_byte_for_byte(policy: str) -> None:
     _ts, _src, length, barrier = struct.unpack_from("<QIII", got, len(first) + 32)
     inner = got[len(first) + 52 : len(first) + 52 + length]
     assert inner == table.column("payload")[1].as_py() and barrier == 0
+
+
+@pytest.mark.parametrize("max_fragments", [1, 2, 3, None])
+def test_max_fragments_n_writes_events_of_up_to_n_plus_1_fragments_as_glom(
+    max_fragments: int | None,
+) -> None:
+    """glom's ``--maxfragments N`` (glomMain.cpp, ``accumulateEvent``: the open event is flushed
+    when ``fragmentCount > maxFragments``, checked before the fragment is added) writes
+    PHYSICS_EVENT items of up to N + 1 fragments: 1 pairs, 2 triples; unset, glom's default 1000
+    (glom.ggo). The readout's fragments are 7 ticks apart, so dt 40 would take about six."""
+    table = readout_stream()
+    config = GlomConfig(40) if max_fragments is None else GlomConfig(40, max_fragments)
+    n = config.max_fragments
+    got = ring_items(build_events(table, config), 3)
+    assert got == _expected(table, 40, 3, max_fragments=n)
+    sizes = physics_multiplicities(got)
+    assert sizes == glom_multiplicities(table, 40, n)
+    assert max(sizes) == (n + 1 if max_fragments is not None else 6)
 
 
 def test_a_barrier_without_a_ring_item_is_wrapped_as_glom_wraps_it() -> None:
@@ -153,6 +204,27 @@ def test_the_job_writes_ring_items_summary_and_report(spark: Any, tmp_path: Path
     assert (out / "runs" / "r7" / "report" / "index.html").is_file()
     building = json.loads((events_dir / "_nscldaq" / "000000000000.json").read_text())
     assert sum(building["files"].values()) == len(_concatenated(events_dir))
+
+
+@pytest.mark.parametrize("max_fragments", [1, 2, 3, None])
+def test_the_job_builds_as_glom_maxfragments(
+    spark: Any, tmp_path: Path, max_fragments: int | None
+) -> None:
+    """``evb spark-job --max-fragments N --format nscldaq`` writes what glom ``--maxfragments N``
+    writes (glomMain.cpp, ``accumulateEvent``: up to N + 1 fragments an event); without the flag,
+    glom's default (1000). Three partitions, so events are cut where the limit ends them."""
+    table = readout_stream(900)
+    data = write_ordered_log(tmp_path / "data", table, batch=128)
+    out = tmp_path / "out"
+    flag = [] if max_fragments is None else ["--max-fragments", str(max_fragments)]
+    job.run(spark, job.build_parser().parse_args([
+        "--path", str(data), "--dt", "40", "--output", str(out), "--run", "m",
+        "--format", "nscldaq", "--partitions", "3", "--quiet", *flag,
+    ]))
+    n = 1000 if max_fragments is None else max_fragments
+    written = _concatenated(out / "events" / "run=m")
+    assert written == _expected(table, 40, 0, max_fragments=n)
+    assert physics_multiplicities(written) == glom_multiplicities(table, 40, n)
 
 
 def test_bad_glom_source_id_is_refused_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:

@@ -57,6 +57,31 @@ def test_the_open_event_goes_only_once_the_run_ended(planner: source._Planner) -
     assert planner.end(last, 2000, True, None) == 2000  # the end of the run closes it
 
 
+@pytest.mark.parametrize("max_fragments", [1, 2, 5])
+def test_an_event_longer_than_the_limit_is_read_whole(
+    monkeypatch: pytest.MonkeyPatch, max_fragments: int
+) -> None:
+    """A stuck clock: every event is as long as ``maxFragments`` lets it be, max_fragments + 1
+    fragments (glom's --maxfragments, glomMain.cpp ``accumulateEvent``), longer than a limit of
+    one fragment; the read ahead for it reaches its end, the next event's start."""
+    ts, barrier = np.full(100, 7, dtype=np.uint64), np.zeros(100, dtype=np.int64)
+
+    def scan(options: Any, first: int, until: int) -> tuple[np.ndarray, np.ndarray]:
+        return ts[first:until], barrier[first:until]
+
+    monkeypatch.setattr(source, "_scan_target", scan)
+    options = source._Options.parse(
+        {"target": "unused:1", "dt": "5", "maxFragments": str(max_fragments)}
+    )
+    planner = source._Planner(options)
+    first = 0
+    for _ in range(4):
+        end = planner.end(first, 100, False, 1)
+        assert end == first + max_fragments + 1
+        assert planner.partitions(first, end) == [(first, end)]
+        first = end
+
+
 def test_partitions_cover_the_range_in_order() -> None:
     starts = np.array([0, 3, 4, 10, 11, 12, 30, 31, 50], dtype=np.int64)
     assert source.plan_partitions(starts, 0, 60, 3) == [(0, 30), (30, 50), (50, 60)]
