@@ -8,7 +8,7 @@ repository on ``PYTHONPATH``, or from the checkout). One run, one data set, one 
    16-byte payloads, a source delivering a late backlog, sync barriers) as fast as it can and
    ends the run; its ordered log is the input of every phase;
 1. evb, streaming: ``spark.readStream.format("evb")`` from the live orderer over gRPC, the events
-   built on the executors (``mapInArrow`` of :func:`orderer.spark.glom.glom_batches`), Spark's
+   built where the executors read them (``output`` = ``events``, as the job reads), Spark's
    Parquet file sink with a checkpoint, ``--micro-batches`` micro-batches
    (``maxFragmentsPerTrigger``); timed from ``start()`` to the last batch committed;
 2. evb, batch: ``spark.read.format("evb")`` of the finished run's log directory -> Parquet;
@@ -54,13 +54,7 @@ from orderer.client import SourceClient, end_run  # noqa: E402
 from orderer.log_format import ordered_batches  # noqa: E402
 from orderer.remote import send_synthetic  # noqa: E402
 from orderer.spark.demo import _Server  # noqa: E402
-from orderer.spark.glom import (  # noqa: E402
-    EVENT_SPARK_SCHEMA,
-    GlomConfig,
-    build_events,
-    event_starts,
-    glom_batches,
-)
+from orderer.spark.glom import GlomConfig, build_events, event_starts  # noqa: E402
 from orderer.spark.source import fragment_rows, segment_files  # noqa: E402
 from orderer.synthetic import Stall, SyntheticRun  # noqa: E402
 
@@ -90,13 +84,6 @@ def _timed(label: str, fragments: int, seconds: float, **more: Any) -> dict[str,
     print(f"{label:<44} {fragments:>10,} fragments {seconds:8.2f} s "
           f"{fragments / seconds:>12,.0f} fragments/s")
     return figures
-
-
-def _builder(config: GlomConfig) -> Any:
-    def build(batches: Any) -> Any:
-        return glom_batches(batches, config)
-
-    return build
 
 
 def _make_data(work: Path, fragments: int) -> tuple[_Server, int]:
@@ -135,7 +122,7 @@ def _evb_stream(
     if until is not None:
         reader = reader.option("endingOffset", until)
     query = (
-        reader.load().mapInArrow(_builder(config), EVENT_SPARK_SCHEMA)
+        reader.option("output", "events").load()
         .writeStream.format("parquet").option("path", str(out / "events"))
         .option("checkpointLocation", str(out / "checkpoint")).start()
     )
@@ -158,7 +145,7 @@ def _evb_batch(spark: Any, data: Path, out: Path, n: int) -> dict[str, Any]:
     started = time.monotonic()
     (
         spark.read.format("evb").option("path", str(data)).options(**config.to_options())
-        .option("numPartitions", 2).load().mapInArrow(_builder(config), EVENT_SPARK_SCHEMA)
+        .option("numPartitions", 2).option("output", "events").load()
         .write.mode("overwrite").parquet(str(out))
     )
     seconds = time.monotonic() - started
@@ -252,7 +239,7 @@ def _latency(spark: Any, work: Path, rate: float, seconds: float, warmup: float)
         query = (
             spark.readStream.format("evb").option("target", server.target)
             .options(**config.to_options()).option("numPartitions", 2)
-            .load().mapInArrow(_builder(config), EVENT_SPARK_SCHEMA)
+            .option("output", "events").load()
             .writeStream.format("parquet").option("path", str(out / "events"))
             .option("checkpointLocation", str(out / "checkpoint")).start()
         )

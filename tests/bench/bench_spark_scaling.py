@@ -14,18 +14,23 @@ one data set written once:
    starts the Python workers (not counted):
 
    - evb: the job's streaming query, ``readStream.format("evb")`` from the live orderer with
-     ``numPartitions`` = the master's cores, ``mapInArrow`` of
-     :func:`orderer.spark.glom.glom_batches`, Parquet sink with a checkpoint,
+     ``numPartitions`` = the master's cores, the events built where the source reads them
+     (``output`` = ``events``: one Python step), Parquet sink with a checkpoint,
      ``--micro-batches`` micro-batches; timed from ``start()`` to the last batch committed;
-   - evb source alone: the same read with an identity ``mapInArrow`` (no building): what the
-     source costs without the glom;
-   - Spark's floor: Spark's own Parquet file stream of the exported fragments (two files a
-     micro-batch, so ``local[2]`` gets two tasks), an identity ``mapInArrow``, Parquet sink: a
-     Python stage in a streaming query with no evb code at all;
+   - evb source alone: the fragments read (no building) through an identity ``mapInArrow``;
+   - Spark's one-Python-step floor: Spark's own Parquet file stream of the exported fragments
+     (two files a micro-batch, so ``local[2]`` gets two tasks), an identity ``mapInArrow``,
+     Parquet sink: one Python stage in a streaming query with no evb code at all;
+   - Spark's JVM-only floor: the same file stream straight to the Parquet sink, no Python;
 
-2. the figures: fragments/s of each, evb / Spark's floor per master, and the scaling ratios
-   ``local[2]`` / ``local[1]`` (the issue's goal for the job: >= 1.7). The load average before and
-   after is printed: the machine may be shared.
+2. the figures: fragments/s of each, evb / each floor per master (issue 28's goal: the job at
+   least the one-Python-step floor), and the scaling ratios ``local[2]`` / ``local[1]`` (goal
+   >= 1.7). The load average before and after is printed: the machine may be shared;
+3. the job's fixed cost: ``evb spark-job --target`` run as a user runs it, a whole process
+   (``local[2]``), on a run of ``--fragments`` / 4 and one of ``--fragments`` (two orderers):
+   the time of each, the marginal rate and the fixed cost from the two (the JVM's start and the
+   end-of-run summary and report cancel out of the rate), and where the fixed cost goes (start
+   to the first events written; the last events written to the exit: summary and report).
 
 ``--json PATH`` writes the figures; ``--orderer-ingest`` (fragments/s one orderer takes in, from
 README "Performance / The service") turns them into executor cores needed to keep up.
@@ -37,6 +42,7 @@ import argparse
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -53,6 +59,8 @@ from tests.bench import bench_spark as base  # noqa: E402
 
 MASTERS = ("local[1]", "local[2]")
 GOAL = 1.7
+FLOOR_GOAL = 1.0
+"""The job against Spark's one-Python-step floor (issue 28)."""
 
 Sessions = Callable[[str], AbstractContextManager[Any]]
 
@@ -67,6 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--orderer-ingest", type=float, default=2.3e6,
                         help="fragments/s one orderer takes in (cores-needed arithmetic); "
                         "default: the top of README's measured 1.2-2.3 M/s")
+    parser.add_argument("--job-fragments", type=int, default=None,
+                        help="the job as a process (part 3) on runs of N / 4 and N fragments "
+                        "(default: --fragments; 0: leave part 3 out)")
     parser.add_argument("--workdir", type=Path, help="keep the data here (default: a temp dir)")
     parser.add_argument("--json", type=Path)
     return parser
@@ -108,6 +119,15 @@ def _spark_identity(spark: Any, fragments: Path, out: Path, n: int) -> dict[str,
     return _stream(frame, out, n, "Spark floor: file stream, identity mapInArrow")
 
 
+def _spark_jvm(spark: Any, fragments: Path, out: Path, n: int) -> dict[str, Any]:
+    """Spark's JVM-only floor: its own file stream straight to its Parquet sink."""
+    schema = spark.read.parquet(str(fragments)).schema
+    frame = spark.readStream.schema(schema).option("maxFilesPerTrigger", 2).parquet(
+        str(fragments)
+    )
+    return _stream(frame, out, n, "Spark floor: file stream, no Python")
+
+
 def _stream(frame: Any, out: Path, n: int, label: str) -> dict[str, Any]:
     query = (
         frame.writeStream.format("parquet").option("path", str(out / "rows"))
@@ -122,6 +142,54 @@ def _stream(frame: Any, out: Path, n: int, label: str) -> dict[str, Any]:
     if rows != n:
         raise AssertionError(f"{label}: {rows} rows written, {n} expected")
     return base._timed(label, n, seconds, micro_batches=batches)
+
+
+def _job_run(target: str, out: Path) -> dict[str, float]:
+    """``evb spark-job --target`` as a user runs it, a whole process on an ended run: its
+    seconds, and when it wrote its first and its last events (file times)."""
+    argv = [
+        sys.executable, "-m", "orderer.cli", "spark-job", "--target", target,
+        "--dt", str(base.DT), "--output", str(out), "--master", "local[2]",
+        "--partitions", "2", "--consumer", "job", "--quiet",
+    ]
+    began_wall, began = time.time(), time.monotonic()
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    seconds = time.monotonic() - began
+    if done.returncode:
+        raise RuntimeError(f"evb spark-job exited {done.returncode}: {done.stderr[-2000:]}")
+    written = [path.stat().st_mtime for path in (out / "events").rglob("*.parquet")]
+    if not written:
+        raise RuntimeError(f"evb spark-job wrote no events under {out}")
+    return {
+        "seconds": round(seconds, 2),
+        "to_first_events": round(min(written) - began_wall, 2),
+        "after_last_events": round(began_wall + seconds - max(written), 2),
+    }
+
+
+def job_fixed_cost(work: Path, fragments: int) -> dict[str, Any]:
+    """Part 3: the job as a process on two runs, N / 4 and N fragments: its marginal rate and
+    its fixed cost (intercept of the two), where the fixed cost goes."""
+    runs: dict[str, dict[str, float]] = {}
+    for label, count in (("quarter", max(fragments // 4, 1000)), ("whole", fragments)):
+        (work / f"job-{label}").mkdir(parents=True, exist_ok=True)
+        server, n = base._make_data(work / f"job-{label}", count)
+        try:
+            runs[label] = {"fragments": n, **_job_run(server.target, work / f"job-{label}" / "out")}
+        finally:
+            server.stop()
+    small, big = runs["quarter"], runs["whole"]
+    spent = big["seconds"] - small["seconds"]
+    rate = (big["fragments"] - small["fragments"]) / spent if spent > 0 else float("nan")
+    fixed = small["seconds"] - small["fragments"] / rate
+    figures = {"runs": runs, "fragments_per_s": round(rate), "fixed_seconds": round(fixed, 2)}
+    print(f"evb spark-job as a process: {small['seconds']} s for {small['fragments']:,} "
+          f"fragments, {big['seconds']} s for {big['fragments']:,}: {rate:,.0f} fragments/s "
+          f"beyond a fixed {fixed:.1f} s (start -> first events written "
+          f"{small['to_first_events']} / {big['to_first_events']} s; last events written -> "
+          f"exit, the summary and report: {small['after_last_events']} / "
+          f"{big['after_last_events']} s)")
+    return figures
 
 
 def _descendants(root: int) -> list[int]:
@@ -208,13 +276,16 @@ def _measure(spark: Any, master: str, server: Any, work: Path, n: int,
     floor = _with_cpu(
         lambda: _spark_identity(spark, work.parent / "fragments", work / "floor", n), pid
     )
+    jvm = _with_cpu(lambda: _spark_jvm(spark, work.parent / "fragments", work / "jvm", n), pid)
     return {
         "master": master,
         "partitions": parts,
         "evb_stream": evb,
         "evb_source_identity": source,
         "spark_identity": floor,
+        "spark_jvm": jvm,
         "evb_over_spark_floor": round(evb["fragments_per_s"] / floor["fragments_per_s"], 2),
+        "evb_over_jvm_floor": round(evb["fragments_per_s"] / jvm["fragments_per_s"], 2),
     }
 
 
@@ -235,7 +306,7 @@ def summarize(rounds: list[dict[str, Any]], n: int, ingest: float,
     from ``local[1]`` to ``local[2]`` mean the job itself has no serial part left."""
     one, two = MASTERS
     figures: dict[str, Any] = {"fragments": n, "rounds": rounds}
-    for phase in ("evb_stream", "evb_source_identity", "spark_identity"):
+    for phase in ("evb_stream", "evb_source_identity", "spark_identity", "spark_jvm"):
         row: dict[str, Any] = {}
         for master in MASTERS:
             rate = _median(rounds, master, phase, "fragments_per_s")
@@ -253,6 +324,7 @@ def summarize(rounds: list[dict[str, Any]], n: int, ingest: float,
     figures["evb_over_spark_floor"] = {
         m: round(job[m] / figures["spark_identity"][m], 2) for m in MASTERS
     }
+    figures["evb_over_jvm_floor"] = {m: round(job[m] / figures["spark_jvm"][m], 2) for m in MASTERS}
     figures["orderer_ingest"] = ingest
     figures["job_per_core"] = round(per_slot, 1)
     # from the printed (rounded) figure, so that the arithmetic shown is the one done
@@ -267,13 +339,16 @@ def _report(figures: dict[str, Any]) -> None:
     print(f"\n{'fragments/s (median over rounds)':<30} {one:>10} {two:>10} {'scaling':>8} "
           f"{'ceiling':>8}   cores busy {one} / {two}")
     for phase, label in (("evb_stream", "evb job"), ("evb_source_identity", "evb source alone"),
-                         ("spark_identity", "Spark floor (identity)")):
+                         ("spark_identity", "Spark floor, one Python step"),
+                         ("spark_jvm", "Spark floor, no Python")):
         row = figures[phase]
         print(f"{label:<30} {row[one]:>10,.0f} {row[two]:>10,.0f} {row['scaling']:>7.2f}x "
               f"{row['ceiling'] or 0:>7.2f}x   {row[f'{one} cores busy']} / "
               f"{row[f'{two} cores busy']}")
-    ratio = figures["evb_over_spark_floor"]
-    print(f"evb job / Spark floor: {ratio[one]} ({one}), {ratio[two]} ({two})")
+    ratio, jvm = figures["evb_over_spark_floor"], figures["evb_over_jvm_floor"]
+    print(f"evb job / Spark's one-Python-step floor: {ratio[one]} ({one}), {ratio[two]} ({two})"
+          f" (goal >= {FLOOR_GOAL}: {'ok' if ratio[two] >= FLOOR_GOAL else 'below'})")
+    print(f"evb job / Spark's JVM-only floor: {jvm[one]} ({one}), {jvm[two]} ({two})")
     print(f"scaling of the evb job local[2] / local[1]: {figures['evb_stream']['scaling']} "
           f"(goal >= {GOAL}; this host allows at most {figures['evb_stream']['ceiling']})")
     ingest = figures["orderer_ingest"]
@@ -312,6 +387,9 @@ def run(sessions: Sessions, args: argparse.Namespace) -> dict[str, Any]:
                                "after": [round(x, 2) for x in os.getloadavg()]}
     figures["cores"] = os.cpu_count()
     _report(figures)
+    job_fragments = args.fragments if args.job_fragments is None else args.job_fragments
+    if job_fragments:
+        figures["job_process"] = job_fixed_cost(work, job_fragments)
     after = figures["load_average"]["after"]
     print(f"load average after: {after[0]} {after[1]} {after[2]}")
     if args.workdir is None:

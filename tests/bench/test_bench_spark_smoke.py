@@ -49,7 +49,7 @@ def test_bench_spark_scaling_runs_on_a_tiny_input(tmp_path: Path, capsys: Any) -
 
     args = bench_spark_scaling._parser().parse_args(
         ["--fragments", "3000", "--micro-batches", "1", "--warm-up", "0",
-         "--workdir", str(tmp_path / "w")]
+         "--job-fragments", "4000", "--workdir", str(tmp_path / "w")]
     )
     figures = bench_spark_scaling.run(shared, args)
     one, two = bench_spark_scaling.MASTERS
@@ -57,11 +57,15 @@ def test_bench_spark_scaling_runs_on_a_tiny_input(tmp_path: Path, capsys: Any) -
     assert measured[one]["partitions"] == 1 and measured[two]["partitions"] == 2
     # the partitions change where the work is done, never the events built
     assert measured[one]["evb_stream"]["events"] == measured[two]["evb_stream"]["events"] > 0
-    for phase in ("evb_stream", "evb_source_identity", "spark_identity"):
+    for phase in ("evb_stream", "evb_source_identity", "spark_identity", "spark_jvm"):
         assert figures[phase][one] > 0 and figures[phase][two] > 0 and figures[phase]["scaling"] > 0
         assert measured[two][phase]["fragments"] == figures["fragments"] >= 3000
     assert figures["executor_cores_needed"] == -(-args.orderer_ingest // figures["job_per_core"])
-    assert "scaling of the evb job local[2] / local[1]" in capsys.readouterr().out
+    job = figures["job_process"]
+    assert job["runs"]["whole"]["fragments"] >= 4000 and job["runs"]["whole"]["seconds"] > 0
+    out = capsys.readouterr().out
+    assert "scaling of the evb job local[2] / local[1]" in out
+    assert "evb job / Spark's one-Python-step floor" in out and "evb spark-job as a process" in out
 
 
 def test_bench_spark_scaling_masters_are_local_n() -> None:
