@@ -429,7 +429,7 @@ def _check_resumed_building(spark: Any, layout: Layout, building: dict[str, str]
     would hold events built two ways, and nothing would tell them apart."""
     if not files.exists(spark, layout.building):  # a run started before the record existed
         return
-    began = json.loads(files.read_text(spark, layout.building))
+    began = _in_glom_terms(json.loads(files.read_text(spark, layout.building)))
     for key, flag in BUILDING_FLAGS.items():
         if began.get(key) != building.get(key):
             raise ConfigError(
@@ -440,6 +440,25 @@ def _check_resumed_building(spark: Any, layout: Layout, building: dict[str, str]
                 f"value, another --run, or remove {layout.run_dir} and {layout.events} to do "
                 "the run again",
             )
+
+
+MAX_FRAGMENTS_MEANING = "glom"
+"""Recorded with a run's building: ``maxFragments`` N is glom's ``--maxfragments`` N (events of
+up to N + 1 fragments). A record without it is of a run begun when N was the most fragments of
+an event."""
+
+
+def _in_glom_terms(began: dict[str, str]) -> dict[str, str]:
+    """A run's record of its building with ``maxFragments`` as glom counts it: a run begun when
+    ``--max-fragments N`` meant events of up to N fragments built what glom's N - 1 builds, so
+    it resumes the same way with ``--max-fragments N-1`` (and is refused with the default)."""
+    if "maxFragments" not in began or began.get("maxFragmentsMeaning") == MAX_FRAGMENTS_MEANING:
+        return began
+    try:
+        earlier = int(began["maxFragments"])
+    except ValueError:
+        return began
+    return {**began, "maxFragments": str(max(earlier - 1, 0))}
 
 
 def _stream(
@@ -529,7 +548,11 @@ def _stream(
 def _building(args: argparse.Namespace, glom: Any) -> dict[str, str]:
     """What a streamed run records of its event building (BUILDING_FLAGS); glom's source id
     only where it is written (an older parquet run's record has none, and resumes)."""
-    building = {**glom.to_options(), "format": args.format}
+    building = {
+        **glom.to_options(),
+        "maxFragmentsMeaning": MAX_FRAGMENTS_MEANING,
+        "format": args.format,
+    }
     if args.format == "nscldaq":
         building["glomSourceId"] = str(args.glom_source_id)
     return building

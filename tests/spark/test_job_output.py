@@ -96,6 +96,21 @@ def test_streamed_runs_have_their_own_checkpoint_and_resume_only_their_own(
             job.run(spark, job.build_parser().parse_args(argv))
     assert _files(out / "events" / "run=s1") == s1_before
 
+    # a run begun when --max-fragments N meant events of up to N fragments (its record says
+    # nothing of glom's N + 1) built what glom's N - 1 builds: the default is refused, naming
+    # the value that resumes it the same way, and that value resumes it
+    record = out / "runs" / "s1" / "building.json"
+    began = json.loads(record.read_text())
+    began.pop("maxFragmentsMeaning")
+    record.write_text(json.dumps({**began, "maxFragments": "1000"}))
+    record.with_name(f".{record.name}.crc").unlink(missing_ok=True)  # Hadoop's checksum of it
+    argv = [*flags, "--run", "s1", "--quiet"]
+    refused = r"^--max-fragments: run s1 began with --max-fragments 999 "
+    with pytest.raises(ConfigError, match=refused):
+        job.run(spark, job.build_parser().parse_args(argv))
+    job.run(spark, job.build_parser().parse_args([*argv, "--max-fragments", "999"]))
+    assert _events(spark, out, "s1") == expected
+
 
 @pytest.mark.parametrize("checkpoint", [False, True])
 def test_a_new_streamed_run_replaces_what_a_run_of_the_same_name_left(
