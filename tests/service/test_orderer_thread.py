@@ -43,16 +43,13 @@ def test_the_loop_stops_reading_while_the_orderer_thread_is_behind(
         async with serving_channel(tmp_path, CONFIG) as (running, channel):
             ingest = running.service._ingest
             call = _Stream(channel)
-            ingest.lock.acquire()  # the orderer's thread stops at its next cycle
-            try:
+            with ingest.lock:  # the orderer's thread stops at its next cycle
                 writer = asyncio.create_task(_write(call, 60))
                 await asyncio.sleep(1.0)
                 queued = ingest._thread.queued_bytes
                 size = len(_message(0).SerializeToString())
                 # reading stopped once the limit was passed: one message over it at most
                 assert limit < queued <= limit + size + 64
-            finally:
-                ingest.lock.release()
             await asyncio.wait_for(writer, 30)
             while (await call.ack()) != (1, 60 * FRAGMENTS):
                 pass
@@ -81,12 +78,9 @@ def test_what_was_received_before_a_stop_is_taken_in(tmp_path: Path) -> None:
         async with serving_channel(tmp_path, CONFIG) as (running, channel):
             ingest = running.service._ingest
             call = _Stream(channel)
-            ingest.lock.acquire()
-            try:
+            with ingest.lock:
                 await _queue(call, ingest, 5)
                 running.service.begin_shutdown()
-            finally:
-                ingest.lock.release()
             # the five are taken in and acknowledged, then the stream ends UNAVAILABLE
             while (await call.ack()) != (1, 5 * FRAGMENTS):
                 pass
@@ -107,14 +101,11 @@ def test_a_command_sees_the_input_received_before_it(tmp_path: Path) -> None:
         async with serving_channel(tmp_path, CONFIG) as (running, channel):
             ingest = running.service._ingest
             call = _Stream(channel)
-            ingest.lock.acquire()
-            try:
+            with ingest.lock:
                 await _queue(call, ingest, 3)
                 ended = asyncio.create_task(end_run_async(target(running)))
                 await asyncio.sleep(0.2)  # the end of run is queued behind the three
                 assert not ended.done()
-            finally:
-                ingest.lock.release()
             assert await asyncio.wait_for(ended, 30) == 3 * FRAGMENTS
             assert await call.close() == grpc.StatusCode.OK
         ordered = OrderedLog.open(tmp_path / "ordered")
