@@ -104,6 +104,9 @@ class GroupCommit:
         """Offset after what the orderer emitted; after what of it is durable (subscribers
         see only below ``durable_offset``)."""
         self.max_unwritten = MAX_UNWRITTEN
+        self.records_written = 0
+        """Arrival-log rows written so far (by the arrival log's thread; the orderer's thread
+        reads it to hold its intake to ``max_unwritten``)."""
         self.degraded: OSError | None = None
         """The log volume refuses writes (full): input is refused until a retry succeeds."""
         self._failed: BaseException | None = None
@@ -170,6 +173,12 @@ class GroupCommit:
         if self._task is None and self._failed is None:
             self._task = asyncio.get_running_loop().create_task(self._rounds())
 
+    def room_for_records(self, taken: int) -> bool:
+        """Whether input may go on with ``taken`` arrival-log rows taken in so far (every one
+        ever, counted by the orderer's thread): fewer than ``max_unwritten`` of them are not
+        written yet. Read on the orderer's thread (plain numbers, written by the others)."""
+        return taken - self.records_written < self.max_unwritten
+
     async def room_for_input(self) -> None:
         """Returns at once unless the writes are ``max_unwritten`` records behind; then when a
         write round has caught up (or the service stops taking input)."""
@@ -202,6 +211,7 @@ class GroupCommit:
                 arrivals[0] = (None, rows)
             self.arrivals.append_rows(t, rows)
             arrivals.popleft()
+            self.records_written += len(rows)
         self._sync("arrival", self.arrivals)
 
     def _write_output(self) -> None:

@@ -28,7 +28,7 @@ from orderer.batch import ArrivalKind, ArrivalRecords
 from orderer.clock import MonotonicClock
 from orderer.config import OrdererConfig
 from orderer.errors import EvbError, InterfaceError, ServiceUnavailable
-from orderer.service.intake import Intake
+from orderer.service.intake import Intake, IntakePass
 from orderer.service.orderer_thread import Command, OrdererThread, Step
 from orderer.service.submit_stream import END_OF_STREAM, SubmitStream
 from orderer.wire import submit
@@ -54,6 +54,7 @@ class Ingest:
         run_ended: bool,
         limits: submit.BatchLimits,
         taken_offset: int,
+        unwritten_room: Callable[[int], bool],
         refusal: Callable[[], ServiceUnavailable | None],
         deliver: Callable[[list[Step]], None],
         on_error: Callable[[BaseException], None],
@@ -71,6 +72,10 @@ class Ingest:
         self._clock = MonotonicClock(start=resume_time)
         self._last_time = resume_time
         self._refusal = refusal
+        self._unwritten_room = unwritten_room
+        self._records_taken = 0  # arrival-log rows of every step made so far
+        self.stopping = False
+        """Set by the loop when input stops: what is queued goes in whatever the writes."""
         self.closed = False
         """Input is refused from here on (set in turn, after what was queued before)."""
         self._intake = Intake()
@@ -101,7 +106,13 @@ class Ingest:
 
     def close_input(self, closed: asyncio.Future[tuple[Any, int]]) -> None:
         """Input queued before now is still taken in; what comes after is refused."""
+        self.stopping = True
+        self._thread.room_to_take()
         self._thread.put(Command(self._close, closed))
+
+    def written(self) -> None:
+        """A write round ended: input held back for the writes may go in."""
+        self._thread.room_to_take()
 
     async def room(self) -> None:
         await self._thread.room()
@@ -127,16 +138,23 @@ class Ingest:
         self._last_time = now
         return now
 
-    def _cycle(self, items: list[Any], steps: list[Step]) -> None:
+    def _cycle(self, items: list[Any], steps: list[Step]) -> list[Any]:
         """One cycle: the messages into one intake pass, a command between passes, the output
-        taken out of the core at the end."""
+        taken out of the core at the end; returns what it left for later: everything from
+        the first message that would take the arrival records not yet written past
+        ``max_unwritten`` (the writes are behind: what the loop has read waits as raw bytes,
+        and the loop stops reading once that queue is full)."""
+        left: list[Any] = []
         with self.lock:
-            for item in items:
+            for k, item in enumerate(items):
                 if item.__class__ is tuple:
                     stream, data = item
                     if data is None:
                         self._intake.owe_ack(stream, END_OF_STREAM, 0)
                     elif not stream.refused:
+                        if not self._room_for(self._intake.records):
+                            left = items[k:]
+                            break
                         self._take(stream, data)
                     continue
                 self._pass(steps)
@@ -145,13 +163,22 @@ class Ingest:
                 except EvbError as error:
                     step = Step(error=error)
                 step.future = item.future
-                steps.append(step)
+                self._append(steps, step)
             self._pass(steps)
             if steps and self.orderer.emitted_seq > self._taken_offset:
                 # the output leaves the core at every cycle: warm buffers (PASS_MESSAGES)
                 emitted = self.orderer.take_emitted()
                 self._taken_offset = emitted.first_seq + len(emitted)
                 steps[-1].emitted = emitted
+        return left
+
+    def _room_for(self, pending: int) -> bool:
+        """Whether the next message may go in: the arrival-log rows taken in and not yet
+        written (with ``pending`` of the pass being made) are under ``max_unwritten``, or input
+        is stopping or refused (then the cap no longer holds anything back)."""
+        if self.stopping or self._refusal() is not None:
+            return True
+        return self._unwritten_room(self._records_taken + pending)
 
     def _take(self, stream: SubmitStream, data: bytes) -> None:
         """One message into the intake: decoded, checked and deduplicated against the sequence
@@ -216,6 +243,14 @@ class Ingest:
         step.acks = taken.acks
         step.refused, self._refused = self._refused, []
         step.sources, self._new_sources = self._new_sources, []
+        self._append(steps, step)
+
+    def _append(self, steps: list[Step], step: Step) -> None:
+        """A step made, its arrival-log rows counted against ``max_unwritten``."""
+        if isinstance(step.rows, IntakePass):
+            self._records_taken += step.rows.records
+        elif step.rows is not None:
+            self._records_taken += len(step.rows)
         steps.append(step)
 
     def _called(self, now: float, call: Callable[[Orderer, float], object]) -> Step:

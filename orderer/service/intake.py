@@ -131,6 +131,11 @@ class Intake:
     def fragments(self) -> int:
         return self._pass.fragments
 
+    @property
+    def records(self) -> int:
+        """Arrival-log rows the pass so far adds."""
+        return self._pass.records
+
     def add_batch(self, batch: FragmentBatch, first_sequence: int | None) -> None:
         if len(batch):
             self._pass.batches.append(batch)

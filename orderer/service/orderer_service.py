@@ -138,6 +138,7 @@ class OrdererService:
             run_ended=recovered.run_ended,
             limits=self.limits,
             taken_offset=ordered.next_offset,
+            unwritten_room=self._commit.room_for_records,
             refusal=self._storage_refusal,
             deliver=self._apply,
             on_error=self._fail,
@@ -440,6 +441,7 @@ class OrdererService:
         output to the subscribers."""
         if advanced:
             self._output.notify()
+        self._ingest.written()
         for stream in self._streams:
             stream.release(generation)
         self._output.apply_retention()
@@ -477,6 +479,7 @@ class OrdererService:
         self.failed = error
         self.failure.set()
         self._commit.fail(error)
+        self._ingest.written()  # what it held back is refused now
         self.health_changed.set()
         self._rearm(None)
         for stream in self._streams:

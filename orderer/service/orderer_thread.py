@@ -109,13 +109,14 @@ class OrdererThread:
     """The thread that owns the orderer: a queue in (raw messages and commands, in arrival
     order), steps out (to ``deliver`` on the loop, in order).
 
-    ``cycle(items, steps)`` runs on the thread for each cycle's items and appends the steps it
-    makes; ``deliver(steps)`` runs on the loop."""
+    ``cycle(items, steps)`` runs on the thread for each cycle's items, appends the steps it
+    makes and returns the items it left for later (the writes are behind: it waits for
+    :meth:`room_to_take`, then takes them first); ``deliver(steps)`` runs on the loop."""
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        cycle: Callable[[list[Any], list[Step]], None],
+        cycle: Callable[[list[Any], list[Step]], list[Any]],
         deliver: Callable[[list[Step]], None],
         on_error: Callable[[BaseException], None],
         name: str = "evb-orderer",
@@ -130,6 +131,7 @@ class OrdererThread:
         self._taken_bytes = 0  # written by the thread only
         self._room = asyncio.Event()
         self._room.set()
+        self._written = threading.Event()  # set by the loop after every write round
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -150,6 +152,11 @@ class OrdererThread:
         has taken the queue below half of that."""
         if not self._room.is_set():
             await self._room.wait()
+
+    def room_to_take(self) -> None:
+        """A write round ended (or input is no longer held to the writes): the thread looks
+        again at what it left."""
+        self._written.set()
 
     @property
     def queued_bytes(self) -> int:
@@ -188,27 +195,32 @@ class OrdererThread:
             wake.clear()
             while queue:
                 items: list[Any] = []
-                size = 0
-                while queue and len(items) < PASS_MESSAGES:
-                    item = queue.popleft()
-                    if item is _STOP:
-                        self._finish(items, size)
-                        return
-                    items.append(item)
-                    if item.__class__ is tuple and item[1] is not None:
-                        size += len(item[1])
-                self._finish(items, size)
+                while queue and len(items) < PASS_MESSAGES and queue[0] is not _STOP:
+                    items.append(queue.popleft())
+                self._written.clear()
+                left = self._finish(items) if items else []
+                if left:  # the writes are behind: these wait, first in the queue
+                    queue.extendleft(reversed(left))
+                    self._written.wait(1.0)
+                elif queue and queue[0] is _STOP:
+                    return
 
-    def _finish(self, items: list[Any], size: int) -> None:
+    def _finish(self, items: list[Any]) -> list[Any]:
+        """One cycle; what it left for later."""
         steps: list[Step] = []
+        left: list[Any] = []
         try:
             if items:
-                self._cycle(items, steps)
+                left = self._cycle(items, steps)
         except BaseException as error:  # the orderer is in doubt: the service fails
             self._report(error)
         finally:
-            self._taken_bytes += size
+            taken = items[: len(items) - len(left)]
+            self._taken_bytes += sum(
+                len(item[1]) for item in taken if item.__class__ is tuple and item[1] is not None
+            )
             self._post(steps)
+        return left
 
     def _report(self, error: BaseException) -> None:
         with contextlib.suppress(RuntimeError):

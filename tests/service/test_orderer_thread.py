@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from pathlib import Path
 
 import grpc
@@ -56,6 +57,43 @@ def test_the_loop_stops_reading_while_the_orderer_thread_is_behind(
             assert await call.close() == grpc.StatusCode.OK
         arrivals = ArrivalLog.open(tmp_path / "arrivals")
         assert sum(b.num_rows for b in arrivals.batches()) == 60 * FRAGMENTS
+
+    run(body())
+
+
+def test_the_orderer_thread_takes_in_no_more_than_the_writes_allow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the arrival log's writes stalled, the orderer's thread stops taking messages in
+    once ``max_unwritten`` records wait to be written (what the loop read waits as raw bytes),
+    however much its queue holds; once the disk catches up, everything goes in."""
+    monkeypatch.setattr(orderer_thread, "MAX_QUEUED_BYTES", 1 << 30)
+
+    async def body() -> None:
+        async with serving_channel(tmp_path, CONFIG) as (running, channel):
+            service = running.service
+            service.max_unwritten = 5000
+            disk = threading.Event()
+            append_rows = service.arrivals.append_rows
+
+            def stalled(t: float, rows: object) -> None:
+                disk.wait(60)
+                append_rows(t, rows)  # type: ignore[arg-type]
+
+            service.arrivals.append_rows = stalled  # type: ignore[method-assign]
+            try:
+                call = _Stream(channel)
+                ingest = service._ingest
+                with ingest.lock:  # all 40 received before the thread takes any
+                    await _queue(call, ingest, 40)
+                await asyncio.sleep(1.0)
+                taken = sum(source.received for source in service.stats().sources)
+                assert 5000 <= taken < 5000 + FRAGMENTS
+            finally:
+                disk.set()
+            while (await call.ack()) != (1, 40 * FRAGMENTS):
+                pass
+            assert await call.close() == grpc.StatusCode.OK
 
     run(body())
 
