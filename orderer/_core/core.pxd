@@ -257,7 +257,7 @@ cdef tuple _hand_over_emitted(OrdererCore self)
 
 # submit_wire.pyx
 cdef Py_ssize_t _wire_varint(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end,
-                             uint64_t *value) noexcept nogil
+                             uint64_t *value, WireFault *fault) noexcept nogil
 cdef Py_ssize_t _wire_tag(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, uint32_t *field,
                           uint32_t *wire, WireFault *fault) noexcept nogil
 cdef Py_ssize_t _wire_span(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, Span *span,

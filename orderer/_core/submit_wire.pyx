@@ -17,20 +17,23 @@ DEF WIRE_DEPTH_LIMIT = 100   # the protobuf runtime's default nesting limit (upb
 
 
 cdef Py_ssize_t _wire_varint(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end,
-                             uint64_t *value) noexcept nogil:
-    """The position after the varint at ``pos`` (its value in ``value``), or -1: past the end,
-    or more than ten bytes. Bits beyond 64 are dropped, as the runtime drops them."""
+                             uint64_t *value, WireFault *fault) noexcept nogil:
+    """The position after the varint at ``pos`` (its value in ``value``), or -1 with ``fault``
+    set: past the end, or more than ten bytes. Bits beyond 64 are dropped, as the runtime drops
+    them."""
     cdef uint64_t v = 0, byte
+    cdef Py_ssize_t start = pos
     cdef int i
     for i in range(10):
         if pos >= end:
-            return -1
+            break
         byte = p[pos]
         pos += 1
         v |= (byte & 0x7F) << (7 * i)
         if not (byte & 0x80):
             value[0] = v
             return pos
+    fault.at, fault.why = start, "invalid varint"
     return -1
 
 
@@ -92,10 +95,7 @@ cdef Py_ssize_t _wire_skip(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, uin
     cdef uint32_t inner_field, inner_wire
     cdef Py_ssize_t after
     if wire == WIRE_VARINT:
-        after = _wire_varint(p, pos, end, &ignored)
-        if after < 0:
-            fault.at, fault.why = pos, "invalid varint"
-        return after
+        return _wire_varint(p, pos, end, &ignored, fault)
     if wire == WIRE_I64 or wire == WIRE_I32:
         after = pos + (8 if wire == WIRE_I64 else 4)
         if after > end:
@@ -132,21 +132,18 @@ cdef Py_ssize_t _wire_batch(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, Ba
     """Merges the FragmentBatch in ``[pos, end)`` into ``out``: ``end``, or -1."""
     cdef uint32_t field, wire
     cdef uint64_t value
-    cdef Py_ssize_t after
     while pos < end:
         pos = _wire_tag(p, pos, end, &field, &wire, fault)
         if pos < 0:
             return -1
         if wire == WIRE_VARINT and (field == 1 or field == 7):
-            after = _wire_varint(p, pos, end, &value)
-            if after < 0:
-                fault.at, fault.why = pos, "invalid varint"
+            pos = _wire_varint(p, pos, end, &value, fault)
+            if pos < 0:
                 return -1
             if field == 1:
                 out.source = <uint32_t>value
             else:
                 out.first_sequence = value
-            pos = after
         elif wire == WIRE_LEN and 2 <= field <= 6:
             pos = _wire_span(p, pos, end, (
                 &out.sources if field == 2 else
@@ -167,22 +164,19 @@ cdef Py_ssize_t _wire_marker(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end,
     field 2 the watermark, which EndOfSource does not have): ``end``, or -1."""
     cdef uint32_t field, wire
     cdef uint64_t value
-    cdef Py_ssize_t after
     while pos < end:
         pos = _wire_tag(p, pos, end, &field, &wire, fault)
         if pos < 0:
             return -1
         if wire == WIRE_VARINT and (
                 field == 1 or (field == 2 and out.item == SUBMIT_WATERMARK)):
-            after = _wire_varint(p, pos, end, &value)
-            if after < 0:
-                fault.at, fault.why = pos, "invalid varint"
+            pos = _wire_varint(p, pos, end, &value, fault)
+            if pos < 0:
                 return -1
             if field == 1:
                 out.source = <uint32_t>value
             else:
                 out.watermark = value
-            pos = after
         else:
             pos = _wire_skip(p, pos, end, field, wire, depth, fault)
         if pos < 0:
