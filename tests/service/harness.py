@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable
+import threading
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
 
 from orderer.config import OrdererConfig
+from orderer.service.orderer_service import OrdererService
 from orderer.service.server import RunningServer, start_server
 from orderer.service.settings import ServiceConfig
 
@@ -58,3 +60,21 @@ async def serving_channel(
         grpc.aio.insecure_channel(target(running)) as channel,
     ):
         yield running, channel
+
+
+@contextlib.contextmanager
+def arrival_writes_stalled(service: OrdererService) -> Iterator[threading.Event]:
+    """The service's arrival-log writes wait (a disk behind the network) until the event
+    yielded is set, which leaving the block does whatever happened in it."""
+    disk = threading.Event()
+    append_rows = service.arrivals.append_rows
+
+    def stalled(t: float, rows: object) -> None:
+        disk.wait(60)
+        append_rows(t, rows)  # type: ignore[arg-type]
+
+    service.arrivals.append_rows = stalled  # type: ignore[method-assign]
+    try:
+        yield disk
+    finally:
+        disk.set()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 from pathlib import Path
 
 import grpc
@@ -21,7 +20,7 @@ from orderer.service import orderer_thread
 from orderer.service.ingest import Ingest
 from orderer.service.storage import ArrivalLog, OrderedLog
 from orderer.wire import convert
-from tests.service.harness import run, serving, serving_channel, target
+from tests.service.harness import arrival_writes_stalled, run, serving, serving_channel, target
 from tests.service.test_server import _Stream
 
 CONFIG = OrdererConfig(build_window=0.3, startup_delay=0.0, sources=(1,))
@@ -73,15 +72,7 @@ def test_the_orderer_thread_takes_in_no_more_than_the_writes_allow(
         async with serving_channel(tmp_path, CONFIG) as (running, channel):
             service = running.service
             service.max_unwritten = 5000
-            disk = threading.Event()
-            append_rows = service.arrivals.append_rows
-
-            def stalled(t: float, rows: object) -> None:
-                disk.wait(60)
-                append_rows(t, rows)  # type: ignore[arg-type]
-
-            service.arrivals.append_rows = stalled  # type: ignore[method-assign]
-            try:
+            with arrival_writes_stalled(service):
                 call = _Stream(channel)
                 ingest = service._ingest
                 with ingest.lock:  # all 40 received before the thread takes any
@@ -89,8 +80,6 @@ def test_the_orderer_thread_takes_in_no_more_than_the_writes_allow(
                 await asyncio.sleep(1.0)
                 taken = sum(source.received for source in service.stats().sources)
                 assert 5000 <= taken < 5000 + FRAGMENTS
-            finally:
-                disk.set()
             while (await call.ack()) != (1, 40 * FRAGMENTS):
                 pass
             assert await call.close() == grpc.StatusCode.OK

@@ -23,7 +23,7 @@ from orderer.service.server import SERVICE_NAME, RunningServer
 from orderer.service.settings import configs_from_mapping
 from orderer.service.storage import ArrivalLog
 from orderer.wire import convert
-from tests.service.harness import run, serving, serving_channel, target
+from tests.service.harness import arrival_writes_stalled, run, serving, serving_channel, target
 
 CONFIG = OrdererConfig(build_window=0.3, startup_delay=0.0, sources=(1, 2))
 
@@ -388,15 +388,7 @@ def test_a_disk_behind_the_network_holds_the_clients_back_not_the_servers_memory
         async with serving(tmp_path, CONFIG) as running:
             service = running.service
             service.max_unwritten = 5000
-            disk = threading.Event()
-            append_rows = service.arrivals.append_rows
-
-            def stalled(t: float, rows: object) -> None:
-                disk.wait(60)
-                append_rows(t, rows)  # type: ignore[arg-type]
-
-            service.arrivals.append_rows = stalled  # type: ignore[method-assign]
-            try:
+            with arrival_writes_stalled(service) as disk:
                 async with grpc.aio.insecure_channel(target(running)) as channel:
                     call = _Stream(channel)
 
@@ -412,8 +404,6 @@ def test_a_disk_behind_the_network_holds_the_clients_back_not_the_servers_memory
                     disk.set()
                     await asyncio.wait_for(sender, 30)
                     assert await call.close() == grpc.StatusCode.OK
-            finally:
-                disk.set()
             assert await _received(running, 1) == batches * per_batch
 
     run(body())
