@@ -14,7 +14,6 @@ transition rules (``oldSelf``) refuse what they should.
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -22,13 +21,13 @@ import celpy
 import jsonschema
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from evb_operator import crd, validation
 from tests.operator.conftest import REPO
+from tests.soak import fuzz_settings
 
-SOAK = bool(os.environ.get("EVB_SOAK"))
 CRD_FILE = REPO / "charts" / "evb-operator" / "crds" / "eventbuilders.evb.io.yaml"
 SPEC_SCHEMA: dict[str, Any] = yaml.safe_load(CRD_FILE.read_text())["spec"]["versions"][0][
     "schema"
@@ -36,15 +35,6 @@ SPEC_SCHEMA: dict[str, Any] = yaml.safe_load(CRD_FILE.read_text())["spec"]["vers
 VALIDATOR = jsonschema.Draft4Validator(SPEC_SCHEMA)
 CEL = celpy.Environment()
 TALLY: dict[str, int] = {}
-
-
-def _settings(examples: int) -> settings:
-    return settings(
-        max_examples=examples * 20 if SOAK else examples,
-        derandomize=not SOAK,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow],
-    )
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -187,7 +177,7 @@ def _tally(key: str) -> None:
 
 
 @pytest.mark.filterwarnings("ignore:Generating overly large repr")
-@_settings(400)
+@fuzz_settings(400)
 @given(spec=_specs | _tame_specs)
 def test_the_operator_rejects_whatever_the_api_server_rejects(spec: dict[str, Any]) -> None:
     _tally("specs tried")
@@ -208,7 +198,7 @@ RULED = [rule for rule in crd.RULES if rule.check is not None]
 
 
 @pytest.mark.filterwarnings("ignore:Generating overly large repr")
-@_settings(400)
+@fuzz_settings(400)
 @given(data=st.data(), index=st.integers(0, len(RULED) - 1))
 def test_every_cel_rule_agrees_with_its_python_twin(data: st.DataObject, index: int) -> None:
     """The object each rule sits on, drawn well-typed from its own schema: CEL and twin agree

@@ -10,33 +10,23 @@ has :data:`SECONDS`).
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from orderer import OrdererConfig
 from orderer.errors import RecordError
 from orderer.replay import read_records, replay
+from tests.soak import fuzz_settings
 
-SOAK = bool(os.environ.get("EVB_SOAK"))
 SECONDS = 5
 CONFIG = OrdererConfig(build_window=1.0, startup_delay=0.0)
 TRIED: dict[str, int] = {}
-
-
-def _settings(examples: int) -> settings:
-    return settings(
-        max_examples=examples * 20 if SOAK else examples,
-        derandomize=not SOAK,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow],
-    )
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -83,13 +73,13 @@ _keys = st.sampled_from(
 _records = st.dictionaries(_keys, _scalars | st.lists(_scalars, max_size=2), max_size=6)
 
 
-@_settings(800)
+@fuzz_settings(800)
 @given(lines=st.lists(st.text(max_size=40), max_size=6))
 def test_arbitrary_lines(lines: list[str]) -> None:
     _check(lines, "text")
 
 
-@_settings(1200)
+@fuzz_settings(1200)
 @given(records=st.lists(_records, max_size=8), raw=st.lists(_scalars, max_size=2))
 def test_json_of_the_wrong_shape(records: list[dict[str, Any]], raw: list[Any]) -> None:
     lines = [json.dumps(r) for r in records] + [json.dumps(v) for v in raw]
@@ -129,7 +119,7 @@ def _damaged_runs(draw: st.DrawFn) -> list[str]:
     return lines
 
 
-@_settings(1000)
+@fuzz_settings(1000)
 @given(lines=_damaged_runs())
 def test_good_runs_with_one_damaged_line(lines: list[str]) -> None:
     _check(lines, "damaged")

@@ -12,7 +12,6 @@ accepted, and the server keeps serving.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -22,7 +21,7 @@ import grpc
 import numpy as np
 import pytest
 from google.protobuf.message import DecodeError
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 from orderer import OrdererConfig
@@ -33,8 +32,8 @@ from orderer.service.server import RunningServer, start_server
 from orderer.service.settings import ServiceConfig
 from orderer.wire import convert, submit
 from tests.orderer._core.test_submit_wire import damaged
+from tests.soak import fuzz_settings
 
-SOAK = bool(os.environ.get("EVB_SOAK"))
 LIMITS = convert.BatchLimits(max_payload_bytes=64, sources=None)
 STRICT = convert.BatchLimits(max_payload_bytes=64, sources=frozenset({1, 2, 3}))
 FIELDS = (
@@ -54,15 +53,6 @@ FIELDS = (
 data that is not a valid protobuf message)."""
 SECONDS = 5
 """No single input may take longer (a hang is a failure, not a stuck test run)."""
-
-
-def _settings(examples: int) -> settings:
-    return settings(
-        max_examples=examples * 20 if SOAK else examples,
-        derandomize=not SOAK,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-    )
 
 
 class _Alarm:
@@ -208,7 +198,7 @@ def _report() -> Iterator[None]:
     print(f"\nSubmit fuzzers, inputs tried: {TRIED}")
 
 
-@_settings(1500)
+@fuzz_settings(1500, HealthCheck.function_scoped_fixture)
 @given(data=st.binary(max_size=300) | _mutated())
 def test_arbitrary_bytes_as_a_submit_request(data: bytes) -> None:
     _tried("bytes")
@@ -229,7 +219,7 @@ def test_arbitrary_bytes_as_a_submit_request(data: bytes) -> None:
         _check(message, limits)
 
 
-@_settings(2000)
+@fuzz_settings(2000, HealthCheck.function_scoped_fixture)
 @given(message=_requests)
 def test_structured_but_wrong_requests(message: pb.SubmitRequest) -> None:
     _tried("structured")
@@ -280,7 +270,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Call
 SENT = {"good": 0, "sequence": 0}
 
 
-@_settings(250)
+@fuzz_settings(250, HealthCheck.function_scoped_fixture)
 @given(message=_requests)
 def test_the_server_survives_bad_requests_and_keeps_what_came_before(
     server: tuple[str, Callable[[], int]], message: pb.SubmitRequest

@@ -14,13 +14,12 @@ cannot parse is refused by the decoder as malformed (an INVALID_ARGUMENT, never 
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from google.protobuf.message import DecodeError
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from orderer._core.core import check_fragment_rules
@@ -28,23 +27,14 @@ from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer.batch import FragmentBatch
 from orderer.errors import InterfaceError
 from orderer.wire import convert, submit
+from tests.soak import fuzz_settings
 
-SOAK = bool(os.environ.get("EVB_SOAK"))
 MALFORMED = "SubmitRequest: not a valid protobuf message"
 LIMITS = (
     submit.BatchLimits(max_payload_bytes=64),
     submit.BatchLimits(max_payload_bytes=64, sources=frozenset({1, 2, 3})),
     submit.BatchLimits(max_payload_bytes=2**64 - 1, sources=frozenset()),
 )
-
-
-def _settings(examples: int) -> settings:
-    return settings(
-        max_examples=examples * 20 if SOAK else examples,
-        derandomize=not SOAK,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow],
-    )
 
 
 # ------------------------------------------------------------------ the protobuf path (spec)
@@ -354,7 +344,7 @@ def _hostile(draw: st.DrawFn) -> bytes:
 # ------------------------------------------------------------------------------ the tests
 
 
-@_settings(1500)
+@fuzz_settings(1500)
 @given(data=_request())
 @example(data=b"")
 @example(data=b"\x0a\x00")
@@ -363,7 +353,7 @@ def test_requests_decode_as_the_protobuf_path_decodes_them(data: bytes) -> None:
     _same(data)
 
 
-@_settings(1500)
+@fuzz_settings(1500)
 @given(data=_hostile() | st.binary(max_size=64))
 def test_hostile_bytes_are_refused_or_decoded_as_the_protobuf_path_does(data: bytes) -> None:
     _same(data)
@@ -465,7 +455,7 @@ def _sequenced(draw: st.DrawFn) -> tuple[bytes, dict[int, int]]:
     return pb.SubmitRequest(batch=batch).SerializeToString(), table
 
 
-@_settings(1000)
+@fuzz_settings(1000)
 @given(case=_sequenced())
 def test_resends_are_deduplicated_as_the_service_deduplicated_them(
     case: tuple[bytes, dict[int, int]],
