@@ -26,7 +26,6 @@ from typing import Any
 from orderer.api import Orderer
 from orderer.batch import ArrivalKind, ArrivalRecords
 from orderer.clock import MonotonicClock
-from orderer.config import OrdererConfig
 from orderer.errors import EvbError, InterfaceError, ServiceUnavailable
 from orderer.service.intake import Intake, IntakePass
 from orderer.service.orderer_thread import Command, OrdererThread, Step
@@ -184,9 +183,7 @@ class Ingest:
         """One message into the intake: decoded, checked and deduplicated against the sequence
         numbers held by one compiled call (which only reads them), or the stream refused."""
         try:
-            refusal = self._refused_now()
-            if refusal is not None:
-                raise refusal
+            self._check()
             item = submit.decode_submit(data, self.limits, self.next_sequence)
         except EvbError as error:
             log.warning("Submit stream refused: %s", error)
@@ -351,7 +348,3 @@ class Ingest:
         step = Step(t=now, rows=ArrivalRecords.marker(ArrivalKind.BEGIN_RUN, value=number))
         step.value = number
         return step
-
-    @property
-    def config(self) -> OrdererConfig:
-        return self.orderer.config
