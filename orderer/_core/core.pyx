@@ -17,7 +17,7 @@ functions over that state, called directly. The loser tree of the merge is plain
 """
 
 from libc.math cimport INFINITY
-from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memmove, memset
 from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc, PyMem_RawRealloc
 
@@ -51,3 +51,4 @@ include "nscldaq.pyx"    # the walk of NSCLDAQ ring items and event-builder frag
 include "submit_wire.pyx"   # the protobuf wire format of a SubmitRequest, read without the GIL
 include "batch_fields.pyx"  # a FragmentBatch's fields into checked columns; decode_submit
 include "arrival_rows.pyx"  # arrival-log rows joined from batches and markers, without the GIL
+include "glom_starts.pyx"   # where glom's events start, for the Spark job's planning and building

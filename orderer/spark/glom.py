@@ -45,6 +45,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from orderer._core import core
 from orderer.errors import ConfigError
 
 __all__ = [
@@ -59,7 +60,6 @@ __all__ = [
     "glom_batches",
 ]
 
-_U64_MAX = np.uint64(2**64 - 1)
 
 FRAGMENT_SCHEMA = pa.schema(
     [
@@ -188,62 +188,32 @@ def event_starts(
     ``max_fragments`` is glom's ``--maxfragments``: an event holds at most ``max_fragments + 1``
     fragments, 0 makes every index a start (glomMain.cpp, ``accumulateEvent``).
 
-    The rule is sequential (each event's first fragment decides where it ends), but only the
-    chain of starts needs a Python step; where an event starting at ``i`` ends is computed for
-    every ``i`` at once. Ordinary (not late) fragments have non-decreasing timestamps, so for an
-    ``i`` at the running maximum, the first fragment more than ``dt`` above it is a binary search
-    in the running maximum, valid up to the next drop (a late fragment). The rare starts whose
-    events reach a drop, or that are late themselves, are scanned directly.
+    The rule is a chain (each event's first fragment decides where the event ends), so it runs
+    as one compiled pass (``orderer._core``, ``glom_starts.pyx``): the driver runs it over every
+    micro-batch's timestamps, each executor over its partition's.
     """
     n = int(timestamp.shape[0])
     if max_fragments < 0:
         raise ValueError(f"max_fragments must be >= 0, not {max_fragments}")
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
     if dt is None or max_fragments == 0:
         return np.arange(n, dtype=np.int64)
-    ts = np.ascontiguousarray(timestamp, dtype=np.uint64)
-    is_barrier = np.asarray(barrier) != 0
-    index = np.arange(n, dtype=np.int64)
-    sentinel = np.array([n], dtype=np.int64)
-    barriers = np.concatenate([np.flatnonzero(is_barrier), sentinel])
-    next_barrier = barriers[np.searchsorted(barriers, index, "right")]
-    limit = np.minimum(np.minimum(next_barrier, index + (max_fragments + 1)), n)
-    window = np.uint64(dt)
-    high = np.where(ts > _U64_MAX - window, _U64_MAX, ts + window)
-    running_max = np.maximum.accumulate(ts)
-    reach = np.searchsorted(running_max, high, "right").astype(np.int64)
-    drops = np.concatenate([np.flatnonzero(ts[1:] < ts[:-1]).astype(np.int64) + 1, sentinel])
-    next_drop = drops[np.searchsorted(drops, index, "right")]
-    resolved = (ts == running_max) & ((reach < next_drop) | (limit <= next_drop))
-    end = np.where(resolved, np.minimum(reach, limit), -1)
-    end[is_barrier] = index[is_barrier] + 1
-    ends = end.tolist()
-    starts: list[int] = []
-    i = 0
-    while i < n:
-        starts.append(i)
-        e = ends[i]
-        if e < 0:
-            e = _scan_end(ts, i, int(limit[i]), dt)
-        i = e
-    return np.asarray(starts, dtype=np.int64)
+    if dt < 0:
+        raise ValueError(f"dt must be >= 0, not {dt}")
+    is_barrier = np.ascontiguousarray(np.asarray(barrier) != 0).view(np.uint8)
+    return core.event_starts_of(
+        np.ascontiguousarray(timestamp, dtype=np.uint64), is_barrier, min(dt, 2**64 - 1),
+        max_fragments + 1,
+    )
 
 
-def _scan_end(ts: npt.NDArray[np.uint64], i: int, limit: int, dt: int) -> int:
-    """End of the event starting at ``i``: the first fragment before ``limit`` more than ``dt``
-    away from ``ts[i]`` (in either direction), else ``limit``."""
-    first = int(ts[i])
-    low = np.uint64(max(first - dt, 0))
-    high = np.uint64(min(first + dt, 2**64 - 1))
-    following = ts[i + 1 : limit]
-    outside = np.flatnonzero((following < low) | (following > high))
-    return i + 1 + int(outside[0]) if outside.size else limit
-
-
-def build_events(fragments: pa.Table | pa.RecordBatch, config: GlomConfig) -> pa.RecordBatch:
+def build_events(
+    fragments: pa.Table | pa.RecordBatch,
+    config: GlomConfig,
+    starts: npt.NDArray[np.int64] | None = None,
+) -> pa.RecordBatch:
     """Build every event of ``fragments`` (FRAGMENT_SCHEMA rows in offset order that start at an
-    event start and end at an event end) into EVENT_SCHEMA rows."""
+    event start and end at an event end) into EVENT_SCHEMA rows; ``starts``: their
+    :func:`event_starts`, when the caller has them already."""
     if isinstance(fragments, pa.RecordBatch):
         fragments = pa.Table.from_batches([fragments])
     table = fragments.combine_chunks()
@@ -254,9 +224,11 @@ def build_events(fragments: pa.Table | pa.RecordBatch, config: GlomConfig) -> pa
     barrier = table.column("barrier").chunk(0).to_numpy()
     late = table.column("late").chunk(0).to_numpy(zero_copy_only=False)
     offset = table.column("offset").chunk(0)
-    starts = event_starts(
-        ts, barrier, dt=config.dt if config.builds else None, max_fragments=config.max_fragments
-    )
+    if starts is None:
+        starts = event_starts(
+            ts, barrier, dt=config.dt if config.builds else None,
+            max_fragments=config.max_fragments,
+        )
     counts = np.diff(np.append(starts, n))
     if config.timestamp_policy is TimestampPolicy.EARLIEST:  # the first fragment's, as glom
         stamp = ts[starts]
@@ -315,7 +287,7 @@ def glom_batches(
         )
         last = int(starts[-1])
         if last > 0:
-            yield build_events(table.slice(0, last), config)
+            yield build_events(table.slice(0, last), config, starts[:-1])
         carry = table.slice(last)
     if carry is not None and carry.num_rows:
         yield build_events(carry, config)

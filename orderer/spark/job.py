@@ -73,10 +73,35 @@ from orderer.spark.nscldaq import DEFAULT_GLOM_SOURCE_ID, NscldaqSink, check_glo
 from orderer.wire.options import DEFAULT_CONNECT_TIMEOUT, add_security_arguments
 
 __all__ = [
-    "JobResult", "Layout", "build_parser", "check_arguments", "follow_runs", "main", "run"
+    "JobResult", "Layout", "build_parser", "check_arguments", "follow_runs", "main", "run",
+    "writer_options",
 ]
 
 FORMATS = ("parquet", "json", "nscldaq")
+
+UNIQUE_COLUMNS = (
+    "event",
+    "timestamp",
+    "fragments.list.element.offset",
+    "fragments.list.element.timestamp",
+    "fragments.list.element.payload",
+)
+"""The event rows' Parquet columns (paths as Spark writes them) that hold a different value in
+almost every row: offsets always, timestamps and payloads nearly so."""
+
+
+def writer_options(output_format: str) -> dict[str, str]:
+    """The options the job writes its events with, in ``output_format``.
+
+    Why: Parquet's writer first tries a dictionary for every column, fills it for a whole page,
+    then finds it no smaller than the values and writes them plain. For the columns of
+    :data:`UNIQUE_COLUMNS` that was half of every executor's CPU (``make bench``); written plain
+    from the start, the files hold the same encodings. The other columns (sources, barrier
+    types, multiplicities) keep their dictionaries."""
+    if output_format != "parquet":
+        return {}
+    return {f"parquet.enable.dictionary#{column}": "false" for column in UNIQUE_COLUMNS}
+
 """Output formats, as the EventBuilder CRD allows (spec.spark.output.format); nscldaq: ring
 items as NSCLDAQ's glom writes them (:mod:`orderer.spark.nscldaq`)."""
 
@@ -505,7 +530,7 @@ def _stream(
     if args.format == "nscldaq":  # no file sink writes ring items: batch-id-named files
         writer = writer.foreachBatch(NscldaqSink(spark, layout.events, args.glom_source_id))
     else:  # the run's own directory, with its own sink log: the layout partitionBy("run") gives
-        writer = writer.format(args.format).option("path", layout.events)
+        writer = _events_writer(writer, args.format).option("path", layout.events)
     if args.trigger_seconds > 0:
         writer = writer.trigger(processingTime=f"{args.trigger_seconds} seconds")
     query = writer.start()
@@ -543,6 +568,11 @@ def _stream(
     if failure is not None:
         raise RuntimeError(f"the streaming query failed: {failure}")
     return batches, read_to
+
+
+def _events_writer(writer: Any, output_format: str) -> Any:
+    """A batch or a streaming writer of events, in ``output_format`` with its options."""
+    return writer.format(output_format).options(**writer_options(output_format))
 
 
 def _building(args: argparse.Namespace, glom: Any) -> dict[str, str]:
@@ -588,7 +618,7 @@ def _batch(spark: Any, args: argparse.Namespace, glom: Any, layout: Layout) -> i
         files.remove(spark, layout.events)
         NscldaqSink(spark, layout.events, args.glom_source_id)(events, 0)
     else:
-        events.write.format(args.format).mode("overwrite").save(layout.events)
+        _events_writer(events.write, args.format).mode("overwrite").save(layout.events)
     # the run's summary, report and checkpoint were the old one's
     files.remove(spark, layout.run_dir)
     return 1

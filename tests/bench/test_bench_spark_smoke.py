@@ -31,7 +31,12 @@ def test_bench_spark_runs_on_a_tiny_input(tmp_path: Path, capsys: Any) -> None:
         assert figures[phase]["fragments"] == n and figures[phase]["fragments_per_s"] > 0
     assert figures["evb_stream"]["events"] == figures["evb_batch"]["events"] > 0
     assert figures["baseline"]["events"] > 0
-    assert figures["evb_stream"]["micro_batches"] >= 3
+    # at most --micro-batches: each ends at the last event start within its share plus the
+    # longest event
+    assert 1 <= figures["evb_stream"]["micro_batches"] <= 3
+    assert 0 <= figures["evb_stream"]["start_to_first_batch_s"] <= figures["evb_stream"][
+        "from_start_s"
+    ]
     assert figures["ratio_evb_stream_over_baseline"] > 0
     latency = figures["latency"]
     assert latency["events"] > 0 and latency["p99_ms"] >= latency["p50_ms"] > 0
@@ -57,7 +62,8 @@ def test_bench_spark_scaling_runs_on_a_tiny_input(tmp_path: Path, capsys: Any) -
     assert measured[one]["partitions"] == 1 and measured[two]["partitions"] == 2
     # the partitions change where the work is done, never the events built
     assert measured[one]["evb_stream"]["events"] == measured[two]["evb_stream"]["events"] > 0
-    for phase in ("evb_stream", "evb_source_identity", "spark_identity", "spark_jvm"):
+    for phase in ("evb_stream", "evb_source_identity", "spark_identity", "spark_identity_tuned",
+                  "spark_jvm"):
         assert figures[phase][one] > 0 and figures[phase][two] > 0 and figures[phase]["scaling"] > 0
         assert measured[two][phase]["fragments"] == figures["fragments"] >= 3000
     assert figures["executor_cores_needed"] == -(-args.orderer_ingest // figures["job_per_core"])
@@ -66,6 +72,8 @@ def test_bench_spark_scaling_runs_on_a_tiny_input(tmp_path: Path, capsys: Any) -
     out = capsys.readouterr().out
     assert "scaling of the evb job local[2] / local[1]" in out
     assert "evb job / Spark's one-Python-step floor" in out and "evb spark-job as a process" in out
+    assert "evb job / that floor with the job's Parquet options" in out
+    assert set(figures["start_to_first_batch_s"]) >= {"evb_stream", "spark_identity"}
 
 
 def test_bench_spark_scaling_masters_are_local_n() -> None:

@@ -9,9 +9,12 @@ import itertools
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from orderer.errors import ConfigError
 from orderer.spark.glom import GlomConfig, build_events, event_starts, glom_batches
+from tests.soak import fuzz_settings
 from tests.spark.oracle import events_of, fragments_of, glom, glom_main, random_stream
 
 
@@ -113,6 +116,36 @@ def test_event_starts_and_the_oracle_are_glom_mains_loop(seed: int, max_fragment
     assert [list(e.offsets) for e in oracle] == by_glom
     if max_fragments < 1000 and dt:  # the limit cut some events here
         assert max(len(event) for event in by_glom) == max_fragments + 1
+
+
+_STAMPS = st.one_of(
+    st.integers(0, 60),  # close together: events of several fragments, late ones among them
+    st.integers(0, 2**63 - 1),  # anywhere the data source lets through
+    st.sampled_from([0, 1, 2**62, 2**63 - 2, 2**63 - 1]),
+)
+
+
+@fuzz_settings(300)
+@given(
+    fragments=st.lists(st.tuples(_STAMPS, st.sampled_from([0, 0, 0, 0, 0, 1, 7])), max_size=120),
+    dt=st.one_of(st.integers(0, 70), st.sampled_from([2**62, 2**63, 2**64 - 1, 2**64, 2**70])),
+    max_fragments=st.sampled_from([1, 2, 3, 5, 1000]),
+)
+def test_the_compiled_event_starts_are_glom_mains(
+    fragments: list[tuple[int, int]], dt: int, max_fragments: int
+) -> None:
+    """The compiled chain (``orderer/_core/glom_starts.pyx``) on any stream the data source lets
+    through (timestamps below 2**63, where glom's modulo-2**64 window and evb's exact one
+    agree), any window (up to and past 2**64) and any limit: glom's own loop's starts."""
+    ts = [t for t, _ in fragments]
+    barrier = [b for _, b in fragments]
+    expected = [event[0] for event in glom_main(ts, barrier, min(dt, 2**64 - 1), max_fragments)]
+    starts = event_starts(
+        np.array(ts, dtype=np.uint64), np.array(barrier, dtype=np.int64), dt=dt,
+        max_fragments=max_fragments,
+    )
+    assert starts.dtype == np.int64
+    assert starts.tolist() == expected
 
 
 def test_no_build_is_glom_nobuild_and_maxfragments_0() -> None:

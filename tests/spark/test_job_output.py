@@ -31,6 +31,30 @@ def _events(spark: Any, out: Path, run: str) -> list[Event]:
     return events_of(events.where(F.col("run") == run).drop("run").toArrow())
 
 
+def _assert_written_for_speed(events: Path) -> None:
+    """Every Parquet file of a run: the columns of ``job.UNIQUE_COLUMNS`` exist (a renamed
+    column would silently lose its setting) and carry no dictionary, even where one would have
+    been small (the payloads of ``random_stream`` repeat); the sources keep theirs. The job's
+    batch and streamed writes take their format and options from one place
+    (``job._events_writer``)."""
+    import pyarrow.parquet as pq
+
+    written = sorted(events.glob("*.parquet"))
+    assert written
+    for path in written:
+        meta = pq.ParquetFile(path).metadata
+        if meta.num_row_groups == 0:
+            continue
+        group = meta.row_group(0)
+        dictionary = {
+            group.column(i).path_in_schema: group.column(i).dictionary_page_offset is not None
+            for i in range(group.num_columns)
+        }
+        assert set(job.UNIQUE_COLUMNS) <= set(dictionary), path
+        assert not any(dictionary[column] for column in job.UNIQUE_COLUMNS), (path, dictionary)
+        assert dictionary["fragments.list.element.source"], path
+
+
 def _files(directory: Path) -> dict[str, float]:
     return {str(p.relative_to(directory)): p.stat().st_mtime for p in directory.rglob("*")}
 
@@ -50,6 +74,7 @@ def test_batch_runs_share_an_output_and_doing_one_again_replaces_only_it(
     # run a again, from other data and with another window: a is replaced, b is not touched
     result = _job(spark, "--path", str(other), "--dt", "50", "--output", str(out), "--run", "a")
     assert _events(spark, out, "a") == glom(fragments_of(stream), 50)
+    _assert_written_for_speed(out / "events" / "run=a")  # its payloads repeat
     assert _events(spark, out, "b") == glom(fragments_of(stream), 100)
     assert {**_files(out / "events" / "run=b"), **_files(out / "runs" / "b")} == b_before
     assert sorted(p.name for p in (out / "events").iterdir()) == ["run=a", "run=b"]
@@ -76,6 +101,7 @@ def test_streamed_runs_have_their_own_checkpoint_and_resume_only_their_own(
         assert result.summary["fragments"] == finished_run.fragments.num_rows
     assert (out / "runs" / "s1" / "checkpoint").is_dir()
     assert (out / "runs" / "s2" / "checkpoint").is_dir()
+    _assert_written_for_speed(out / "events" / "run=s1")
     s2_before = _files(out / "events" / "run=s2")
 
     # a driver that died in the middle of a micro-batch left a file the sink never committed
