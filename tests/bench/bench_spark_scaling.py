@@ -10,8 +10,10 @@ one data set written once:
    ``bench_spark.py`` (six sources, 16-byte payloads, a late backlog, sync barriers) and ends the
    run; it stays up and serves its ordered log to every streaming read; the same fragments are
    exported (not timed) to Parquet files, two per micro-batch;
-1. per master (``local[1]``, ``local[2]``; ``--rounds`` alternates them), after a warm-up that
-   starts the Python workers (not counted):
+1. per master (``local[1]``, ``local[2]``; ``--rounds`` alternates them), after a warm-up (not
+   counted) that starts the Python workers and lets the JIT compile both paths, evb's and the
+   floor's (``--warm-up`` fragments of each: one micro-batch by default), the phases below; the
+   odd rounds run the floors first, so that neither side always runs on a JVM the other warmed:
 
    - evb: the job's streaming query, ``readStream.format("evb")`` from the live orderer with
      ``numPartitions`` = the master's cores, the events built where the source reads them
@@ -78,9 +80,11 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fragments", type=int, default=2_000_000)
     parser.add_argument("--micro-batches", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=1, help="local[1], local[2] alternated")
-    parser.add_argument("--warm-up", type=int, default=20_000,
-                        help="fragments streamed first in each session, not counted (0: none)")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="local[1], local[2] alternated; the odd rounds run the floors first")
+    parser.add_argument("--warm-up", type=int, default=None,
+                        help="fragments streamed through evb and through the floor first in "
+                        "each session, not counted (default: one micro-batch's share; 0: none)")
     parser.add_argument("--orderer-ingest", type=float, default=2.3e6,
                         help="fragments/s one orderer takes in (cores-needed arithmetic); "
                         "default: the top of README's measured 1.2-2.3 M/s")
@@ -285,42 +289,50 @@ def _with_cpu(phase: Callable[[], dict[str, Any]], server: int) -> dict[str, Any
     return figures
 
 
+def _rows(spark: Any, files: Path) -> int:
+    return int(spark.read.parquet(str(files)).count())
+
+
 def _measure(spark: Any, master: str, server: Any, work: Path, n: int,
-             args: argparse.Namespace) -> dict[str, Any]:
-    """One master: warm-up, then the three streams; ``work`` is this round's directory."""
+             args: argparse.Namespace, floors_first: bool = False) -> dict[str, Any]:
+    """One master: warm-up, then the streams (the floors first when ``floors_first``);
+    ``work`` is this round's directory."""
     from orderer.spark.source import register
 
     register(spark)
     parts = cores_of(master)
     target, pid = server.target, server.process.pid
     micro_batches = args.micro_batches
-    warm = min(n, args.warm_up)
-    if warm:  # a new session starts its Python workers in its first query
+    warm = min(n, -(-n // micro_batches) if args.warm_up is None else args.warm_up)
+    if warm:  # a new session starts its Python workers in its first query; the JIT compiles
         print(f"{master}, {parts} partition(s): warm-up (not counted)")
         base._evb_stream(spark, target, work / "warm", warm, 2, until=warm, partitions=parts)
-    print(f"{master}, {parts} partition(s): measured")
-    evb = _with_cpu(
-        lambda: base._evb_stream(spark, target, work / "evb", n, micro_batches,
-                                 partitions=parts, label=f"evb job, {master}"), pid
-    )
-    source = _with_cpu(
-        lambda: _evb_identity(spark, target, work / "source", n, micro_batches, parts), pid
-    )
-    floor = _with_cpu(
-        lambda: _spark_identity(spark, work.parent / "fragments", work / "floor", n), pid
-    )
-    tuned = _with_cpu(
-        lambda: _spark_identity(spark, work.parent / "fragments", work / "tuned", n, True), pid
-    )
-    jvm = _with_cpu(lambda: _spark_jvm(spark, work.parent / "fragments", work / "jvm", n), pid)
+        files = work.parent / "warm-fragments"
+        _spark_identity(spark, files, work / "warm-floor", _rows(spark, files))
+    print(f"{master}, {parts} partition(s): measured" + (", floors first" if floors_first else ""))
+    fragments = work.parent / "fragments"
+    phases: dict[str, Callable[[], dict[str, Any]]] = {
+        "evb_stream": lambda: base._evb_stream(
+            spark, target, work / "evb", n, micro_batches, partitions=parts,
+            label=f"evb job, {master}",
+        ),
+        "evb_source_identity": lambda: _evb_identity(
+            spark, target, work / "source", n, micro_batches, parts
+        ),
+        "spark_identity": lambda: _spark_identity(spark, fragments, work / "floor", n),
+        "spark_identity_tuned": lambda: _spark_identity(spark, fragments, work / "tuned", n, True),
+        "spark_jvm": lambda: _spark_jvm(spark, fragments, work / "jvm", n),
+    }
+    order = list(phases)
+    if floors_first:
+        order = order[2:] + order[:2]
+    measured = {phase: _with_cpu(phases[phase], pid) for phase in order}
+    evb, floor = measured["evb_stream"], measured["spark_identity"]
+    tuned, jvm = measured["spark_identity_tuned"], measured["spark_jvm"]
     return {
         "master": master,
         "partitions": parts,
-        "evb_stream": evb,
-        "evb_source_identity": source,
-        "spark_identity": floor,
-        "spark_identity_tuned": tuned,
-        "spark_jvm": jvm,
+        **measured,
         "evb_over_spark_floor": round(evb["fragments_per_s"] / floor["fragments_per_s"], 2),
         "evb_over_tuned_floor": round(evb["fragments_per_s"] / tuned["fragments_per_s"], 2),
         "evb_over_jvm_floor": round(evb["fragments_per_s"] / jvm["fragments_per_s"], 2),
@@ -426,13 +438,16 @@ def run(sessions: Sessions, args: argparse.Namespace) -> dict[str, Any]:
     rounds: list[dict[str, Any]] = []
     try:
         base._export(work / "data", work / "fragments", 2 * args.micro_batches)
+        (work / "warm-fragments").mkdir()  # one micro-batch's files, to warm the floor's path
+        for name in sorted(p.name for p in (work / "fragments").glob("*.parquet"))[:2]:
+            shutil.copy(work / "fragments" / name, work / "warm-fragments" / name)
         for k in range(args.rounds):
             measured: dict[str, Any] = {}
             for master in MASTERS:
                 with sessions(master) as spark:
                     measured[master] = _measure(spark, master, server,
                                                 work / f"round-{k}-{cores_of(master)}", n,
-                                                args)
+                                                args, floors_first=k % 2 == 1)
             rounds.append(measured)
     finally:
         server.stop()

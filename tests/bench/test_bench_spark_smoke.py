@@ -53,7 +53,7 @@ def test_bench_spark_scaling_runs_on_a_tiny_input(tmp_path: Path, capsys: Any) -
         yield spark
 
     args = bench_spark_scaling._parser().parse_args(
-        ["--fragments", "3000", "--micro-batches", "1", "--warm-up", "0",
+        ["--fragments", "3000", "--micro-batches", "1", "--warm-up", "300", "--rounds", "2",
          "--job-fragments", "4000", "--workdir", str(tmp_path / "w")]
     )
     figures = bench_spark_scaling.run(shared, args)
@@ -73,6 +73,7 @@ def test_bench_spark_scaling_runs_on_a_tiny_input(tmp_path: Path, capsys: Any) -
     assert "scaling of the evb job local[2] / local[1]" in out
     assert "evb job / Spark's one-Python-step floor" in out and "evb spark-job as a process" in out
     assert "evb job / that floor with the job's Parquet options" in out
+    assert out.count("warm-up (not counted)") == 4 and out.count("measured, floors first") == 2
     assert set(figures["start_to_first_batch_s"]) >= {"evb_stream", "spark_identity"}
 
 
