@@ -85,9 +85,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--warm-up", type=int, default=None,
                         help="fragments streamed through evb and through the floor first in "
                         "each session, not counted (default: one micro-batch's share; 0: none)")
-    parser.add_argument("--orderer-ingest", type=float, default=2.3e6,
+    parser.add_argument("--orderer-ingest", type=float, default=7.2e6,
                         help="fragments/s one orderer takes in (cores-needed arithmetic); "
-                        "default: the top of README's measured 1.2-2.3 M/s")
+                        "default: README's 'The service', make bench, 7.18 M/s")
     parser.add_argument("--job-fragments", type=int, default=None,
                         help="the job as a process (part 3) on runs of N / 4 and N fragments "
                         "(default: --fragments; 0: leave part 3 out)")
