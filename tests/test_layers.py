@@ -1,10 +1,12 @@
 """The layers of evb hold: the import-linter contracts in ``.importlinter`` (run here, so that
 ``make test`` fails on a breach, and shown to fail on one), plus what import-linter cannot see:
-the imports of the Cython core's ``.pyx``/``.pxd`` files, and ``operator/`` not being a package.
+every module falling in a layer (a module in none is in no contract), the imports of the Cython
+core's ``.pyx``/``.pxd`` files, and ``operator/`` not being a package.
 """
 
 from __future__ import annotations
 
+import configparser
 import os
 import re
 import shutil
@@ -66,6 +68,94 @@ def test_a_client_importing_the_service_or_a_cycle_breaks_the_contracts(tmp_path
     assert "orderer is layered: each layer imports only the layers below it BROKEN" in out
     assert "no import cycle between the modules of a package BROKEN" in out
     assert "orderer.client.readers -> orderer.service.server" in out
+
+
+UNLAYERED = "orderer"
+"""The one module no layer holds: the package itself, the public API's names taken from the
+domain's modules (a layer cannot hold the package whose subpackages are layers)."""
+GENERATED = "orderer._proto"
+"""The generated gRPC stubs: in no layer, the protobuf-at-the-edge contract rules their use."""
+
+
+def _contracts(root: Path) -> configparser.ConfigParser:
+    config = configparser.ConfigParser()
+    config.read(root / ".importlinter")
+    return config
+
+
+def _names(value: str) -> list[str]:
+    """The module names of an option: one a line, or several on a line separated by ``|``."""
+    return [name.strip() for line in value.splitlines() for name in line.split("|") if name.strip()]
+
+
+def _layers(root: Path) -> list[str]:
+    return _names(_contracts(root)["importlinter:contract:layers"]["layers"])
+
+
+def _product_modules(root: Path) -> list[str]:
+    """Every module of ``orderer`` and ``evb_operator`` found on disk, as a dotted name (a
+    package by its ``__init__``), compiled ``.pyx`` included."""
+    modules = []
+    for top in (root / "orderer", root / "operator" / "evb_operator"):
+        for path in sorted([*top.rglob("*.py"), *top.rglob("*.pyx")]):
+            if "__pycache__" in path.parts:
+                continue
+            parts = (top.name, *path.relative_to(top).with_suffix("").parts)
+            modules.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return modules
+
+
+def _outside_layers(root: Path) -> list[str]:
+    layers = _layers(root)
+    return [
+        module
+        for module in _product_modules(root)
+        if module not in (UNLAYERED, GENERATED) and not module.startswith(GENERATED + ".")
+        and not any(module == layer or module.startswith(layer + ".") for layer in layers)
+    ]
+
+
+def test_every_product_module_falls_in_a_layer() -> None:
+    """A module in no layer is in no contract that names packages: ``orderer.replay_sweep``
+    once fell out of all of them. So every module of ``orderer/`` and ``operator/evb_operator/``
+    (found on disk, not by import-linter, which only sees what the contracts name) equals or
+    sits under a layer of ``.importlinter``."""
+    modules = _product_modules(REPO)
+    assert {"orderer.api", "orderer.replay.sweep", "orderer._core.core", "evb_operator.specs",
+            "orderer.cli.__main__"} <= set(modules), modules
+    assert _outside_layers(REPO) == []
+
+
+def test_a_module_in_no_layer_is_caught(tmp_path: Path) -> None:
+    shutil.copy(REPO / ".importlinter", tmp_path / ".importlinter")
+    for module in ("orderer/__init__.py", "orderer/api.py", "orderer/newthing.py",
+                   "orderer/replay/__init__.py", "orderer/replay/sweep.py",
+                   "orderer/_proto/evb/v1/orderer_pb2.py", "orderer/newpackage/__init__.py",
+                   "operator/evb_operator/handlers.py"):
+        (tmp_path / module).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / module).write_text("")
+    assert _outside_layers(tmp_path) == ["orderer.newpackage", "orderer.newthing"]
+
+
+EDGES = {
+    "grpc-at-the-edge": {"orderer.wire", "orderer.service", "orderer.client"},
+    "protobuf-at-the-edge": {"orderer.wire", "orderer.service", "orderer.client"},
+    "pyspark-in-spark": {"orderer.spark"},
+}
+"""The layers each edge contract allows its import: the contract's sources are all the others."""
+
+
+def test_the_edge_contracts_name_every_layer_but_the_edge() -> None:
+    """A forbidden contract lists its sources, so a new layer left out of it would escape it:
+    each edge contract's sources are exactly the layers that are not its edge."""
+    config = _contracts(REPO)
+    layers = set(_layers(REPO))
+    for name, edge in EDGES.items():
+        sources = set(_names(config[f"importlinter:contract:{name}"]["source_modules"]))
+        assert edge <= layers, name
+        assert sources == layers - edge, (
+            f"{name}: missing {sorted(layers - edge - sources)}, extra {sorted(sources - layers)}"
+        )
 
 
 def _cython_imports(path: Path) -> set[str]:

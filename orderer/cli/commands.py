@@ -1,6 +1,6 @@
 """What each ``evb`` command does with its parsed flags: one ``cmd_*`` function a command, which
 builds the library's arguments from the flags and calls the library; the work is elsewhere
-(:mod:`orderer.replay`, :mod:`orderer.remote`, :mod:`orderer.client`, :mod:`orderer.service`,
+(:mod:`orderer.replay`, :mod:`orderer.apps`, :mod:`orderer.client`, :mod:`orderer.service`,
 :mod:`orderer.spark.job`, the demos).
 
 Each returns the command's exit status; an error a user can cause is raised as the library's
@@ -42,15 +42,15 @@ __all__ = [
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from orderer.replay_stream import input_files, recorded_parameters
-    from orderer.replay_sweep import (
+    from orderer.formats.result_files import check_results
+    from orderer.replay.stream import input_files, recorded_parameters
+    from orderer.replay.sweep import (
         Setting,
         output_for,
         print_summary,
         replay_sweep,
         write_sweep_stats,
     )
-    from orderer.result_files import check_results
 
     # a data directory's own parameters under the flags: replayed as it was recovered
     base = None if args.input is None else recorded_parameters(args.input)
@@ -83,10 +83,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def _replay_nscldaq(args: argparse.Namespace, config: Any) -> int:
     """``evb replay --nscldaq``: the ring items' fragments as records, all at t = 0, through
     the same replay (and output) as a JSON Lines run."""
+    from orderer.formats.json_lines import write_emitted
+    from orderer.formats.result_files import staged
     from orderer.nscldaq.reader import read_records
-    from orderer.replay import replay, write_emitted
-    from orderer.replay_stream import write_stats
-    from orderer.result_files import staged
+    from orderer.replay.simulate import replay
+    from orderer.replay.stream import write_stats
 
     records = read_records(args.nscldaq, skip_unstamped=args.skip_unstamped)
     emitted, counters = replay(records, config)
@@ -99,7 +100,7 @@ def _replay_nscldaq(args: argparse.Namespace, config: Any) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     if args.replay_only:
-        from orderer.demo import run_demo
+        from orderer.apps.demo import run_demo
 
         return run_demo(output_dir=args.output_dir, seed=args.seed)
     import importlib.util
@@ -164,7 +165,7 @@ def _int_list(flag: str, text: str | None) -> list[int] | None:
 
 
 def _stalls(texts: list[str]) -> tuple[Any, ...]:
-    from orderer.synthetic import Stall
+    from orderer.replay.synthetic import Stall
 
     stalls = []
     for text in texts:
@@ -196,7 +197,7 @@ _SYNTHETIC_FLAGS = {
 
 def _synthetic_run(args: argparse.Namespace) -> Any:
     """The ``SyntheticRun`` of ``evb send``'s flags; an error names the flag."""
-    from orderer.synthetic import SyntheticRun
+    from orderer.replay.synthetic import SyntheticRun
 
     try:
         return SyntheticRun(
@@ -216,13 +217,13 @@ def _synthetic_run(args: argparse.Namespace) -> Any:
 
 
 def cmd_send(args: argparse.Namespace) -> int:
-    from orderer.remote import send_records, send_synthetic
+    from orderer.apps.send import send_records, send_synthetic
 
     # the SourceClient keywords (agreed with orderer.client)
     options = {"batch_size": args.client_batch, "linger": args.linger, **_connection(args)}
     progress = not args.no_progress
     if args.nscldaq is not None:
-        from orderer.remote import send_nscldaq
+        from orderer.apps.send import send_nscldaq
 
         if args.replay is not None:
             raise ConfigError("--nscldaq", None, "give either --replay or --nscldaq, not both")
@@ -254,7 +255,7 @@ def cmd_send(args: argparse.Namespace) -> int:
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
-    from orderer.remote import tail, tail_nscldaq
+    from orderer.apps.tail import tail, tail_nscldaq
 
     if args.nscldaq is not None:
         if args.payload:
@@ -292,7 +293,7 @@ def _binary_out(name: str) -> Iterator[IO[bytes]]:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from orderer.remote import print_stats
+    from orderer.apps.stats import print_stats
 
     print_stats(
         args.target,
@@ -306,7 +307,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_top(args: argparse.Namespace) -> int:
-    from orderer.top import run_top
+    from orderer.apps.top import run_top
 
     return run_top(
         args.target,
@@ -356,12 +357,12 @@ def cmd_begin_run(args: argparse.Namespace) -> int:
 
 
 def cmd_forward(args: argparse.Namespace) -> int:
-    """``evb forward``: one orderer's ordered output into another (:mod:`orderer.forward`).
+    """``evb forward``: one orderer's ordered output into another (:mod:`orderer.apps.forward`).
     It runs for a whole run (a Deployment's container in a cluster): its steps and reconnects
     are logged at info level on stderr."""
     import logging
 
-    from orderer.forward import forward
+    from orderer.apps.forward import forward
 
     logging.basicConfig(
         level=logging.INFO,
@@ -404,7 +405,7 @@ def cmd_consumers(args: argparse.Namespace) -> int:
         return 0
     if args.name is not None:
         raise ConfigError("NAME", args.name, "only evb consumers delete takes a name")
-    from orderer.console import consumers_tables, write
+    from orderer.apps.console import consumers_tables, write
 
     stats = get_stats(args.target, barrier_log_limit=1, **connection)
     if args.json:

@@ -319,7 +319,7 @@ class AsyncSourceClient:
 
     async def send_fragments(self, batch: FragmentBatch) -> None:
         """A :class:`~orderer.batch.FragmentBatch` of one source (e.g. from
-        :func:`orderer.synthetic.iter_batches`), payloads included."""
+        :func:`orderer.replay.synthetic.iter_batches`), payloads included."""
         self._check()
         source = single_source(batch)
         self._register(source)

@@ -9,8 +9,8 @@ logs (a file in the way, no permission) is a :class:`~orderer.errors.ConfigError
 flag, said before the service starts, instead of an ``OSError`` from deep in the storage.
 
 The run's parameters are the run's: a new directory records those it begins with
-(:data:`~orderer.log_format.PARAMETERS`) before its logs hold anything, and every later start
-recovers the run with them, whatever its command line; what that command line gives otherwise
+(:data:`~orderer.formats.log_format.PARAMETERS`) before its logs hold anything, and every later
+start recovers the run with them, whatever its command line; what that command line gives otherwise
 is weighed by :mod:`orderer.service.restart` before anything is written. A directory that holds
 logs but no recorded parameters was written by an evb that did not record them: it is
 recovered with the parameters given, as it always was.
@@ -25,10 +25,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from orderer import log_format
 from orderer.config import OrdererConfig
 from orderer.errors import ConfigError, InternalOrdererError
-from orderer.log_format import ARRIVALS, ORDERED
+from orderer.formats import log_format
+from orderer.formats.log_format import ARRIVALS, ORDERED
 from orderer.service import restart
 from orderer.service.settings import GivenParameter
 from orderer.service.storage import (

@@ -1,5 +1,5 @@
 """A restart weighed against the run it continues: the parameters a start gives, against those
-the run's data directory recorded when it began (:data:`orderer.log_format.PARAMETERS`).
+the run's data directory recorded when it began (:data:`orderer.formats.log_format.PARAMETERS`).
 
 Why: the run's parameters belong to the run, not to the command line that happens to restart
 it. A shift crew restarting a hand-run orderer with a bare ``evb serve --data-dir D``, a

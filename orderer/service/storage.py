@@ -9,8 +9,8 @@ crash kept from being written, so every offset is written exactly once. The orde
 consumers read (``Subscribe``, ``evb tail``, Spark); its offsets are the ``seq`` of ``evb replay``.
 
 Both logs are directories of segment files in Arrow IPC stream format; the format (schemas,
-segment names, the torn-tail rule, the conversions) is :mod:`orderer.log_format`'s, which the
-readers outside the service share. This module writes through it, with the durability the
+segment names, the torn-tail rule, the conversions) is :mod:`orderer.formats.log_format`'s, which
+the readers outside the service share. This module writes through it, with the durability the
 service needs: fsync policies, a failed write cut back, retention, recovery.
 """
 
@@ -32,14 +32,14 @@ from typing import Any, ClassVar, Self
 import numpy as np
 import pyarrow as pa
 
-from orderer import log_format
 from orderer.api import Orderer
 from orderer.batch import ArrivalKind, ArrivalRecords, EmittedBatch
 from orderer.clock import MonotonicClock
 from orderer.config import OrdererConfig
 from orderer.errors import InterfaceError, InternalOrdererError
-from orderer.replay import write_records
-from orderer.run_walk import walk_arrivals
+from orderer.formats import log_format
+from orderer.formats.json_lines import write_records
+from orderer.replay.run_walk import walk_arrivals
 from orderer.wire import convert
 
 __all__ = [
@@ -88,8 +88,9 @@ class _BatchRef:
 class _SegmentedStream:
     """Append-only record batches in rolling Arrow IPC stream files; one job: bytes on disk.
 
-    Segments are named and read as :mod:`orderer.log_format` says. Opening scans every segment,
-    cuts a torn last batch and indexes the rest; appends always go to a fresh segment after that.
+    Segments are named and read as :mod:`orderer.formats.log_format` says. Opening scans every
+    segment, cuts a torn last batch and indexes the rest; appends always go to a fresh segment
+    after that.
     """
 
     def __init__(

@@ -7,7 +7,8 @@ end-run barrier), and the Spark job in local mode (``local[2]``) consuming the o
 live, building events and writing Parquet, the run summary and the report. At the end: the
 summary, and where the report and the Parquet files are. About a minute and a half here.
 
-``evb demo --replay-only`` is the older in-process demo (:mod:`orderer.demo`, no gRPC, no Spark).
+``evb demo --replay-only`` is the older in-process demo (:mod:`orderer.apps.demo`, no gRPC, no
+Spark).
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from orderer import synthetic
+from orderer.apps.send import send_synthetic
 from orderer.client import end_run
 from orderer.errors import ServiceUnavailable
-from orderer.remote import send_synthetic
+from orderer.replay import synthetic
 from orderer.spark import job
 
 __all__ = ["live_run", "run_live_demo"]

@@ -22,8 +22,8 @@ the run (``GetStats.run_ended``) the end of the log closes it.
 
 A batch read of a log directory plans its partitions one record batch at a time
 (:func:`plan_log`): the driver never holds the run's timestamps, whatever its size. The log is
-read through :mod:`orderer.log_format` (segments, the torn-tail rule, the columns), the module
-the orderer writes it with.
+read through :mod:`orderer.formats.log_format` (segments, the torn-tail rule, the columns), the
+module the orderer writes it with.
 
 Offsets are ``{"offset": N}``, the ordered log's offset (replayable: the orderer serves any offset
 it still holds). ``commit`` tells the orderer (``Commit``) that the query processed everything
@@ -69,7 +69,7 @@ from pyspark.sql.types import StructType
 
 from orderer.batch import EmittedBatch
 from orderer.errors import ConfigError, InterfaceError, ServiceUnavailable
-from orderer.log_format import ordered_batches, ordered_segments
+from orderer.formats.log_format import ordered_batches, ordered_segments
 from orderer.spark.glom import (
     EVENT_SPARK_SCHEMA,
     FRAGMENT_SCHEMA,

@@ -30,10 +30,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from orderer.apps.send import send_nscldaq
 from orderer.batch import FragmentBatch
 from orderer.client import SourceClient
 from orderer.nscldaq.reader import RingItemReader
-from orderer.remote import send_nscldaq
 from tests.e2e.conftest import ServerProcess
 
 OPTIONS = {"batch_size": 4096, "linger": 0.05}

@@ -2,7 +2,7 @@
 
 Not a pytest test: run it as ``python tests/bench/bench_orderer.py [--fragments N] [--sources S]``
 (with the repository on ``PYTHONPATH``, or from the checkout). Every figure comes from one run on
-one synthetic data set (:mod:`orderer.synthetic`, generated up front and never timed):
+one synthetic data set (:mod:`orderer.replay.synthetic`, generated up front and never timed):
 
 a. ordering throughput: per-source batches fed through ``Orderer.submit`` on a simulated clock,
    draining ``take_emitted`` as a consumer would, then ``end_run``; fragments per second, one core;
@@ -12,7 +12,7 @@ b. the baseline a physicist would otherwise write, ``heapq.merge`` over the per-
 c. memory per queued fragment, with a declared source that never sends holding everything in the
    queues: allocated capacity (``memory_bytes() / queued``), tracemalloc and RSS deltas;
 d. ``evb replay`` (``replay_path``) on a JSON Lines file of about a million records from
-   :func:`orderer.synthetic.write_jsonl`, whole and split into parse, ordering and write.
+   :func:`orderer.replay.synthetic.write_jsonl`, whole and split into parse, ordering and write.
 
 ``--json PATH`` writes the figures as JSON.
 """
@@ -45,9 +45,10 @@ from rich.console import Console
 from rich.table import Table
 
 from orderer import FragmentBatch, Orderer, OrdererConfig, SimulatedClock
-from orderer.replay import read_records, replay, write_emitted
-from orderer.replay_stream import replay_path
-from orderer.synthetic import SyntheticRun, generate_records, iter_batches, write_jsonl
+from orderer.formats.json_lines import read_records, write_emitted
+from orderer.replay.simulate import replay
+from orderer.replay.stream import replay_path
+from orderer.replay.synthetic import SyntheticRun, generate_records, iter_batches, write_jsonl
 
 TARGET_THROUGHPUT = 25e6
 TARGET_RATIO = 10.0

@@ -8,7 +8,7 @@ a. an arrival log of ``--records`` records (16 sources, 32-byte payloads, 1000-f
    sync and end-run barriers from every source, an end of source each), written as the service
    writes it: arrivals joined into record batches of about ``JOIN_RECORDS`` (32,768) rows, each
    row with its arrival time, 64 MB segments;
-b. its replay (``orderer.replay_stream.replay_path``) to ``.arrow`` output (the ordered log's
+b. its replay (``orderer.replay.stream.replay_path``) to ``.arrow`` output (the ordered log's
    layout) and stats only, each in a child process of its own, which reports its wall time and
    its peak RSS (VmHWM); the same on a log of ``--small-records`` records shows whether memory
    stays bounded (about the same peak at both lengths). The startup delay is 0.2 s: the
@@ -45,11 +45,11 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from orderer import log_format
 from orderer.batch import ArrivalKind, ArrivalRecords
 from orderer.config import OrdererConfig
+from orderer.formats import log_format
+from orderer.replay.synthetic import SyntheticRun, generate_records, iter_batches, write_jsonl
 from orderer.service.group_commit import JOIN_RECORDS
-from orderer.synthetic import SyntheticRun, generate_records, iter_batches, write_jsonl
 
 TARGET = 10e6
 SOURCES = 16
@@ -116,7 +116,7 @@ def write_arrival_log(directory: Path, records: int, message: int = MESSAGE) -> 
 
 def _child(input_path: str, output: str, startup_delay: str) -> None:
     """One timed replay in this process; prints its figures as JSON."""
-    from orderer.replay_stream import replay_path
+    from orderer.replay.stream import replay_path
 
     config = OrdererConfig(startup_delay=float(startup_delay))
     start = time.perf_counter()

@@ -2,7 +2,7 @@
 
 Not a pytest test: run it as ``python tests/bench/bench_service.py [--fragments N]`` (with the
 repository on ``PYTHONPATH``, or from the checkout). Every figure comes from one run on one
-synthetic data set (:mod:`orderer.synthetic`: 16 sources, per-source increasing timestamps
+synthetic data set (:mod:`orderer.replay.synthetic`: 16 sources, per-source increasing timestamps
 interleaved in arrival order, batches of 1000 fragments with 32-byte payloads), generated and
 encoded up front and never timed. The servers run in subprocesses on 127.0.0.1; this process is
 the sender (one asyncio loop, a few ``Submit`` streams on their own channels, the sources spread
@@ -82,7 +82,7 @@ from rich.table import Table
 from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
 from orderer.batch import FragmentBatch
-from orderer.synthetic import SyntheticRun, iter_batches
+from orderer.replay.synthetic import SyntheticRun, iter_batches
 from orderer.wire import convert
 
 MANY_CORES = (os.cpu_count() or 1) >= 8

@@ -55,13 +55,13 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from orderer.apps.send import send_synthetic  # noqa: E402
 from orderer.client import SourceClient, end_run  # noqa: E402
-from orderer.log_format import ordered_batches  # noqa: E402
-from orderer.remote import send_synthetic  # noqa: E402
+from orderer.formats.log_format import ordered_batches  # noqa: E402
+from orderer.replay.synthetic import Stall, SyntheticRun  # noqa: E402
 from orderer.spark.demo import _Server  # noqa: E402
 from orderer.spark.glom import GlomConfig, build_events, event_starts  # noqa: E402
 from orderer.spark.source import fragment_rows, segment_files  # noqa: E402
-from orderer.synthetic import Stall, SyntheticRun  # noqa: E402
 
 DT = 100_000
 TICK_RATE = 1e8

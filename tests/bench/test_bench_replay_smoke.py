@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from orderer.config import OrdererConfig
-from orderer.replay_stream import replay_path
+from orderer.replay.stream import replay_path
 from tests.bench.bench_replay import main, write_arrival_log
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from orderer.apps.stats import write_stats
 from orderer.cli import main
-from orderer.remote import write_stats
-from orderer.synthetic import SyntheticRun, generate_records, write_jsonl
+from orderer.replay.synthetic import SyntheticRun, generate_records, write_jsonl
 from tests.e2e.conftest import ServerProcess, environment, evb_command
 
 

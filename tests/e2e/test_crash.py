@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from orderer.client import OrderedStreamReader, end_run, get_stats
-from orderer.synthetic import SyntheticRun, iter_batches
+from orderer.replay.synthetic import SyntheticRun, iter_batches
 from tests.e2e.conftest import ServerProcess, environment, evb_command
 
 SPEC = SyntheticRun(

@@ -20,7 +20,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from orderer.batch import FragmentBatch
 from orderer.client import OrderedStreamReader, SourceClient, end_run, get_stats
 from orderer.config import OrdererConfig
-from orderer.replay import read_records, replay
+from orderer.formats.json_lines import read_records
+from orderer.replay.simulate import replay
 from orderer.service.server import LIVENESS_SERVICE
 from orderer.service.storage import ArrivalLog
 from tests.e2e.conftest import ServerProcess

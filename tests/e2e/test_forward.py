@@ -25,12 +25,12 @@ from typing import Any
 
 import pytest
 
+from orderer.apps.forward import _counts_from, _metadata
 from orderer.batch import EmittedBatch
 from orderer.client import OrderedStreamReader, commit, end_run, get_stats
 from orderer.config import OrdererConfig
-from orderer.forward import _counts_from, _metadata
-from orderer.replay import replay
-from orderer.synthetic import SyntheticRun, generate_records, iter_batches
+from orderer.replay.simulate import replay
+from orderer.replay.synthetic import SyntheticRun, generate_records, iter_batches
 from tests.e2e.conftest import ServerProcess, environment, evb_command
 
 SPEC = SyntheticRun(

@@ -25,7 +25,8 @@ import numpy as np
 
 from orderer import FragmentBatch, OrdererConfig
 from orderer.client import OrderedStreamReader, SourceClient, end_run, get_stats
-from orderer.replay import read_records, replay
+from orderer.formats.json_lines import read_records
+from orderer.replay.simulate import replay
 from orderer.service.storage import ArrivalLog
 from tests.e2e.conftest import REPO, ServerProcess, environment
 

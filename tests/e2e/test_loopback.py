@@ -12,9 +12,10 @@ from pathlib import Path
 
 from orderer.client import OrderedStreamReader, end_run, get_stats
 from orderer.config import OrdererConfig
-from orderer.replay import read_records, replay
+from orderer.formats.json_lines import read_records
+from orderer.replay.simulate import replay
+from orderer.replay.synthetic import Stall, SyntheticRun, iter_batches
 from orderer.service.storage import ArrivalLog
-from orderer.synthetic import Stall, SyntheticRun, iter_batches
 from tests.e2e.conftest import ServerProcess, environment, evb_command
 
 SPEC = SyntheticRun(

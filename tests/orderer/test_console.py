@@ -1,4 +1,4 @@
-"""The statistics as a person reads them (orderer/console.py): ``evb stats``' sections and
+"""The statistics as a person reads them (orderer/apps/console.py): ``evb stats``' sections and
 ``evb top``'s frame drawn from hand-built statistics in the ``evb stats --json`` layout, at 80
 columns, plain (a pipe) and styled (a terminal). The same drawings against a real server are in
 ``tests/e2e/test_top.py``."""
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from orderer.console import consumers_tables, stats_table, top_frame, write
+from orderer.apps.console import consumers_tables, stats_table, top_frame, write
 
 WALL = 1.7e9
 TITLES = ("Counters", "Queues", "Out of order (newest)", "Barriers", "Connections", "Consumers")

@@ -1,4 +1,4 @@
-"""Tests of :mod:`orderer.demo` (``evb demo``): it runs quickly and leaves a replayable run."""
+"""Tests of :mod:`orderer.apps.demo` (``evb demo``): it runs quickly and leaves a replayable run."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from orderer.apps.demo import run_demo
 from orderer.cli import main
-from orderer.demo import run_demo
 
 
 def test_run_demo_writes_the_run_and_its_results(

@@ -12,7 +12,7 @@ import pytest
 from orderer import EmittedBatch, Orderer, OrdererConfig
 from orderer.batch import ArrivalKind
 from orderer.clock import SimulatedClock
-from orderer.synthetic import Stall, SyntheticRun, generate_records
+from orderer.replay.synthetic import Stall, SyntheticRun, generate_records
 
 
 @pytest.mark.parametrize("payload_size", [0, 6])

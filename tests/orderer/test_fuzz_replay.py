@@ -1,7 +1,7 @@
-"""Hypothesis fuzzer over the replay reader (``orderer/replay.py``): arbitrary lines, lines that
-are JSON of the wrong shape, and good runs with one line damaged. ``read_records`` either
-returns records (which then replay without error) or raises ``RecordError`` whose message is
-``line N: ...`` with N a line of the input: never another exception, never a hang (each input
+"""Hypothesis fuzzer over the replay reader (``orderer/formats/json_lines.py``): arbitrary lines,
+lines that are JSON of the wrong shape, and good runs with one line damaged. ``read_records``
+either returns records (which then replay without error) or raises ``RecordError`` whose message
+is ``line N: ...`` with N a line of the input: never another exception, never a hang (each input
 has :data:`SECONDS`).
 
 ``EVB_SOAK=1`` (``make soak``) runs twenty times as many inputs, not derandomized.
@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from orderer import OrdererConfig
 from orderer.errors import RecordError
-from orderer.replay import read_records, replay
+from orderer.formats.json_lines import read_records
+from orderer.replay.simulate import replay
 from tests.soak import fuzz_settings
 
 SECONDS = 5

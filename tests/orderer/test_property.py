@@ -26,7 +26,8 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from orderer import FragmentBatch, Orderer, OrdererConfig, SimulatedClock
-from orderer.replay import read_records, replay
+from orderer.formats.json_lines import read_records
+from orderer.replay.simulate import replay
 from tests.oracle import oracle_run
 
 MAX_ID = 2**32 - 1

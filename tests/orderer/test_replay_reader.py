@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orderer.errors import RecordError
-from orderer.replay import _read_checked, read_records
+from orderer.formats.json_lines import _read_checked, read_records
 
 _fragment = st.fixed_dictionaries(
     {"source": st.integers(0, 2**32 - 1), "ts": st.integers(0, 2**64 - 2)},

@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from orderer import log_format
 from orderer.cli import main
 from orderer.config import OrdererConfig
-from orderer.replay_stream import replay_path
+from orderer.formats import log_format
+from orderer.replay.stream import replay_path
 from tests.orderer.test_replay_stream import _arrow_rows, _log_rows
 
 

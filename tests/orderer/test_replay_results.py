@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from orderer import log_format
 from orderer.cli import main
-from orderer.replay import read_records
+from orderer.formats import log_format
+from orderer.formats.json_lines import read_records
 from tests.conftest import example_dirs
 from tests.orderer.test_replay_stream import write_input
 

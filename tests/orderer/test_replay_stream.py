@@ -13,13 +13,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from orderer import log_format
 from orderer.batch import ArrivalKind, ArrivalRecords
 from orderer.cli import main
 from orderer.config import OrdererConfig
 from orderer.errors import ConfigError
-from orderer.replay import read_records
-from orderer.replay_stream import input_batches, replay_path
+from orderer.formats import log_format
+from orderer.formats.json_lines import read_records
+from orderer.replay.stream import input_batches, replay_path
 from tests.conftest import example_dirs
 
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from orderer.cli import main
-from orderer.replay_sweep import DelayHistogram
-from orderer.synthetic import Stall, SyntheticRun, generate_records, write_jsonl
+from orderer.replay.sweep import DelayHistogram
+from orderer.replay.synthetic import Stall, SyntheticRun, generate_records, write_jsonl
 from tests.conftest import example_dirs
 from tests.orderer.test_replay_stream import write_input
 

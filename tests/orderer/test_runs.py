@@ -14,7 +14,8 @@ import pytest
 
 from orderer import Orderer, OrdererConfig, SimulatedClock
 from orderer.errors import ConfigError
-from orderer.replay import read_records, replay
+from orderer.formats.json_lines import read_records
+from orderer.replay.simulate import replay
 from tests.oracle import oracle_run
 
 BASE = {"startup_delay": 0, "sources": [1, 2], "build_window": 20}

@@ -16,7 +16,8 @@ import pytest
 from orderer import FragmentBatch, Orderer, OrdererConfig, SimulatedClock
 from orderer.batch import ArrivalKind, ArrivalRecords
 from orderer.errors import InterfaceError, RecordError
-from orderer.replay import read_records, replay, write_records
+from orderer.formats.json_lines import read_records, write_records
+from orderer.replay.simulate import replay
 from tests.oracle import Oracle, oracle_run
 
 

@@ -1,5 +1,5 @@
-"""Tests of :mod:`orderer.synthetic`: the generated runs are deterministic, well formed, replayable
-and have the features their spec asks for."""
+"""Tests of :mod:`orderer.replay.synthetic`: the generated runs are deterministic, well formed,
+replayable and have the features their spec asks for."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import pytest
 
 from orderer import ConfigError, Orderer, OrdererConfig, SimulatedClock
 from orderer.batch import EmittedBatch
-from orderer.replay import END, FRAGMENT, read_records, replay
-from orderer.synthetic import (
+from orderer.formats.json_lines import END, FRAGMENT, read_records
+from orderer.replay.simulate import replay
+from orderer.replay.synthetic import (
     BEGIN_RUN,
     END_RUN,
     SYNC,

@@ -18,9 +18,9 @@ import pytest
 
 from orderer import OrdererConfig
 from orderer import client as lib
+from orderer.apps.tail import tail
 from orderer.client import DEFAULT_CONNECT_TIMEOUT, ChannelSecurity
 from orderer.errors import AuthenticationError, InterfaceError, ServiceUnavailable
-from orderer.remote import tail
 from tests.certs import make_pki
 from tests.service.harness import run, serving, target
 

@@ -18,7 +18,6 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from orderer import log_format
 from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer.batch import ArrivalKind, FragmentBatch
 from orderer.client import configure_async, get_stats_async
@@ -30,6 +29,7 @@ from orderer.config import (
     parameter_value,
 )
 from orderer.errors import ConfigError
+from orderer.formats import log_format
 from orderer.service.server import RunningServer, start_server
 from orderer.service.settings import GivenParameter, ServiceConfig
 from orderer.wire import convert

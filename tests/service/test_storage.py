@@ -20,7 +20,8 @@ from orderer import (
 )
 from orderer.batch import ArrivalKind, ArrivalRecords
 from orderer.clock import SimulatedClock
-from orderer.replay import read_records, replay
+from orderer.formats.json_lines import read_records
+from orderer.replay.simulate import replay
 from orderer.service.storage import (
     ArrivalLog,
     FsyncPolicy,
@@ -234,7 +235,7 @@ def test_a_large_append_is_stored_in_bounded_record_batches(tmp_path: Path) -> N
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.uint32, np.uint64, np.float64, np.bool_])
 def test_numpy_and_arrow_columns_convert_both_ways_also_for_slices(dtype: type) -> None:
-    from orderer.log_format import _column, _numpy
+    from orderer.formats.log_format import _column, _numpy
 
     values = (np.arange(37) % 3 == 1) if dtype is np.bool_ else np.arange(37).astype(dtype)
     column = _column(values)

@@ -13,9 +13,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from orderer.apps.send import send_synthetic
 from orderer.client import OrderedStreamReader, end_run
-from orderer.remote import send_synthetic
-from orderer.synthetic import Stall, SyntheticRun
+from orderer.replay.synthetic import Stall, SyntheticRun
 from tests.e2e.conftest import ServerProcess
 
 RUN = SyntheticRun(

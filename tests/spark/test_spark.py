@@ -16,11 +16,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from orderer.apps.send import send_synthetic
 from orderer.client import end_run, get_stats
-from orderer.remote import send_synthetic
+from orderer.replay.synthetic import SyntheticRun
 from orderer.spark import job
 from orderer.spark.glom import EVENT_SPARK_SCHEMA, GlomConfig, glom_batches
-from orderer.synthetic import SyntheticRun
 from tests.e2e.conftest import ServerProcess
 from tests.spark.conftest import DT, RUN, SERVE_FLAGS, FinishedRun, source_rows
 from tests.spark.oracle import events_of, fragments_of, glom

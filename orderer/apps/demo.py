@@ -19,9 +19,9 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from orderer import synthetic
 from orderer.config import OrdererConfig
-from orderer.replay_stream import replay_path
+from orderer.replay import synthetic
+from orderer.replay.stream import replay_path
 
 __all__ = ["demo_config", "demo_run", "run_demo"]
 

@@ -1,53 +1,33 @@
-"""The work behind ``evb send``, ``evb tail`` and ``evb stats``: the client side of a live server
-(the tables of ``evb stats`` are drawn by :mod:`orderer.console`).
+"""The work behind ``evb send``: a run paced and sent to a live server as its data sources
+would send it (a synthetic run, an ``evb replay`` input file, NSCLDAQ ring-item files).
 
 Why a module of its own: :mod:`orderer.cli` only parses arguments and maps errors to exit
-statuses; these functions pace and send a run, print the ordered output and draw the counters,
-and the end-to-end tests call them without a shell. They use the client library
-(:mod:`orderer.client`) like any data source or consumer would.
+statuses; these functions pace and send a run, and the end-to-end tests, the benchmarks and the
+live demo call them without a shell. They use the client library (:mod:`orderer.client`) like
+any data source would.
 """
 
 from __future__ import annotations
 
-import base64
-import contextlib
-import json
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from orderer.batch import ArrivalKind, ArrivalRecords, EmittedBatch, FragmentBatch
-from orderer.client import (
-    DEFAULT_CONNECT_TIMEOUT,
-    ChannelSecurity,
-    OrderedStreamReader,
-    SourceClient,
-    get_stats,
-    set_source_state,
-)
-from orderer.console import DEFAULT_RECENT, stats_table, write
-from orderer.errors import EvbError, ServiceUnavailable
-from orderer.nscldaq.format import NscldaqFormatError, pack_fragments
+from orderer.batch import ArrivalKind, ArrivalRecords, FragmentBatch
+from orderer.client import SourceClient, get_stats, set_source_state
+from orderer.errors import ServiceUnavailable
+from orderer.formats.json_lines import read_records
+from orderer.nscldaq.format import NscldaqFormatError
 from orderer.nscldaq.reader import RingItemReader
-from orderer.replay import read_records, write_emitted
-from orderer.synthetic import SyntheticRun, iter_batches
+from orderer.replay.synthetic import SyntheticRun, iter_batches
 
-__all__ = [
-    "print_stats",
-    "send_nscldaq",
-    "send_records",
-    "send_synthetic",
-    "tail",
-    "tail_nscldaq",
-    "write_stats",
-]
+__all__ = ["send_nscldaq", "send_records", "send_synthetic"]
 
 # One step of a run to send: (arrival time, action on the client, fragments it carries)
 _Step = tuple[float, Callable[[SourceClient], None], int]
@@ -90,7 +70,7 @@ def send_synthetic(
     client_options: dict[str, Any] | None = None,
     resume: bool = False,
 ) -> dict[str, Any]:
-    """Send a synthetic run (:mod:`orderer.synthetic`) as live sources would, paced by its
+    """Send a synthetic run (:mod:`orderer.replay.synthetic`) as live sources would, paced by its
     arrival times; ``only_sources`` lets several processes each play their own sources.
 
     ``resume``: a sender restarted after a crash (kill -9) plays the same run again but skips,
@@ -319,165 +299,3 @@ def _record_steps(
             yield at, _end(who), 0
         elif kind[a] == ArrivalKind.SOURCE_STATE:
             yield at, mark(who, bool(records.value[a])), 0
-
-
-def _json_lines(batch: EmittedBatch, payload: bool) -> Iterator[str]:
-    for i, record in enumerate(batch.records()):
-        if payload:
-            record["payload"] = base64.b64encode(batch.payload_of(i)).decode()
-        yield json.dumps(record) + "\n"
-
-
-def tail(
-    target: str,
-    out: IO[str],
-    *,
-    from_offset: int = 0,
-    until: int | None = None,
-    follow: bool = False,
-    payload: bool = False,
-    security: ChannelSecurity | None = None,
-    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
-) -> int:
-    """Print the ordered output from ``from_offset`` as ``evb replay`` OUT lines; without
-    ``follow`` or ``until``, up to what is durable now; with ``follow``, until the run ended
-    and all of it was printed. Returns how many lines were printed."""
-    printed = 0
-    for batch in _ordered(target, from_offset, until, follow, security, connect_timeout):
-        if payload:
-            out.writelines(_json_lines(batch, payload=True))
-        else:
-            write_emitted(batch, out)
-        out.flush()
-        printed += len(batch)
-    return printed
-
-
-def _ordered(
-    target: str,
-    from_offset: int,
-    until: int | None,
-    follow: bool,
-    security: ChannelSecurity | None,
-    connect_timeout: float | None,
-) -> Iterator[EmittedBatch]:
-    """The ordered output from ``from_offset``; without ``follow`` or ``until``, up to what is
-    durable now."""
-    if until is None and not follow:
-        stats = get_stats(
-            target, barrier_log_limit=1, security=security, connect_timeout=connect_timeout
-        )
-        until = int(stats["next_offset"])
-    if until is not None and from_offset >= until:
-        return
-    reader = OrderedStreamReader(
-        target, from_offset, until=until, security=security, connect_timeout=connect_timeout
-    )
-    if until is not None:
-        yield from reader
-        return
-    with _stopped_at_run_end(reader, target, security, connect_timeout):
-        yield from reader
-
-
-RUN_END_POLL = 0.5
-"""Seconds between two questions of ``evb tail --follow`` whether the run has ended."""
-
-
-@contextlib.contextmanager
-def _stopped_at_run_end(
-    reader: OrderedStreamReader,
-    target: str,
-    security: ChannelSecurity | None,
-    connect_timeout: float | None,
-) -> Iterator[None]:
-    """``evb tail --follow`` stops once the run ended and everything of it was printed, as a
-    shift crew expects (and as the Spark job and ``evb forward`` do): ``GetStats`` says
-    ``run_ended`` only once the run's last output is durable, and its ``next_offset`` is then
-    the run's end, where the reader stops. A thread asks, since the stream says nothing of the
-    end. A server that does not answer is the reader's to report."""
-    stop = threading.Event()
-
-    def watch() -> None:
-        while True:
-            try:
-                stats = get_stats(
-                    target, barrier_log_limit=1, security=security, connect_timeout=connect_timeout
-                )
-            except EvbError:
-                stats = None
-            if stats is not None and stats["run_ended"]:
-                reader.stop_at(int(stats["next_offset"]))
-                return
-            if stop.wait(RUN_END_POLL):
-                return
-
-    # not joined: a question under way ends by itself within the connect timeout
-    threading.Thread(target=watch, name="evb-tail-run-end", daemon=True).start()
-    try:
-        yield
-    finally:
-        stop.set()
-
-
-def tail_nscldaq(
-    target: str,
-    out: IO[bytes],
-    *,
-    from_offset: int = 0,
-    until: int | None = None,
-    follow: bool = False,
-    security: ChannelSecurity | None = None,
-    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
-) -> int:
-    """``evb tail --nscldaq``: the ordered output as NSCLDAQ event-builder fragments (header
-    {timestamp, source, payload size, barrier} then the payload), the stream NSCLDAQ's glom
-    reads; fragments sent with ``evb send --nscldaq`` carry their ring items back byte for
-    byte. Returns how many fragments were written."""
-    written = 0
-    for batch in _ordered(target, from_offset, until, follow, security, connect_timeout):
-        out.write(
-            pack_fragments(
-                batch.timestamp, batch.source, batch.barrier, batch.payload_offsets, batch.payload
-            )
-        )
-        out.flush()
-        written += len(batch)
-    return written
-
-
-def print_stats(
-    target: str,
-    out: IO[str],
-    *,
-    as_json: bool = False,
-    barriers: int | None = None,
-    timeout: float = 10.0,
-    security: ChannelSecurity | None = None,
-    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
-) -> dict[str, Any]:
-    """``evb stats``: the statistics as tables, or as JSON (the mapping of
-    :func:`~orderer.client.get_stats` as is). ``barriers``: how many of the newest resolved
-    barriers to show (default: the server's 1000 in JSON, :data:`DEFAULT_RECENT` in tables).
-
-    On a terminal the tables take its width; into a pipe or a file they are plain ASCII, no
-    styles, ``$COLUMNS`` wide or 80, so that ``evb stats | less`` or a log stays readable."""
-    recent = DEFAULT_RECENT if barriers is None else barriers
-    stats = get_stats(
-        target,
-        barrier_log_limit=barriers or (0 if as_json else recent),
-        timeout=timeout,
-        security=security,
-        connect_timeout=connect_timeout,
-    )
-    if as_json:
-        out.write(json.dumps(stats, indent=1) + "\n")
-    else:
-        write_stats(stats, out, recent=recent)
-    return stats
-
-
-def write_stats(stats: dict[str, Any], out: IO[str], *, recent: int = DEFAULT_RECENT) -> None:
-    """The sections of :func:`orderer.console.stats_table` on ``out``: a terminal's width and
-    styles, else plain ASCII without styles or trailing blanks, ``$COLUMNS`` wide or 80."""
-    write(out, lambda width, plain: stats_table(stats, plain=plain, width=width, recent=recent))

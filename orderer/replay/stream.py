@@ -1,15 +1,17 @@
 """``evb replay`` of any recorded input, streaming: the inputs it reads, the outputs it writes.
 
 Why streaming: a night's run is 10^9 records; read whole, it would not fit in memory, and the
-JSON path (:mod:`orderer.replay`) parses 0.3 M records/s. The arrival log and Arrow/Parquet
-files are columnar already: their record batches become :class:`~orderer.batch.ArrivalRecords`
-without a copy, go through the walk recovery uses (:mod:`orderer.run_walk`) one chunk at a
-time, and what each chunk emitted is written before the next is read.
+JSON path (:mod:`orderer.formats.json_lines`) parses 0.3 M records/s. The arrival log and
+Arrow/Parquet files are columnar already: their record batches become
+:class:`~orderer.batch.ArrivalRecords` without a copy, go through the walk recovery uses
+(:mod:`orderer.replay.run_walk`) one chunk at a time, and what each chunk emitted is written
+before the next is read.
 
 **Inputs** (told apart by their content, not their name): a JSON Lines run (read whole, as
-ever; :func:`orderer.replay.read_records`); a data directory or its ``arrivals/`` (the arrival
-log's segments in order, the torn tail left out, :class:`~orderer.log_format.SegmentReader`); an
-Arrow IPC file or stream, or a Parquet file, with the arrival log's columns (:data:`REQUIRED`).
+ever; :func:`orderer.formats.json_lines.read_records`); a data directory or its ``arrivals/``
+(the arrival log's segments in order, the torn tail left out,
+:class:`~orderer.formats.log_format.SegmentReader`); an Arrow IPC file or stream, or a Parquet
+file, with the arrival log's columns (:data:`REQUIRED`).
 
 **Outputs** by OUT's suffix: ``.arrow`` is the ordered log's layout as an Arrow IPC stream,
 ``.parquet`` the same columns in Parquet, anything else the JSON Lines of ``evb replay``.
@@ -28,15 +30,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from orderer import log_format
 from orderer.api import Orderer
 from orderer.batch import ArrivalRecords, EmittedBatch
 from orderer.clock import SimulatedClock
 from orderer.config import OrdererConfig
 from orderer.errors import ConfigError
-from orderer.replay import read_records, write_emitted
-from orderer.result_files import staged
-from orderer.run_walk import ArrivalWalker
+from orderer.formats import log_format
+from orderer.formats.json_lines import read_records, write_emitted
+from orderer.formats.result_files import staged
+from orderer.replay.run_walk import ArrivalWalker
 
 __all__ = [
     "REQUIRED",
@@ -336,10 +338,11 @@ def input_files(path: Path) -> list[Path]:
 
 def recorded_parameters(path: Path) -> OrdererConfig | None:
     """The parameters the run began with when ``path`` is a data directory (or its
-    ``arrivals/``) that recorded them (:data:`~orderer.log_format.PARAMETERS`): a replay of it
-    starts from them, as recovery does, so that it gives the ordered log without repeating the
-    run's flags; flags given go over them (a what-if, a sweep). None for anything else (a file,
-    an exported or copied arrival log, a directory written before parameters were recorded)."""
+    ``arrivals/``) that recorded them (:data:`~orderer.formats.log_format.PARAMETERS`): a replay
+    of it starts from them, as recovery does, so that it gives the ordered log without repeating
+    the run's flags; flags given go over them (a what-if, a sweep). None for anything else (a
+    file, an exported or copied arrival log, a directory written before parameters were
+    recorded)."""
     path = Path(path)
     if not path.is_dir():
         return None

@@ -14,7 +14,7 @@ barriers, a heterogeneous barrier, a source that loses its end-run barrier (an i
 stalls (a source that produces nothing for a while) and late backlogs (a source that stalls and
 then delivers what it held, with old timestamps).
 
-Callers: :mod:`orderer.demo`, ``tests/bench/bench_orderer.py``, and the tests. Two views of the
+Callers: :mod:`orderer.apps.demo`, ``tests/bench/bench_orderer.py``, and the tests. Two views of the
 same run: :func:`generate_records` gives the ``evb replay`` input as columns
 (:class:`~orderer.batch.ArrivalRecords`, written out by :func:`write_jsonl`), and
 :func:`iter_batches` gives the per-source :class:`~orderer.batch.FragmentBatch` es a live source
@@ -33,7 +33,7 @@ import numpy.typing as npt
 
 from orderer.batch import ArrivalKind, ArrivalRecords, FragmentBatch
 from orderer.errors import ConfigError
-from orderer.replay import write_records
+from orderer.formats.json_lines import write_records
 
 __all__ = [
     "BEGIN_RUN",

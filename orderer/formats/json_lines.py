@@ -1,9 +1,12 @@
-"""``evb replay``: the deterministic simulator of docs/ordering.md.
+"""The JSON Lines format of ``evb replay``: its input (a run's records, one JSON object a line,
+sorted by arrival time ``t``) and its output (one JSON object per emitted fragment).
 
-Reads a JSON Lines run (records sorted by arrival time ``t``), feeds it to the same core the live
-service runs, with time taken from the records, and writes what was emitted and the counters.
-A malformed record stops everything with ``line N: <what is wrong>``. The reader and the writer
-of the input format live here; the records are :class:`~orderer.batch.ArrivalRecords`.
+Why a module of its own: the format is read and written well beyond ``evb replay``. ``evb
+send`` sends an input file to a live server, ``evb tail`` prints the ordered output as replay
+output lines, the service's ``export_replay`` writes its arrival log as an input file
+(:mod:`orderer.service.storage`), and the synthetic runs are written in it
+(:mod:`orderer.replay.synthetic`). The records are :class:`~orderer.batch.ArrivalRecords`; a
+malformed record is refused with ``line N: <what is wrong>`` (:class:`~orderer.errors.RecordError`).
 """
 
 from __future__ import annotations
@@ -18,13 +21,10 @@ from typing import IO, Any
 import numpy as np
 import numpy.typing as npt
 
-from orderer.api import Orderer
 from orderer.batch import ArrivalKind, ArrivalRecords, EmittedBatch
-from orderer.clock import SimulatedClock
-from orderer.config import OrdererConfig
 from orderer.errors import RecordError
 
-__all__ = ["read_records", "replay", "write_emitted", "write_records"]
+__all__ = ["read_records", "write_emitted", "write_records"]
 
 FRAGMENT, WATERMARK, END = ArrivalKind.FRAGMENT, ArrivalKind.WATERMARK, ArrivalKind.END_OF_SOURCE
 STATE = ArrivalKind.SOURCE_STATE
@@ -240,17 +240,6 @@ def _read_checked(lines: Iterable[str]) -> ArrivalRecords:
         payload_offsets=offsets,
         payload=np.frombuffer(b"".join(payloads), dtype=np.uint8),
     )
-
-
-def replay(
-    records: ArrivalRecords, config: OrdererConfig
-) -> tuple[EmittedBatch, dict[str, Any]]:
-    """Run the records through an orderer on simulated time; end of run at the last ``t``."""
-    orderer = Orderer(config, clock=SimulatedClock())
-    orderer.replay_records(records)
-    if len(records):
-        orderer.end_run(now=float(records.times()[-1]))
-    return orderer.take_emitted(), orderer.counters()
 
 
 def _json_lines(emitted: EmittedBatch) -> Iterator[str]:

@@ -2,7 +2,7 @@
 
 Why: tuning the build window on last night's run means comparing settings, and reading a run
 of 10^9 records once per setting would multiply the time by their number. One pass instead:
-every setting's orderer takes each chunk of the input in turn (:func:`~orderer.replay_stream.
+every setting's orderer takes each chunk of the input in turn (:func:`~orderer.replay.stream.
 replay_into`); each setting's output and counters are exactly those of a replay with that
 setting alone. A table compares them: late fraction, barrier outcomes and the delay from
 arrival to emission (p50, p99, max).
@@ -25,8 +25,8 @@ from rich.table import Table
 from orderer.batch import EmittedBatch
 from orderer.config import OrdererConfig
 from orderer.errors import ConfigError
-from orderer.replay_stream import Sink, open_sink, replay_into, write_stats
-from orderer.result_files import staged
+from orderer.formats.result_files import staged
+from orderer.replay.stream import Sink, open_sink, replay_into, write_stats
 
 __all__ = ["DelayHistogram", "Setting", "output_for", "replay_sweep", "summary_table"]
 

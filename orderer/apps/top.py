@@ -3,7 +3,7 @@
 Why: the questions of a shift crew in the middle of the night (why is the builder stalled,
 which source is behind, is the analysis keeping up, which barrier went wrong) need an answer
 that moves; ``evb stats`` is one photograph. Each refresh is one ``GetStats`` call asking for
-only the barriers it shows; the frame is drawn by :mod:`orderer.console`, the rates (fragments
+only the barriers it shows; the frame is drawn by :mod:`orderer.apps.console`, the rates (fragments
 per second in and out) come from two successive statistics on the orderer's clock.
 
 A server that stops answering does not end the view: the header says so and the view keeps
@@ -22,8 +22,8 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
+from orderer.apps.console import DEFAULT_RECENT, top_frame, write
 from orderer.client import DEFAULT_CONNECT_TIMEOUT, ChannelSecurity, get_stats
-from orderer.console import DEFAULT_RECENT, top_frame, write
 from orderer.errors import AuthenticationError, ServiceUnavailable
 
 __all__ = ["run_top"]

@@ -1,0 +1,10 @@
+"""The work behind the ``evb`` commands that are not the server, the replay or the Spark job:
+:mod:`~orderer.apps.send` (``evb send``), :mod:`~orderer.apps.tail` (``evb tail``),
+:mod:`~orderer.apps.stats` (``evb stats``), :mod:`~orderer.apps.top` (``evb top``),
+:mod:`~orderer.apps.console` (the statistics drawn for both), :mod:`~orderer.apps.forward`
+(``evb forward``) and :mod:`~orderer.apps.demo` (``evb demo --replay-only``).
+
+:mod:`orderer.cli` only parses arguments and maps errors to exit statuses; these modules do the
+work, and the tests call them without a shell. They reach a live server only through the client
+library (:mod:`orderer.client`), never the service, which never imports them.
+"""
