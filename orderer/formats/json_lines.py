@@ -4,7 +4,7 @@ sorted by arrival time ``t``) and its output (one JSON object per emitted fragme
 Why a module of its own: the format is read and written well beyond ``evb replay``. ``evb
 send`` sends an input file to a live server, ``evb tail`` prints the ordered output as replay
 output lines, the service's ``export_replay`` writes its arrival log as an input file
-(:mod:`orderer.service.storage`), and the synthetic runs are written in it
+(:mod:`orderer.service.logs`), and the synthetic runs are written in it
 (:mod:`orderer.replay.synthetic`). The records are :class:`~orderer.batch.ArrivalRecords`; a
 malformed record is refused with ``line N: <what is wrong>`` (:class:`~orderer.errors.RecordError`).
 """

@@ -1,5 +1,5 @@
 """The walk over a recorded arrival stream: one implementation of how each kind of record is
-taken in, shared by recovery (:func:`orderer.service.storage.recover`) and ``evb replay``.
+taken in, shared by recovery (:func:`orderer.service.recovery.recover`) and ``evb replay``.
 
 Why one module: live = replay of the arrival record is a guarantee, and recovery and replay are
 the two readers of that record. Were the handling of a configuration change, a begin or an end

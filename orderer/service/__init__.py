@@ -7,10 +7,13 @@ messages in and out, errors to status codes), :mod:`~orderer.service.orderer_ser
 :mod:`~orderer.service.submit_stream` (one ``Submit`` call's acks and flow signals),
 :mod:`~orderer.service.intake` (input taken in one pass), :mod:`~orderer.service.group_commit`
 (write rounds: the logs made durable), :mod:`~orderer.service.subscriptions` (readers of the
-ordered output, consumer offsets, retention), :mod:`~orderer.service.data_dir` (the run's
-directory, locked), :mod:`~orderer.service.storage` (arrival log and ordered log),
-:mod:`~orderer.service.settings` (``ServiceConfig``), :mod:`~orderer.service.binding` (address
-and port checks), :mod:`~orderer.service.security` (what the server enforces) and
+ordered output, retention), :mod:`~orderer.service.data_dir` (the run's directory, locked),
+:mod:`~orderer.service.recovery` (the orderer rebuilt from the arrival log),
+:mod:`~orderer.service.logs` (arrival log and ordered log), :mod:`~orderer.service.segments`
+(the segment files they are written as), :mod:`~orderer.service.consumers` (consumer offsets),
+:mod:`~orderer.service.durable` (files forced to disk), :mod:`~orderer.service.settings`
+(``ServiceConfig``), :mod:`~orderer.service.binding` (address and port checks),
+:mod:`~orderer.service.security` (what the server enforces) and
 :mod:`~orderer.service.metrics` (Prometheus). What the client shares with the server (message
 conversions, channel security) is :mod:`orderer.wire`, which never imports this package.
 """

@@ -30,17 +30,13 @@ from orderer.errors import ConfigError, InternalOrdererError
 from orderer.formats import log_format
 from orderer.formats.log_format import ARRIVALS, ORDERED
 from orderer.service import restart
+from orderer.service.durable import replace_file
+from orderer.service.logs import ArrivalLog, OrderedLog
+from orderer.service.recovery import Recovered, recover
+from orderer.service.segments import FsyncPolicy
 from orderer.service.settings import GivenParameter
-from orderer.service.storage import (
-    ArrivalLog,
-    FsyncPolicy,
-    OrderedLog,
-    Recovered,
-    record_parameters,
-    recover,
-)
 
-__all__ = ["DATA_DIR_FLAG", "OpenedRun", "lock", "open_run", "unusable"]
+__all__ = ["DATA_DIR_FLAG", "OpenedRun", "lock", "open_run", "record_parameters", "unusable"]
 
 log = logging.getLogger("evb.service")
 
@@ -90,6 +86,12 @@ class OpenedRun:
     changes: tuple[restart.LiveChange, ...] = ()
     """Live changes the start's parameters ask of the recovered run (the service applies them
     once it runs, each recorded as ``Configure`` records one)."""
+
+
+def record_parameters(directory: Path, config: OrdererConfig) -> None:
+    """Record the parameters a new run begins with in its data directory (before its logs hold
+    a record), so that every later start recovers it with them, whatever its command line."""
+    replace_file(Path(directory) / log_format.PARAMETERS, log_format.parameters_bytes(config))
 
 
 def _holds_logs(directory: Path) -> bool:

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from orderer.errors import InterfaceError
-from orderer.service.storage import OrderedLog
+from orderer.service.logs import OrderedLog
 
 __all__ = ["BARRIER_LOG_CAPACITY", "DEFAULT_BARRIER_LOG_LIMIT", "BarrierLog", "EmitTimes"]
 

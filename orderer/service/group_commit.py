@@ -31,8 +31,8 @@ from collections.abc import Callable
 from orderer.batch import ArrivalRecords, EmittedBatch
 from orderer.errors import InternalOrdererError, ServiceUnavailable
 from orderer.service.intake import IntakePass, arrival_records
+from orderer.service.logs import ArrivalLog, OrderedLog
 from orderer.service.metrics import FSYNC_BUCKETS, Histogram
-from orderer.service.storage import ArrivalLog, OrderedLog
 from orderer.service.threads import single_thread
 
 __all__ = ["JOIN_RECORDS", "MAX_UNWRITTEN", "STORAGE_RETRY", "GroupCommit"]
@@ -201,7 +201,7 @@ class GroupCommit:
         arrival log's thread).
 
         An entry leaves its queue only once written, and a failed append leaves its log as it
-        was (storage.py cuts what it half wrote), so after an error such as a full volume the
+        was (segments.py cuts what it half wrote), so after an error such as a full volume the
         next round simply tries again from the same entry."""
         arrivals = self._unwritten_arrivals
         while arrivals:

@@ -47,13 +47,15 @@ from orderer.batch import ArrivalRecords, EmittedBatch
 from orderer.config import OrdererConfig, parameter_value
 from orderer.errors import ServiceUnavailable
 from orderer.service import data_dir, restart
+from orderer.service.consumers import ConsumerOffsets
 from orderer.service.diagnostics import BarrierLog
 from orderer.service.group_commit import GroupCommit
 from orderer.service.ingest import Ingest
+from orderer.service.logs import ArrivalLog, OrderedLog
 from orderer.service.metrics import ArrivalLatency, BarrierTally, MetricsSnapshot, directory_bytes
 from orderer.service.orderer_thread import Step
+from orderer.service.recovery import Recovered
 from orderer.service.settings import GivenParameter, ServiceConfig, every_parameter
-from orderer.service.storage import ArrivalLog, ConsumerOffsets, OrderedLog, Recovered
 from orderer.service.submit_stream import END_OF_STREAM, SubmitStream
 from orderer.service.subscriptions import Retention, Subscriptions
 from orderer.wire import convert

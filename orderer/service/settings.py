@@ -17,7 +17,7 @@ from typing import Any
 
 from orderer.config import OrdererConfig, parameter_names, snake_case
 from orderer.errors import ConfigError
-from orderer.service.storage import FsyncPolicy
+from orderer.service.segments import FsyncPolicy
 from orderer.wire import convert
 
 __all__ = ["GivenParameter", "ServiceConfig", "configs_from_mapping", "every_parameter"]

@@ -19,9 +19,9 @@ import numpy as np
 
 from orderer.batch import EmittedBatch
 from orderer.errors import InterfaceError, ServiceUnavailable
+from orderer.service.consumers import ConsumerOffsets
 from orderer.service.diagnostics import EmitTimes
 from orderer.service.group_commit import GroupCommit
-from orderer.service.storage import ConsumerOffsets
 from orderer.wire import convert
 
 __all__ = ["Retention", "Subscriptions"]

@@ -29,7 +29,7 @@ until acknowledged) to show what a data source gets.
    server: the same fragments re-cut into messages of N per source, each written at the
    production time of its last fragment, ``--latency-seconds`` of that schedule (a sender that
    falls behind gives up at three times that; what it sent still counts). After the run the
-   arrival log and the ordered log (:mod:`orderer.service.storage`) give per fragment arrival and
+   arrival log and the ordered log (:mod:`orderer.service.logs`) give per fragment arrival and
    emission times on the server's clock (matched per source in order, timestamps checked). The
    send times of this process are put on the server's clock with ``GetStats.now`` (offset from
    the fastest of a few round trips); a ``Subscribe`` in this process records when output is
@@ -838,7 +838,8 @@ def latency_point(
     args: argparse.Namespace, data: Data, work: Path, rate: float, batch: int
 ) -> dict[str, Any]:
     """One paced load; latencies from the logs, the send times and a subscriber."""
-    from orderer.service.storage import ArrivalKind, ArrivalLog, OrderedLog
+    from orderer.batch import ArrivalKind
+    from orderer.service.logs import ArrivalLog, OrderedLog
 
     messages = paced_messages(data, rate, batch, args.latency_seconds)
     data_dir = work / "latency"

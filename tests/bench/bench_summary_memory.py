@@ -43,7 +43,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from orderer.batch import EmittedBatch  # noqa: E402
-from orderer.service.storage import FsyncPolicy, OrderedLog  # noqa: E402
+from orderer.service.logs import OrderedLog  # noqa: E402
+from orderer.service.segments import FsyncPolicy  # noqa: E402
 
 SOURCES = 6
 TRIGGER_TICKS = 100_000  # 1 ms at 100 MHz

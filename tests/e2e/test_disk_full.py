@@ -22,8 +22,8 @@ from orderer.client import OrderedStreamReader, SourceClient, end_run, get_stats
 from orderer.config import OrdererConfig
 from orderer.formats.json_lines import read_records
 from orderer.replay.simulate import replay
+from orderer.service.logs import ArrivalLog
 from orderer.service.server import LIVENESS_SERVICE
-from orderer.service.storage import ArrivalLog
 from tests.e2e.conftest import ServerProcess
 
 SOURCES = (1, 2)

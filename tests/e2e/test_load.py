@@ -27,7 +27,7 @@ from orderer import FragmentBatch, OrdererConfig
 from orderer.client import OrderedStreamReader, SourceClient, end_run, get_stats
 from orderer.formats.json_lines import read_records
 from orderer.replay.simulate import replay
-from orderer.service.storage import ArrivalLog
+from orderer.service.logs import ArrivalLog
 from tests.e2e.conftest import REPO, ServerProcess, environment
 
 SOAK = bool(os.environ.get("EVB_SOAK"))

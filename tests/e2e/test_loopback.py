@@ -15,7 +15,7 @@ from orderer.config import OrdererConfig
 from orderer.formats.json_lines import read_records
 from orderer.replay.simulate import replay
 from orderer.replay.synthetic import Stall, SyntheticRun, iter_batches
-from orderer.service.storage import ArrivalLog
+from orderer.service.logs import ArrivalLog
 from tests.e2e.conftest import ServerProcess, environment, evb_command
 
 SPEC = SyntheticRun(

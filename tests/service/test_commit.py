@@ -12,7 +12,7 @@ import pytest
 from orderer import FragmentBatch, OrdererConfig
 from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer.client import commit_async, delete_consumer_async, get_stats_async, subscribe
-from orderer.service.storage import ConsumerOffsets
+from orderer.service.consumers import ConsumerOffsets
 from orderer.wire import convert
 from tests.service.harness import run, serving, serving_channel, target
 from tests.service.test_server import _request, _Stream

@@ -15,7 +15,7 @@ from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
 from orderer.client import commit_async, delete_consumer_async, get_committed_async, get_stats_async
 from orderer.errors import InterfaceError
-from orderer.service.storage import ConsumerOffsets
+from orderer.service.consumers import ConsumerOffsets
 from tests.service.harness import run, serving, serving_channel, target
 from tests.service.test_commit import _send
 

@@ -20,8 +20,8 @@ from orderer import EmittedBatch, FragmentBatch, OrdererConfig
 from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
 from orderer.client import commit_async, subscribe
+from orderer.service.consumers import ConsumerOffsets
 from orderer.service.server import RunningServer
-from orderer.service.storage import ConsumerOffsets
 from orderer.wire import convert
 from tests.service.harness import run, serving_channel, target
 from tests.service.test_server import _Stream

@@ -18,7 +18,7 @@ from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer.client import end_run_async
 from orderer.service import orderer_thread
 from orderer.service.ingest import Ingest
-from orderer.service.storage import ArrivalLog, OrderedLog
+from orderer.service.logs import ArrivalLog, OrderedLog
 from orderer.wire import convert
 from tests.service.harness import arrival_writes_stalled, run, serving, serving_channel, target
 from tests.service.test_server import _Stream

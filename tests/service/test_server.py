@@ -19,9 +19,9 @@ from orderer import FragmentBatch, OrdererConfig
 from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
 from orderer.client import end_run_async, get_stats_async, subscribe
+from orderer.service.logs import ArrivalLog
 from orderer.service.server import SERVICE_NAME, RunningServer
 from orderer.service.settings import configs_from_mapping
-from orderer.service.storage import ArrivalLog
 from orderer.wire import convert
 from tests.service.harness import arrival_writes_stalled, run, serving, serving_channel, target
 

@@ -22,12 +22,9 @@ from orderer.batch import ArrivalKind, ArrivalRecords
 from orderer.clock import SimulatedClock
 from orderer.formats.json_lines import read_records
 from orderer.replay.simulate import replay
-from orderer.service.storage import (
-    ArrivalLog,
-    FsyncPolicy,
-    OrderedLog,
-    recover,
-)
+from orderer.service.logs import ArrivalLog, OrderedLog
+from orderer.service.recovery import recover
+from orderer.service.segments import FsyncPolicy
 
 CONFIG = OrdererConfig(build_window=2.0, startup_delay=0.5, source_timeout=None)
 
@@ -220,7 +217,7 @@ def test_fsync_policies_are_named(tmp_path: Path) -> None:
 
 
 def test_a_large_append_is_stored_in_bounded_record_batches(tmp_path: Path) -> None:
-    from orderer.service.storage import APPEND_CHUNK
+    from orderer.service.logs import APPEND_CHUNK
 
     log = OrderedLog.open(tmp_path / "ordered")
     orderer = Orderer({"startup_delay": 0}, clock=SimulatedClock())
@@ -257,7 +254,8 @@ def test_writing_reading_and_recovering_the_logs_never_imports_pandas(tmp_path: 
         import sys
         from pathlib import Path
         from tests.service.test_storage import _live_run, CONFIG
-        from orderer.service.storage import ArrivalLog, OrderedLog, recover
+        from orderer.service.logs import ArrivalLog, OrderedLog
+        from orderer.service.recovery import recover
         arrivals, ordered = _live_run(Path({str(tmp_path)!r}))
         first = ordered.read(3, 1000)
         arrivals.close()

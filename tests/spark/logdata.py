@@ -1,5 +1,5 @@
 """A finished run's data directory written straight by the orderer's own log writer
-(:class:`orderer.service.storage.OrderedLog`), without a server: the ``--path`` input of the
+(:class:`orderer.service.logs.OrderedLog`), without a server: the ``--path`` input of the
 Spark job in a fraction of a second, for tests and benchmarks that need a given stream (late
 fragments, barriers) or a large one."""
 
@@ -11,7 +11,8 @@ import numpy as np
 import pyarrow as pa
 
 from orderer.batch import EmittedBatch
-from orderer.service.storage import FsyncPolicy, OrderedLog
+from orderer.service.logs import OrderedLog
+from orderer.service.segments import FsyncPolicy
 
 __all__ = ["write_ordered_log"]
 
