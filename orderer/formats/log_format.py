@@ -1,6 +1,6 @@
 """The on-disk format of the orderer's two logs: what the service writes and every reader reads.
 
-Why one module: the service writes the logs (:mod:`orderer.service.storage`), and they are read
+Why one module: the service writes the logs (:mod:`orderer.service.logs`), and they are read
 back outside it too: recovery and ``export_replay`` read the arrival log, and the Spark job's
 file reader (:mod:`orderer.spark.source`) reads a finished run's ordered log straight from disk.
 Were the format written in one place and read again by hand in another, a change to one would
@@ -50,12 +50,12 @@ __all__ = [
     "emitted_from_arrow",
     "emitted_to_arrow",
     "first_row",
+    "log_segments",
     "ordered_batches",
     "ordered_segments",
     "parameters_bytes",
     "read_batch_at",
     "read_parameters",
-    "segment_files",
     "segment_path",
 ]
 
@@ -111,7 +111,7 @@ def segment_path(directory: Path, log: str, first: int) -> Path:
     return directory / f"{log}-{first:0{_SEGMENT_DIGITS}d}.arrow"
 
 
-def segment_files(directory: Path, log: str) -> list[Path]:
+def log_segments(directory: Path, log: str) -> list[Path]:
     """The segments of ``log`` in ``directory``, in row order (the names sort as numbers)."""
     return sorted(Path(directory).glob(f"{log}-*.arrow"))
 
@@ -172,7 +172,7 @@ def ordered_segments(path: Path) -> list[Path]:
     when it holds none."""
     path = Path(path)
     directory = path / ORDERED if (path / ORDERED).is_dir() else path
-    return segment_files(directory, ORDERED)
+    return log_segments(directory, ORDERED)
 
 
 def ordered_batches(segment: Path) -> Iterator[EmittedBatch]:

@@ -66,7 +66,7 @@ _ARROW_STREAM_MAGIC = b"\xff\xff\xff\xff"
 def _arrival_segments(path: Path) -> list[Path]:
     """The arrival log's segments when ``path`` is a data directory or its ``arrivals/``."""
     directory = path / log_format.ARRIVALS if (path / log_format.ARRIVALS).is_dir() else path
-    segments = log_format.segment_files(directory, log_format.ARRIVALS)
+    segments = log_format.log_segments(directory, log_format.ARRIVALS)
     if not segments:
         raise ConfigError(
             str(path), None, "a directory to replay must be a data directory or its arrivals/; "

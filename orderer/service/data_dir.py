@@ -96,8 +96,8 @@ def record_parameters(directory: Path, config: OrdererConfig) -> None:
 
 def _holds_logs(directory: Path) -> bool:
     return bool(
-        log_format.segment_files(directory / ARRIVALS, ARRIVALS)
-        or log_format.segment_files(directory / ORDERED, ORDERED)
+        log_format.log_segments(directory / ARRIVALS, ARRIVALS)
+        or log_format.log_segments(directory / ORDERED, ORDERED)
     )
 
 

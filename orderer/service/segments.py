@@ -90,7 +90,7 @@ class SegmentedStream:
 
     def segments(self) -> list[Path]:
         """The segment files on disk, in row order."""
-        return log_format.segment_files(self.directory, self.prefix)
+        return log_format.log_segments(self.directory, self.prefix)
 
     @property
     def active_segment(self) -> Path | None:

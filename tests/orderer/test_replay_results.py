@@ -52,7 +52,7 @@ def test_a_segment_of_a_data_directory_is_input_too(
     with (EXAMPLE / "input.jsonl").open() as lines:
         records = read_records(lines)
     data = write_input(records, tmp_path / "data", "log", rows=2)
-    segment = log_format.segment_files(data / log_format.ARRIVALS, log_format.ARRIVALS)[0]
+    segment = log_format.log_segments(data / log_format.ARRIVALS, log_format.ARRIVALS)[0]
     kept = segment.read_bytes()
     status, err = _replay(capsys, data, "--output", segment, "--overwrite")
     assert status == 2

@@ -167,7 +167,7 @@ def test_a_torn_tail_of_the_arrival_log_is_left_out(tmp_path: Path) -> None:
     records = _marked_records()
     config = OrdererConfig(startup_delay=0.0)
     whole = write_input(records, tmp_path / "whole", "log", rows=7)
-    segment = log_format.segment_files(whole / log_format.ARRIVALS, log_format.ARRIVALS)[-1]
+    segment = log_format.log_segments(whole / log_format.ARRIVALS, log_format.ARRIVALS)[-1]
     # the segment without its last record batch, and with half of that batch as a torn tail
     reader = log_format.SegmentReader(segment, log_format.ARRIVAL_SCHEMA)
     positions = [position for position, _ in reader]
