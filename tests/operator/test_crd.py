@@ -15,14 +15,9 @@ import pytest
 import yaml
 
 from evb_operator import crd, status, validation
-from orderer.config import LIVE_PARAMETERS, FlowControl, OrdererConfig
+from orderer.config import LIVE_PARAMETERS, FlowControl, OrdererConfig, camel_case
 from orderer.errors import ConfigError
 from tests.operator.conftest import REPO
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(word.capitalize() for word in rest)
 
 
 def _generator() -> Any:
@@ -39,12 +34,12 @@ def test_every_orderer_parameter_is_a_spec_field_with_the_same_default() -> None
     properties = crd.SPEC_SCHEMA["properties"]
     defaults = OrdererConfig()
     for f in fields(OrdererConfig):
-        name = _camel(f.name)
+        name = camel_case(f.name)
         assert name in properties, f"OrdererConfig.{f.name} has no spec.{name}"
     flow = properties["flowControl"]["properties"]
-    assert set(flow) == {_camel(f.name) for f in fields(FlowControl)}
+    assert set(flow) == {camel_case(f.name) for f in fields(FlowControl)}
     for f in fields(FlowControl):
-        assert flow[_camel(f.name)]["default"] == getattr(defaults.flow_control, f.name)
+        assert flow[camel_case(f.name)]["default"] == getattr(defaults.flow_control, f.name)
     assert properties["buildWindow"]["default"] == defaults.build_window
     assert properties["startupDelay"]["default"] == defaults.startup_delay
     assert properties["sourceTimeout"]["default"] == defaults.source_timeout
@@ -64,7 +59,7 @@ def test_max_payload_bytes_is_bounded_as_the_orderer_bounds_it() -> None:
 
 
 def test_the_live_fields_are_the_ones_configure_accepts() -> None:
-    assert tuple(_camel(name) for name in LIVE_PARAMETERS) == crd.LIVE_FIELDS
+    assert tuple(camel_case(name) for name in LIVE_PARAMETERS) == crd.LIVE_FIELDS
 
 
 def test_the_crd_has_the_names_status_and_printer_columns() -> None:
