@@ -9,9 +9,9 @@ check, before anything is taken in.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -25,6 +25,7 @@ __all__ = ["FlowSignal", "Orderer"]
 
 _U32 = 2**32 - 1
 _U64 = 2**64 - 1
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,19 +36,22 @@ class FlowSignal:
     paused: bool
 
 
-def _core_parameters(config: OrdererConfig) -> tuple[Any, ...]:
+def _with_parameters(call: Callable[..., _T], config: OrdererConfig) -> _T:
+    """``call`` (the core's constructor or its ``configure``) with ``config``'s parameters, by
+    name: the core's spelling (``drop_late``, an infinite ``source_timeout`` for off, the
+    effective barrier timeout) is made here, once."""
     fc = config.flow_control
-    return (
-        config.build_window,
-        config.startup_delay,
-        config.effective_barrier_timeout,
-        math.inf if config.source_timeout is None else config.source_timeout,
-        config.late_policy == "drop",
-        fc.global_xoff,
-        fc.global_xon,
-        fc.queue_xoff,
-        fc.queue_xon,
-        config.reset_on_begin_run,
+    return call(
+        build_window=config.build_window,
+        startup_delay=config.startup_delay,
+        barrier_timeout=config.effective_barrier_timeout,
+        source_timeout=math.inf if config.source_timeout is None else config.source_timeout,
+        drop_late=config.late_policy == "drop",
+        global_xoff=fc.global_xoff,
+        global_xon=fc.global_xon,
+        queue_xoff=fc.queue_xoff,
+        queue_xon=fc.queue_xon,
+        reset_on_begin_run=config.reset_on_begin_run,
     )
 
 
@@ -81,7 +85,7 @@ class Orderer:
             config = OrdererConfig.from_mapping(config)
         self._config = config
         self._clock: Clock = clock if clock is not None else MonotonicClock()
-        self._core = OrdererCore(*_core_parameters(config))
+        self._core = _with_parameters(OrdererCore, config)
         self._core.set_track_arrival(track_arrival)
         for source in config.sources:
             self._core.declare_source(source)
@@ -113,7 +117,7 @@ class Orderer:
             new = config
         else:
             new = OrdererConfig.from_mapping(config)
-        self._core.configure(*_core_parameters(new))
+        _with_parameters(self._core.configure, new)
         for source in new.sources:
             self._core.declare_source(source)
         self._config = new

@@ -10,6 +10,11 @@ The custom resource's spellings mean the same everywhere: ``sourceTimeout: 0`` (
 its schema being a number) and ``off`` both disable dead-source detection, whether they come
 from a CR spec, a ``--config`` file, a flag or ``Configure``; :func:`parse_source_timeout` is
 the one place that says so.
+
+Each parameter is written once, on its field: its default, and in its :class:`SpecField` (the
+field's ``metadata``) the short description, the bounds and whether it is live, from which the
+operator generates the orderer's part of the CRD and :data:`LIVE_PARAMETERS` is drawn; the
+field's docstring keeps the why.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import difflib
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import Field, dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
 from orderer.errors import ConfigError
@@ -30,29 +35,64 @@ __all__ = [
     "TOTAL_COUNTERS",
     "FlowControl",
     "OrdererConfig",
+    "SpecField",
     "camel_case",
     "check_keys",
     "parameter_names",
     "parameter_value",
     "parse_source_timeout",
     "snake_case",
+    "spec_field",
     "unknown_key",
 ]
 
 LATE_POLICIES = ("emit", "drop")
-LIVE_PARAMETERS = (
-    "build_window",
-    "startup_delay",
-    "barrier_timeout",
-    "source_timeout",
-    "late_policy",
-)
-"""The parameters a running orderer may change (``Configure``, the operator's live edits)."""
 TOTAL_COUNTERS = ("received", "emitted", "late", "dropped", "duplicates", "out_of_order")
 """Counters of docs/ordering.md that are summed into ``totals``."""
 SOURCE_COUNTERS = (*TOTAL_COUNTERS, "max_lateness", "barriers")
 """Counters of docs/ordering.md kept per source."""
 _MAX_SOURCE_ID = 2**32 - 1
+
+
+@dataclass(frozen=True)
+class SpecField:
+    """How one parameter shows in the EventBuilder spec, held on its field (``metadata``) so that
+    the operator generates its CRD property from it (``evb_operator.crd_parameters``): the default
+    is the field's own, and the text, bounds and live flag are written here once rather than
+    restated by hand in the CRD. The field's docstring keeps the why."""
+
+    description: str
+    """The short description ``kubectl explain`` shows (a live parameter gets `` Live.``)."""
+    minimum: float | None = None
+    """The least value the CRD accepts (the validation below says the same in Python)."""
+    exclusive_minimum: bool = False
+    """``minimum`` itself refused."""
+    maximum: float | None = None
+    """The largest value; None: the CRD's own bound for its type (a duration's one day)."""
+    enum: tuple[str, ...] = ()
+    """The values a string parameter takes."""
+    live: bool = False
+    """A running orderer may change it (``Configure``, the operator's live edits):
+    :data:`LIVE_PARAMETERS`."""
+    items: SpecField | None = None
+    """A list's items (a list of the orderer's is a set: it refuses duplicates)."""
+    max_items: int | None = None
+    """Most items of a list."""
+
+
+_SPEC = "evb.spec"
+
+
+def _spec(description: str, **more: Any) -> dict[str, SpecField]:
+    """A field's ``metadata``: its :class:`SpecField`."""
+    return {_SPEC: SpecField(description, **more)}
+
+
+def spec_field(f: Field[Any]) -> SpecField:
+    """The :class:`SpecField` of a field of :class:`OrdererConfig` or :class:`FlowControl`."""
+    spec = f.metadata[_SPEC]
+    assert isinstance(spec, SpecField)
+    return spec
 
 
 def snake_case(key: str) -> str:
@@ -118,13 +158,25 @@ class FlowControl:
     Defaults are NSCLDAQ's. Counts are fragments waiting in queues, not bytes.
     """
 
-    global_xoff: int = 4_000_000
+    global_xoff: int = field(
+        default=4_000_000,
+        metadata=_spec("Pause sources above this many fragments queued in all.", minimum=1),
+    )
     """All sources but the ones holding the output back pause above this many queued fragments."""
-    global_xon: int = 3_000_000
+    global_xon: int = field(
+        default=3_000_000, metadata=_spec("... and resume them below this many.", minimum=1)
+    )
     """... and resume below this many."""
-    queue_xoff: int = 400_000
+    queue_xoff: int = field(
+        default=400_000,
+        metadata=_spec(
+            "Pause a source whose own queue holds more than this many fragments.", minimum=1
+        ),
+    )
     """A source pauses when its own queue holds more than this many fragments."""
-    queue_xon: int = 50_000
+    queue_xon: int = field(
+        default=50_000, metadata=_spec("... and resume it below this many.", minimum=1)
+    )
     """... and resumes when its queue is back below this many."""
 
     def __post_init__(self) -> None:
@@ -140,24 +192,82 @@ class FlowControl:
 class OrdererConfig:
     """Parameters of ``docs/ordering.md``; durations are seconds."""
 
-    build_window: float = 20.0
+    build_window: float = field(
+        default=20.0,
+        metadata=_spec(
+            "Seconds a fragment may wait for the other sources (window rule).",
+            minimum=0,
+            exclusive_minimum=True,
+            live=True,
+        ),
+    )
     """How long a fragment may wait for the other sources (window rule)."""
-    startup_delay: float = 2.0
+    startup_delay: float = field(
+        default=2.0,
+        metadata=_spec(
+            "Seconds after the first fragment before anything is emitted.", minimum=0, live=True
+        ),
+    )
     """Nothing is emitted until this long after the first fragment arrived."""
-    barrier_timeout: float | None = None
+    barrier_timeout: float | None = field(
+        default=None,
+        metadata=_spec(
+            "Seconds a barrier waits for the other sources; unset: 4 x buildWindow.",
+            minimum=0,
+            exclusive_minimum=True,
+            live=True,
+        ),
+    )
     """How long a barrier waits for the other sources; ``None`` means 4 x build_window."""
-    source_timeout: float | None = 60.0
+    source_timeout: float | None = field(
+        default=60.0,
+        metadata=_spec(
+            "Seconds of silence after which a source is dead; 0 disables dead-source"
+            " detection (the spec's off).",
+            minimum=0,
+            live=True,
+        ),
+    )
     """A source silent this long is dead; ``None`` disables (``off`` or ``0`` in flags, files
     and specs: :func:`parse_source_timeout`)."""
-    late_policy: str = "emit"
+    late_policy: str = field(
+        default="emit",
+        metadata=_spec(
+            "emit: late fragments go out flagged late; drop: counted, not emitted.",
+            enum=LATE_POLICIES,
+            live=True,
+        ),
+    )
     """``emit``: late fragments go out flagged late; ``drop``: counted and not emitted."""
-    reset_on_begin_run: bool = False
+    reset_on_begin_run: bool = field(
+        default=False,
+        metadata=_spec(
+            "A complete begin-run barrier (type 1 from every source) restarts the clocks"
+            " (high-water mark, previous timestamps, watermarks), so a run whose clocks restart"
+            " at 0 is not late (NSCLDAQ's EVB::reset). Immutable: the orderer replays its log"
+            " with the rule it started with."
+        ),
+    )
     """Opt-in: a complete begin-run barrier (every source sent type 1) restarts the clocks: the
     high-water mark, previous timestamps and watermarks are forgotten, so a next run whose
     clocks start again at 0 is not late (docs/ordering.md, "Runs one after another")."""
-    sources: tuple[int, ...] = ()
+    sources: tuple[int, ...] = field(
+        default=(),
+        metadata=_spec(
+            "Source ids declared from the start; a declared source that never sends holds the"
+            " output back (immutable).",
+            items=SpecField("A source id.", minimum=0, maximum=_MAX_SOURCE_ID),
+            max_items=65536,
+        ),
+    )
     """Sources declared from the start; a declared source that never sends holds the output."""
-    flow_control: FlowControl = field(default_factory=FlowControl)
+    flow_control: FlowControl = field(
+        default_factory=FlowControl,
+        metadata=_spec(
+            "Bounded memory: when sources are paused (XOFF) and resumed (XON), in queued"
+            " fragments. Defaults are NSCLDAQ's."
+        ),
+    )
     """Pause/resume thresholds for bounded memory."""
 
     def __post_init__(self) -> None:
@@ -228,6 +338,11 @@ class OrdererConfig:
     def with_changes(self, **changes: Any) -> OrdererConfig:
         """A copy with some parameters changed (live reconfiguration), validated again."""
         return replace(self, **changes)
+
+
+LIVE_PARAMETERS = tuple(f.name for f in fields(OrdererConfig) if spec_field(f).live)
+"""The parameters a running orderer may change (``Configure``, the operator's live edits): the
+fields whose :class:`SpecField` says live."""
 
 
 def parameter_names() -> tuple[str, ...]:

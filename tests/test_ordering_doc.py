@@ -13,7 +13,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from orderer.cli import build_parser
-from orderer.config import SOURCE_COUNTERS, FlowControl, OrdererConfig
+from orderer.config import SOURCE_COUNTERS, FlowControl, OrdererConfig, camel_case
 from tests.conftest import example_dirs
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,17 +41,12 @@ def _code(cell: str) -> str:
     return match.group(1)
 
 
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(word.capitalize() for word in rest)
-
-
 def test_parameters_table_matches_the_configuration() -> None:
     defaults = OrdererConfig()
     rows = {_code(row[0]): row for row in _table("parameter")}
     assert set(rows) == {f.name for f in fields(OrdererConfig)} - {"flow_control"}
     for name, (_, spelling, default, _meaning) in rows.items():
-        assert _code(spelling) == _camel(name), name
+        assert _code(spelling) == camel_case(name), name
         value = getattr(defaults, name)
         if name == "barrier_timeout":
             assert value is None and default == "4 \u00d7 `build_window`"

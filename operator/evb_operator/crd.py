@@ -11,11 +11,12 @@ the operator enforces the twin where no API server did (and tests hold the two t
 Transition rules (those that read ``oldSelf``) have no twin: only the API server sees the old
 object.
 
-The orderer's parameters are named as :meth:`orderer.config.OrdererConfig.to_mapping` spells them
-with ``camel=True``; ``tests/operator/test_crd.py`` checks the schema against the dataclass fields.
-The status schema and the printer columns come from :mod:`evb_operator.crd_status`; the fields
-of runs and upstreams from :mod:`evb_operator.crd_runs`; the property builders and :class:`Rule`
-from :mod:`evb_operator.crd_schema`.
+The orderer's parameters are generated from the fields of :class:`orderer.config.OrdererConfig`
+(:mod:`evb_operator.crd_parameters`): their defaults, bounds and descriptions are written there
+once. The status schema and the printer columns come from :mod:`evb_operator.crd_status`; the
+fields of runs and upstreams from :mod:`evb_operator.crd_runs`; the Spark job's section from
+:mod:`evb_operator.crd_spark`; the property builders and :class:`Rule` from
+:mod:`evb_operator.crd_schema`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from evb_operator.crd_output import OUTPUT_RULES, output_schema
+from evb_operator.crd_output import OUTPUT_RULES
+from evb_operator.crd_parameters import orderer_properties
 from evb_operator.crd_runs import RUN_RULES, run_properties
 from evb_operator.crd_schema import (
     MAX_SECONDS,
@@ -35,9 +37,9 @@ from evb_operator.crd_schema import (
     _object,
     _quantity,
     _resources,
-    _spark_pod,
     _string,
 )
+from evb_operator.crd_spark import spark_schema
 from evb_operator.crd_status import PRINTER_COLUMNS, STATUS_SCHEMA
 from evb_operator.phases import REQUESTED_STATES, RunPhase
 
@@ -45,7 +47,6 @@ __all__ = [
     "BUILDING_FIELDS",
     "GROUP",
     "KIND",
-    "LIVE_FIELDS",
     "PLURAL",
     "RULES",
     "SHORT_NAME",
@@ -63,15 +64,6 @@ PLURAL = "eventbuilders"
 SINGULAR = "eventbuilder"
 SHORT_NAME = "evb"
 
-LIVE_FIELDS = ("buildWindow", "startupDelay", "barrierTimeout", "sourceTimeout", "latePolicy")
-"""Spec fields the operator pushes to a running orderer through ``Configure`` (no restart)."""
-
-MAX_PARTITIONS = 65536
-"""Upper bound of spec.spark.partitions, above the largest default (1000 executors x 64 cores)."""
-MAX_FRAGMENTS_PER_TRIGGER = 10**12
-"""Upper bound of spec.spark.maxFragmentsPerTrigger: more in one micro-batch is a typo."""
-MAX_TICK_RATE = 1e15
-"""Upper bound of spec.spark.tickRate (femtosecond ticks): more is a typo."""
 
 
 # ----------------------------------------------------------------------------- CEL rules
@@ -255,29 +247,9 @@ def _peer_schema() -> dict[str, Any]:
     }
 
 
-def _spec_schema() -> dict[str, Any]:
-    flow_control = _object(
-        "Bounded memory: when sources are paused (XOFF) and resumed (XON), in queued fragments."
-        " Defaults are NSCLDAQ's.",
-        {
-            "globalXoff": _integer(
-                "Pause sources above this many fragments queued in all.",
-                minimum=1,
-                default=4_000_000,
-            ),
-            "globalXon": _integer(
-                "... and resume them below this many.", minimum=1, default=3_000_000
-            ),
-            "queueXoff": _integer(
-                "Pause a source whose own queue holds more than this many fragments.",
-                minimum=1,
-                default=400_000,
-            ),
-            "queueXon": _integer("... and resume it below this many.", minimum=1, default=50_000),
-        },
-        default={},
-    )
-    orderer = _object(
+def _orderer_pod() -> dict[str, Any]:
+    """``spec.orderer``: the orderer's pod."""
+    return _object(
         "The orderer's pod: image, resources and service settings. A change rolls the pod (the"
         " orderer recovers its run from its logs).",
         {
@@ -317,7 +289,11 @@ def _spec_schema() -> dict[str, Any]:
         },
         default={},
     )
-    storage = _object(
+
+
+def _storage() -> dict[str, Any]:
+    """``spec.storage``: the volume of the logs."""
+    return _object(
         "The volume of the orderer's arrival and ordered logs (immutable).",
         {
             "size": _quantity("Size of the volume claim.", default="10Gi"),
@@ -333,147 +309,104 @@ def _spec_schema() -> dict[str, Any]:
         },
         default={},
     )
-    spark = _object(
-        "The Spark job that reads the ordered output from the orderer's Service and builds"
-        " events. Unset: no SparkApplication (the orderer runs alone).",
+
+
+def _tls() -> dict[str, Any]:
+    """``spec.tls``."""
+    return _object(
+        "TLS of the orderer's gRPC endpoint: evb serve speaks TLS only (plaintext clients"
+        " fail the handshake). The Secret is mounted read-only at /etc/evb/tls; its"
+        " certificate must name the Service (NAME-orderer.NAMESPACE.svc). A change rolls"
+        " the pod.",
         {
-            **_image("Spark job image (evb installed on a Spark base); default: the operator's."),
-            "sparkVersion": _string("Spark version of the image.", minLength=1, default="4.3.0"),
-            "serviceAccount": _string(
-                "Service account of the driver (it creates the executor pods).",
+            "secretName": _string(
+                "A kubernetes.io/tls Secret: tls.crt and tls.key of the orderer, and ca.crt,"
+                " the CA clients verify it with (and, with mutual, the CA of the client"
+                " certificates). cert-manager's Certificates hold all three.",
                 minLength=1,
-                default="spark",
             ),
-            "dt": _integer(
-                "Glom window in timestamp ticks: fragments within dt of an event's first one"
-                " are built into it. Required unless noBuild. Building.",
-                minimum=1,
-            ),
-            "noBuild": {
+            "mutual": {
                 "type": "boolean",
-                "description": "One event per fragment (no glom); dt must then be unset. Building.",
+                "description": "Mutual TLS: every client must present a certificate signed"
+                " by ca.crt.",
                 "default": False,
             },
-            "maxFragments": _integer(
-                "glom's --maxfragments: an event holds at most maxFragments + 1 fragments"
-                " (glom checks the count before it adds a fragment), a longer one is cut"
-                " there; 0: one fragment per event. Building.",
-                minimum=0,
-                maximum=2**31 - 1,
-                default=1000,  # orderer.spark.glom.GlomConfig's (a test checks)
+            "clientSecretName": _string(
+                "A kubernetes.io/tls Secret with the client certificate (tls.crt, tls.key)"
+                " the operator and the Spark job present under mutual TLS.",
+                minLength=1,
             ),
-            "timestampPolicy": _string(
-                "Timestamp of a built event: its earliest, latest or average fragment's. Building.",
-                enum=["earliest", "latest", "average"],
-                default="earliest",
+        },
+        required=["secretName"],
+    )
+
+
+def _auth() -> dict[str, Any]:
+    """``spec.auth``."""
+    return _object(
+        "Bearer-token authentication (needs tls): every call but health checking must"
+        " carry the token, else UNAUTHENTICATED. Data sources get the token from whoever"
+        " manages the Secret. A change rolls the pod.",
+        {
+            "tokenSecretRef": _object(
+                "The Secret key holding the token.",
+                {
+                    "name": _string("Name of the Secret.", minLength=1),
+                    "key": _string("Key in the Secret.", minLength=1, default="token"),
+                },
+                required=["name"],
             ),
-            "followRuns": {
+        },
+        required=["tokenSecretRef"],
+    )
+
+
+def _network_policy() -> dict[str, Any]:
+    """``spec.networkPolicy``."""
+    return _object(
+        "A NetworkPolicy on the orderer: gRPC only from the allowed clients, the Spark"
+        " job's pods and the operator; metrics only from metricsFrom. Everything else is"
+        " refused, this namespace's other pods included.",
+        {
+            "enabled": {
                 "type": "boolean",
-                "description": "Build every run of the orderer (spec.run raised: the next run),"
-                " each under its run number (events/run=<number>/), the job running until"
-                " the EventBuilder goes; false: one run, under the EventBuilder's name, the job"
-                " finishing when it ends. Building.",
+                "description": "Create the NetworkPolicy.",
                 "default": False,
             },
-            "glomSourceId": _integer(
-                "Source id in the body header of every built event with output.format"
-                " nscldaq, as glom's --sourceid. Building.",
-                minimum=0,
-                maximum=2**32 - 1,
-                default=0,
-            ),
-            "partitions": _integer(
-                "Partitions of a micro-batch: how many executor cores build events at once;"
-                " unset: executors.instances x executors.cores (one partition per core).",
-                minimum=1,
-                maximum=MAX_PARTITIONS,
-            ),
-            "maxFragmentsPerTrigger": _integer(
-                "Cap on a micro-batch, in fragments (an event longer than the cap still goes"
-                " whole); unset: everything available.",
-                minimum=1,
-                maximum=MAX_FRAGMENTS_PER_TRIGGER,
-            ),
-            "triggerInterval": _number(
-                "Seconds between the starts of two micro-batches; 0: the next one starts as"
-                " soon as the last is done (Spark's default).",
-                minimum=0,
-                default=0.0,
-            ),
-            "tickRate": _number(
-                "Timestamp ticks per second: the run summary's and the report's times and rates.",
-                minimum=0,
-                exclusive=True,
-                maximum=MAX_TICK_RATE,
-                default=1e8,
-            ),
-            "driver": _object(
-                "Spark driver size.",
-                _spark_pod("Driver cores.", "Driver memory (Spark notation: 512m, 2g).", "1g"),
-                default={},
-            ),
-            "executors": _object(
-                "Spark executors.",
-                {
-                    "instances": _integer(
-                        "Number of executors.", minimum=1, maximum=1000, default=2
-                    ),
-                    **_spark_pod(
-                        "Cores per executor.",
-                        "Memory per executor (Spark notation: 512m, 2g).",
-                        "2g",
-                    ),
-                },
-                default={},
-            ),
-            "output": output_schema(),
-            "objectStorage": _object(
-                "S3-compatible object storage for an s3a:// output.path (the Spark image carries"
-                " hadoop-aws). Credentials come from a Secret, as environment variables of the"
-                " driver and the executors: never in sparkConf or a ConfigMap.",
-                {
-                    "credentialsSecret": _string(
-                        "Secret holding the access key id and the secret access key (and a"
-                        " session token, if temporary); unset: s3a's default credential chain"
-                        " (e.g. a pod identity).",
-                        minLength=1,
-                    ),
-                    "accessKeyIdKey": _string(
-                        "Key of the access key id in the Secret.",
-                        minLength=1,
-                        default="AWS_ACCESS_KEY_ID",
-                    ),
-                    "secretAccessKeyKey": _string(
-                        "Key of the secret access key in the Secret.",
-                        minLength=1,
-                        default="AWS_SECRET_ACCESS_KEY",
-                    ),
-                    "sessionTokenKey": _string(
-                        "Key of a session token in the Secret; unset: none.", minLength=1
-                    ),
-                    "endpoint": _string(
-                        "Endpoint URL (MinIO, Ceph: http://minio.storage.svc:9000); unset: AWS S3.",
-                        pattern=r"^https?://[^\s/]+(/.*)?$",
-                    ),
-                    "region": _string("Region of the bucket; unset: s3a's default.", minLength=1),
-                    "pathStyleAccess": {
-                        "type": "boolean",
-                        "description": "Path-style requests (endpoint/bucket/key), as MinIO"
-                        " and most S3-compatible stores need.",
-                        "default": False,
-                    },
-                },
-            ),
-            "sparkConf": {
-                "type": "object",
-                "description": "Spark configuration passed through as is (spark.* keys); it"
-                " wins over what objectStorage sets. No credentials: they belong in"
-                " objectStorage.credentialsSecret.",
-                "additionalProperties": {"type": "string"},
+            "allowedClients": {
+                "type": "array",
+                "description": "Who may send and read (the data sources, evb tail): each a"
+                " podSelector (pods of this namespace), a namespaceSelector (every pod of"
+                " those namespaces) or both (those pods of those namespaces).",
+                "items": _peer_schema(),
+            },
+            "metricsFrom": {
+                "type": "array",
+                "description": "Who may scrape the metrics port (e.g. Prometheus's"
+                " namespace); unset: nobody.",
+                "items": _peer_schema(),
             },
         },
-        required=["output"],
+        default={},
     )
+
+
+def _alerts() -> dict[str, Any]:
+    """``spec.alerts``."""
+    return _object(
+        "When the operator posts Warning Events.",
+        {
+            "lateBurst": _integer(
+                "Late fragments between two status updates that make a LateDataBurst Event.",
+                minimum=1,
+                default=1000,
+            ),
+        },
+        default={},
+    )
+
+
+def _spec_schema() -> dict[str, Any]:
     properties: dict[str, Any] = {
         "state": _string(
             f"{RunPhase.RUNNING}, or {RunPhase.ENDED}: the orderer ends the run (drains every"
@@ -481,125 +414,15 @@ def _spec_schema() -> dict[str, Any]:
             enum=[state.value for state in REQUESTED_STATES],
             default=RunPhase.RUNNING.value,
         ),
-        "sources": {
-            "type": "array",
-            "description": "Source ids declared from the start; a declared source that never"
-            " sends holds the output back (immutable).",
-            "items": _integer("A source id.", minimum=0, maximum=2**32 - 1),
-            "maxItems": 65536,
-            "x-kubernetes-list-type": "set",
-        },
-        "buildWindow": _number(
-            "Seconds a fragment may wait for the other sources (window rule). Live.",
-            minimum=0,
-            exclusive=True,
-            default=20.0,
-        ),
-        "startupDelay": _number(
-            "Seconds after the first fragment before anything is emitted. Live.",
-            minimum=0,
-            default=2.0,
-        ),
-        "barrierTimeout": _number(
-            "Seconds a barrier waits for the other sources; unset: 4 x buildWindow. Live.",
-            minimum=0,
-            exclusive=True,
-        ),
-        "sourceTimeout": _number(
-            "Seconds of silence after which a source is dead; 0 disables dead-source"
-            " detection (the spec's off). Live.",
-            minimum=0,
-            default=60.0,
-        ),
-        "latePolicy": _string(
-            "emit: late fragments go out flagged late; drop: counted, not emitted. Live.",
-            enum=["emit", "drop"],
-            default="emit",
-        ),
+        **orderer_properties(),
         **run_properties(),
-        "flowControl": flow_control,
-        "storage": storage,
-        "orderer": orderer,
-        "tls": _object(
-            "TLS of the orderer's gRPC endpoint: evb serve speaks TLS only (plaintext clients"
-            " fail the handshake). The Secret is mounted read-only at /etc/evb/tls; its"
-            " certificate must name the Service (NAME-orderer.NAMESPACE.svc). A change rolls"
-            " the pod.",
-            {
-                "secretName": _string(
-                    "A kubernetes.io/tls Secret: tls.crt and tls.key of the orderer, and ca.crt,"
-                    " the CA clients verify it with (and, with mutual, the CA of the client"
-                    " certificates). cert-manager's Certificates hold all three.",
-                    minLength=1,
-                ),
-                "mutual": {
-                    "type": "boolean",
-                    "description": "Mutual TLS: every client must present a certificate signed"
-                    " by ca.crt.",
-                    "default": False,
-                },
-                "clientSecretName": _string(
-                    "A kubernetes.io/tls Secret with the client certificate (tls.crt, tls.key)"
-                    " the operator and the Spark job present under mutual TLS.",
-                    minLength=1,
-                ),
-            },
-            required=["secretName"],
-        ),
-        "auth": _object(
-            "Bearer-token authentication (needs tls): every call but health checking must"
-            " carry the token, else UNAUTHENTICATED. Data sources get the token from whoever"
-            " manages the Secret. A change rolls the pod.",
-            {
-                "tokenSecretRef": _object(
-                    "The Secret key holding the token.",
-                    {
-                        "name": _string("Name of the Secret.", minLength=1),
-                        "key": _string("Key in the Secret.", minLength=1, default="token"),
-                    },
-                    required=["name"],
-                ),
-            },
-            required=["tokenSecretRef"],
-        ),
-        "networkPolicy": _object(
-            "A NetworkPolicy on the orderer: gRPC only from the allowed clients, the Spark"
-            " job's pods and the operator; metrics only from metricsFrom. Everything else is"
-            " refused, this namespace's other pods included.",
-            {
-                "enabled": {
-                    "type": "boolean",
-                    "description": "Create the NetworkPolicy.",
-                    "default": False,
-                },
-                "allowedClients": {
-                    "type": "array",
-                    "description": "Who may send and read (the data sources, evb tail): each a"
-                    " podSelector (pods of this namespace), a namespaceSelector (every pod of"
-                    " those namespaces) or both (those pods of those namespaces).",
-                    "items": _peer_schema(),
-                },
-                "metricsFrom": {
-                    "type": "array",
-                    "description": "Who may scrape the metrics port (e.g. Prometheus's"
-                    " namespace); unset: nobody.",
-                    "items": _peer_schema(),
-                },
-            },
-            default={},
-        ),
-        "alerts": _object(
-            "When the operator posts Warning Events.",
-            {
-                "lateBurst": _integer(
-                    "Late fragments between two status updates that make a LateDataBurst Event.",
-                    minimum=1,
-                    default=1000,
-                ),
-            },
-            default={},
-        ),
-        "spark": spark,
+        "storage": _storage(),
+        "orderer": _orderer_pod(),
+        "tls": _tls(),
+        "auth": _auth(),
+        "networkPolicy": _network_policy(),
+        "alerts": _alerts(),
+        "spark": spark_schema(),
     }
     schema = _object(
         "An event builder: one orderer merging the data sources by timestamp, and the Spark job"

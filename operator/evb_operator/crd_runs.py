@@ -1,7 +1,8 @@
 """The fields of the ``EventBuilder`` spec for runs one after another and hierarchical building:
 ``resetOnBeginRun``, ``run`` and ``upstreams``, with their CEL rules.
 
-- ``resetOnBeginRun`` is an orderer parameter (``OrdererConfig.reset_on_begin_run``) that is not
+- ``resetOnBeginRun`` is an orderer parameter (``OrdererConfig.reset_on_begin_run``, its property
+  generated with the others by :mod:`evb_operator.crd_parameters`; its rule is here) that is not
   live: it is refused once set, like ``sources`` and ``flowControl``, rather than rolling the
   pod. The orderer replays its arrival log from the configuration it started with (the ConfigMap,
   written once), so a restarted orderer with another reset rule would order the replayed
@@ -60,7 +61,7 @@ def target_problem(target: Any) -> str | None:
 
 
 def run_properties() -> dict[str, Any]:
-    """The spec's properties ``resetOnBeginRun``, ``run`` and ``upstreams``."""
+    """The spec's properties ``run`` and ``upstreams``."""
     upstream = _object(
         "An orderer whose ordered output this EventBuilder takes in, forwarded by evb forward"
         " in a Deployment of its own (NAME-forward). It must accept this EventBuilder's"
@@ -89,14 +90,6 @@ def run_properties() -> dict[str, Any]:
         required=["target"],
     )
     return {
-        "resetOnBeginRun": {
-            "type": "boolean",
-            "description": "A complete begin-run barrier (type 1 from every source) restarts"
-            " the clocks (high-water mark, previous timestamps, watermarks), so a run whose"
-            " clocks restart at 0 is not late (NSCLDAQ's EVB::reset). Immutable: the orderer"
-            " replays its log with the rule it started with.",
-            "default": False,
-        },
         "run": _integer(
             "Number of the current run. The orderer starts with it; raising it ends the current"
             " run (if it has not ended) and begins this one. It cannot be lowered.",

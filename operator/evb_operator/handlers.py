@@ -14,8 +14,9 @@ What happens when:
 
 - create / resume / update: the children exist (created under fixed names if absent, never
   replaced); an invalid spec is reported instead;
-- ``spec.buildWindow``, ``startupDelay``, ``barrierTimeout``, ``sourceTimeout``,
-  ``latePolicy`` change: ``Configure`` on the live orderer, no child touched;
+- a live parameter (``spec.buildWindow``, ``startupDelay``, ``barrierTimeout``,
+  ``sourceTimeout``, ``latePolicy``: :data:`orderer.config.LIVE_PARAMETERS`) changes:
+  ``Configure`` on the live orderer, no child touched;
 - ``spec.orderer`` changes (image, resources, service settings): the StatefulSet's pod template
   is patched, which rolls the pod (the orderer recovers its run from its logs);
 - ``spec.spark`` changes: the SparkApplication's spec is patched;
@@ -48,6 +49,7 @@ from evb_operator import crd, kube, security, specs, validation
 from evb_operator import status as evb_status
 from evb_operator.phases import RunPhase
 from orderer import client as orderer_client
+from orderer.config import LIVE_PARAMETERS, camel_case
 from orderer.errors import ConfigError, EvbError, InterfaceError
 
 RESOURCE = (crd.GROUP, crd.VERSION, crd.PLURAL)
@@ -315,11 +317,6 @@ async def reconcile(
     )
 
 
-@kopf.on.field(*RESOURCE, field="spec.buildWindow", param="buildWindow")
-@kopf.on.field(*RESOURCE, field="spec.startupDelay", param="startupDelay")
-@kopf.on.field(*RESOURCE, field="spec.barrierTimeout", param="barrierTimeout")
-@kopf.on.field(*RESOURCE, field="spec.sourceTimeout", param="sourceTimeout")
-@kopf.on.field(*RESOURCE, field="spec.latePolicy", param="latePolicy")
 async def configure_live(
     *, param: str = "", reason: str, patch: kopf.Patch, logger: kopf.Logger, **kwargs: Any
 ) -> None:
@@ -336,6 +333,12 @@ async def configure_live(
     config = await _control(orderer_client.configure_async, orderer, {param: value})
     logger.info("configured %s=%r live at %s", param, value, orderer.endpoint)
     patch.status["window"] = float(config["build_window"])
+
+
+for _name in LIVE_PARAMETERS:  # one handler per live parameter, each on its own spec field
+    kopf.on.field(*RESOURCE, field=f"spec.{camel_case(_name)}", param=camel_case(_name))(
+        configure_live
+    )
 
 
 async def _reapply(

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import jsonschema
 
 from evb_operator import crd
 from evb_operator.crd_runs import target_problem
-from orderer.config import OrdererConfig
+from orderer.config import OrdererConfig, camel_case
 from orderer.errors import ConfigError
 
 __all__ = [
@@ -95,17 +95,9 @@ def orderer_config(spec: Mapping[str, Any]) -> OrdererConfig:
     ``off`` (:func:`orderer.config.parse_source_timeout`, shared with ``evb serve --config``);
     an unset ``barrierTimeout`` stays unset (4 x buildWindow)."""
     mapping: dict[str, Any] = {
-        name: spec[name]
-        for name in (
-            "buildWindow",
-            "startupDelay",
-            "barrierTimeout",
-            "sourceTimeout",
-            "latePolicy",
-            "resetOnBeginRun",
-            "sources",
-        )
-        if name in spec
+        camel_case(f.name): spec[camel_case(f.name)]
+        for f in fields(OrdererConfig)
+        if camel_case(f.name) in spec
     }
     if "flowControl" in spec:
         mapping["flowControl"] = dict(spec["flowControl"])
@@ -116,12 +108,7 @@ def orderer_config(spec: Mapping[str, Any]) -> OrdererConfig:
 
 
 def _camel_path(name: str) -> list[str]:
-    return [_camel_field(part) for part in name.split(".")]
-
-
-def _camel_field(part: str) -> str:
-    head, *rest = part.split("_")
-    return head + "".join(word.capitalize() for word in rest)
+    return [camel_case(part) for part in name.split(".")]
 
 
 def validate(spec: Mapping[str, Any] | None) -> ValidSpec:

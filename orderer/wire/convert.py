@@ -15,7 +15,6 @@ Callers: the service (:mod:`orderer.service.servicer`, :mod:`orderer.service.ord
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,7 +24,13 @@ import numpy.typing as npt
 from orderer._core.core import check_fragment_rules
 from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer.batch import EmittedBatch, FragmentBatch
-from orderer.config import LIVE_PARAMETERS, SOURCE_COUNTERS, TOTAL_COUNTERS, OrdererConfig
+from orderer.config import (
+    LIVE_PARAMETERS,
+    SOURCE_COUNTERS,
+    TOTAL_COUNTERS,
+    OrdererConfig,
+    snake_case,
+)
 from orderer.errors import ConfigError, InterfaceError
 from orderer.wire import submit
 from orderer.wire.submit import BatchLimits, IncomingBatch
@@ -272,7 +277,7 @@ def configure_request(changes: Mapping[str, Any]) -> pb.ConfigureRequest:
     ``off`` or None disables dead-source detection."""
     request = pb.ConfigureRequest()
     for key, value in changes.items():
-        name = re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+        name = snake_case(key)
         parsed = OrdererConfig.from_mapping({key: value})  # checks the name and the value
         if name not in LIVE_PARAMETERS:
             raise ConfigError(key, value, "cannot be changed while the orderer runs")

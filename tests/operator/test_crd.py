@@ -15,14 +15,9 @@ import pytest
 import yaml
 
 from evb_operator import crd, status, validation
-from orderer.config import LIVE_PARAMETERS, FlowControl, OrdererConfig
+from orderer.config import LIVE_PARAMETERS, FlowControl, OrdererConfig, camel_case, spec_field
 from orderer.errors import ConfigError
 from tests.operator.conftest import REPO
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(word.capitalize() for word in rest)
 
 
 def _generator() -> Any:
@@ -39,12 +34,12 @@ def test_every_orderer_parameter_is_a_spec_field_with_the_same_default() -> None
     properties = crd.SPEC_SCHEMA["properties"]
     defaults = OrdererConfig()
     for f in fields(OrdererConfig):
-        name = _camel(f.name)
+        name = camel_case(f.name)
         assert name in properties, f"OrdererConfig.{f.name} has no spec.{name}"
     flow = properties["flowControl"]["properties"]
-    assert set(flow) == {_camel(f.name) for f in fields(FlowControl)}
+    assert set(flow) == {camel_case(f.name) for f in fields(FlowControl)}
     for f in fields(FlowControl):
-        assert flow[_camel(f.name)]["default"] == getattr(defaults.flow_control, f.name)
+        assert flow[camel_case(f.name)]["default"] == getattr(defaults.flow_control, f.name)
     assert properties["buildWindow"]["default"] == defaults.build_window
     assert properties["startupDelay"]["default"] == defaults.startup_delay
     assert properties["sourceTimeout"]["default"] == defaults.source_timeout
@@ -64,7 +59,44 @@ def test_max_payload_bytes_is_bounded_as_the_orderer_bounds_it() -> None:
 
 
 def test_the_live_fields_are_the_ones_configure_accepts() -> None:
-    assert tuple(_camel(name) for name in LIVE_PARAMETERS) == crd.LIVE_FIELDS
+    properties = crd.SPEC_SCHEMA["properties"]
+    live = [name for name, p in properties.items() if p.get("description", "").endswith(" Live.")]
+    assert live == [camel_case(name) for name in LIVE_PARAMETERS]
+
+
+def test_the_operator_configures_each_live_field_and_no_other() -> None:
+    """The handlers' field handlers of ``configure_live`` are registered from LIVE_PARAMETERS."""
+    import kopf
+
+    from evb_operator import handlers
+
+    registry = kopf.get_default_registry()
+    configured = [
+        (".".join(h.field or ()), h.param)
+        for h in registry._changing.get_all_handlers()
+        if getattr(h.fn, "__name__", "") == handlers.configure_live.__name__
+    ]
+    assert configured == [(f"spec.{camel_case(n)}", camel_case(n)) for n in LIVE_PARAMETERS]
+
+
+def test_the_orderer_part_of_the_spec_is_generated_from_the_fields() -> None:
+    """Each orderer parameter's property says what its SpecField says: one place holds the
+    text, the bounds and the default."""
+    properties = crd.SPEC_SCHEMA["properties"]
+    defaults = OrdererConfig()
+    groups = [(f, properties) for f in fields(OrdererConfig)]
+    groups += [(f, properties["flowControl"]["properties"]) for f in fields(FlowControl)]
+    for f, where in groups:
+        spec = spec_field(f)
+        prop = where[camel_case(f.name)]
+        assert prop["description"] == spec.description + (" Live." if spec.live else "")
+        if spec.minimum is not None:
+            assert prop["minimum"] == spec.minimum, f.name
+            assert prop.get("exclusiveMinimum", False) is spec.exclusive_minimum, f.name
+        if f.name in {g.name for g in fields(OrdererConfig)}:
+            default = getattr(defaults, f.name)
+            if default is None or default == ():
+                assert "default" not in prop, f.name
 
 
 def test_the_crd_has_the_names_status_and_printer_columns() -> None:

@@ -16,6 +16,7 @@ from evb_operator import crd, specs, validation
 from evb_operator.crd_runs import RUN_RULES
 from evb_operator.validation import InvalidSpec
 from orderer.cli import build_parser
+from orderer.config import LIVE_PARAMETERS
 from orderer.service.settings import configs_from_mapping
 from tests.operator.conftest import validate_builtin
 
@@ -57,7 +58,7 @@ def test_reset_on_begin_run_reaches_the_orderer_through_its_config_file(reset: b
 def test_reset_on_begin_run_is_immutable_not_live() -> None:
     """Not a Configure parameter (the orderer reads it at start) and refused once set: the
     orderer replays its log with the rule it started with."""
-    assert "resetOnBeginRun" not in crd.LIVE_FIELDS
+    assert "reset_on_begin_run" not in LIVE_PARAMETERS
     (rule,) = [r for r in RUN_RULES if r.path == ("resetOnBeginRun",)]
     assert rule.cel == "self == oldSelf" and "replays its log" in rule.message
     with pytest.raises(InvalidSpec, match=r"^spec\.resetOnBeginRun: .*boolean"):

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import pytest
 
 from orderer import ConfigError, FlowControl, Orderer, OrdererConfig
+from orderer.config import spec_field
 
 
 def test_defaults_are_the_spec_defaults() -> None:
@@ -120,3 +123,34 @@ def test_live_reconfiguration_changes_the_window_and_keeps_the_queues() -> None:
     emitted = orderer.take_emitted()
     assert emitted.timestamp.tolist() == [0, 1, 2, 3, 4]
     assert emitted.t.tolist() == [10.0] * 5
+
+
+def test_the_spec_bounds_of_each_parameter_are_the_ones_it_validates() -> None:
+    """A SpecField's minimum (what the CRD accepts) is the validation's: the least value is
+    accepted unless exclusive, and anything below it is refused."""
+    checked = 0
+    for group, build in (
+        (OrdererConfig, lambda name, value: OrdererConfig.from_mapping({name: value})),
+        (FlowControl, lambda name, value: FlowControl(**{name: value, **_lowest_flow(name)})),
+    ):
+        for f in fields(group):
+            spec = spec_field(f)
+            if spec.minimum is None or f.name == "source_timeout":  # 0 is its off
+                continue
+            kind = int if group is FlowControl else float
+            lowest = kind(spec.minimum)
+            if spec.exclusive_minimum:
+                with pytest.raises(ConfigError):
+                    build(f.name, lowest)
+            else:
+                build(f.name, lowest)
+            with pytest.raises(ConfigError):
+                build(f.name, lowest - 1)
+            checked += 1
+    assert checked == 7
+
+
+def _lowest_flow(name: str) -> dict[str, int]:
+    """The other thresholds of a FlowControl whose ``name`` is at its least: XON <= XOFF."""
+    xon = {"global_xoff": "global_xon", "queue_xoff": "queue_xon"}.get(name)
+    return {} if xon is None else {xon: 1}
