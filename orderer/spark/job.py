@@ -320,15 +320,9 @@ def _run_name(args: argparse.Namespace) -> str:
     return "run"
 
 
-def _local(uri: str) -> Path | None:
-    if uri.startswith("file://"):
-        return Path(uri.removeprefix("file://"))
-    return None if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", uri) else Path(uri)
-
-
 def _check_writable(flag: str, uri: str) -> None:
     """A local output location must be a directory, or creatable where it would be."""
-    local = _local(uri)
+    local = files.local(uri)
     if local is None:
         return  # a Hadoop URI: its file system says, once Spark runs
     if local.exists() and not local.is_dir():
@@ -712,7 +706,7 @@ def _finish(
     summary.data["events_path"] = layout.events
     summary.data.update(extra or {})
 
-    local = _local(layout.run_dir)
+    local = files.local(layout.run_dir)
     with tempfile.TemporaryDirectory() as scratch:
         base = local if local is not None else Path(scratch)
         base.mkdir(parents=True, exist_ok=True)
