@@ -41,6 +41,7 @@ from typing import Any
 import pyarrow as pa
 
 from orderer.errors import ConfigError
+from orderer.job_config import DEFAULT_GLOM_SOURCE_ID
 from orderer.nscldaq.format import (
     ABNORMAL_ENDRUN,
     BEGIN_RUN,
@@ -65,15 +66,11 @@ from orderer.spark.files import Directory
 
 __all__ = [
     "CHUNK_SPARK_SCHEMA",
-    "DEFAULT_GLOM_SOURCE_ID",
     "NscldaqSink",
     "check_glom_source_id",
     "encode_partition",
     "ring_items",
 ]
-
-DEFAULT_GLOM_SOURCE_ID = 0
-"""glom's ``--sourceid`` default: the source id in the body header of the events it builds."""
 
 KNOWN_ITEM_TYPES = frozenset(
     {
