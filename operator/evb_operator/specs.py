@@ -43,6 +43,7 @@ from evb_operator import constants as c
 from evb_operator import crd_output
 from evb_operator.crd import SPEC_SCHEMA
 from evb_operator.validation import ValidSpec, with_defaults
+from orderer.job_config import JobConfig, OutputFormat, TimestampPolicy
 
 __all__ = [
     "CONFIGMAP",
@@ -67,7 +68,7 @@ __all__ = [
     "orderer_endpoint",
     "serve_args",
     "serve_config",
-    "spark_arguments",
+    "spark_job_config",
     "spark_partitions",
 ]
 
@@ -464,41 +465,32 @@ def spark_partitions(spark: Mapping[str, Any]) -> int:
     return int(executors["instances"]) * int(executors["cores"])
 
 
-def spark_arguments(name: str, namespace: str, spark: Mapping[str, Any]) -> list[str]:
-    """Arguments of the Spark job (``orderer/spark/job.py``): where to read, how to build, how
-    to cut micro-batches, where to write. Every field of ``spec.spark`` that the job reads is a
-    flag here (a test parses them with the job's own parser). ``spark`` is completed with
-    the CRD's defaults first (a raw section will do)."""
+def spark_job_config(name: str, namespace: str, spark: Mapping[str, Any]) -> JobConfig:
+    """The Spark job's configuration (``orderer/spark/job.py``): where to read, how to build, how
+    to cut micro-batches, where to write; the SparkApplication's arguments are its
+    :meth:`~orderer.job_config.JobConfig.to_argv`. Every field of ``spec.spark`` that the job
+    reads is a field here. ``spark`` is completed with the CRD's defaults first (a raw section
+    will do). The security files are left to the pods' ``EVB_TLS_*``/``EVB_TOKEN_FILE``
+    variables (:func:`_client_security`)."""
     spark = with_defaults(SPARK_SCHEMA, spark)
-    building = ["--no-build"] if spark["noBuild"] else ["--dt", str(spark["dt"])]
-    arguments = [
-        "--target",
-        orderer_endpoint(name, namespace),
-        *building,
-        "--max-fragments",
-        str(spark["maxFragments"]),
-        "--timestamp-policy",
-        spark["timestampPolicy"],
-        "--partitions",
-        str(spark_partitions(spark)),
-        "--trigger-seconds",
-        repr(float(spark["triggerInterval"])),
-        "--tick-rate",
-        repr(float(spark["tickRate"])),
-        "--output",
-        spark["output"]["path"],
-        "--format",
-        spark["output"]["format"],
-        "--glom-source-id",
-        str(spark["glomSourceId"]),
-        "--connect-timeout",
-        str(c.SPARK_CONNECT_TIMEOUT_SECONDS),
-    ]
-    if "maxFragmentsPerTrigger" in spark:
-        arguments += ["--max-fragments-per-trigger", str(spark["maxFragmentsPerTrigger"])]
-    if spark["followRuns"]:
-        arguments.append("--follow-runs")
-    return arguments
+    return JobConfig(
+        target=orderer_endpoint(name, namespace),
+        no_build=bool(spark["noBuild"]),
+        dt=None if spark["noBuild"] else int(spark["dt"]),
+        max_fragments=int(spark["maxFragments"]),
+        timestamp_policy=TimestampPolicy(spark["timestampPolicy"]),
+        partitions=spark_partitions(spark),
+        trigger_seconds=float(spark["triggerInterval"]),
+        tick_rate=float(spark["tickRate"]),
+        output=str(spark["output"]["path"]),
+        format=OutputFormat(spark["output"]["format"]),
+        glom_source_id=int(spark["glomSourceId"]),
+        connect_timeout=float(c.SPARK_CONNECT_TIMEOUT_SECONDS),
+        max_fragments_per_trigger=(
+            int(spark["maxFragmentsPerTrigger"]) if "maxFragmentsPerTrigger" in spark else None
+        ),
+        follow_runs=bool(spark["followRuns"]),
+    )
 
 
 def object_storage_conf(storage: Mapping[str, Any]) -> dict[str, str]:
@@ -557,7 +549,7 @@ def build_sparkapplication_spec(
         "mode": "cluster",
         "image": spark.get("image", default_image),
         "mainApplicationFile": c.SPARK_JOB_FILE,
-        "arguments": spark_arguments(name, namespace, spark),
+        "arguments": spark_job_config(name, namespace, spark).to_argv(),
         "sparkVersion": spark["sparkVersion"],
         "restartPolicy": {
             "type": "OnFailure",

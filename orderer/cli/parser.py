@@ -457,8 +457,9 @@ def _add_forward(commands: Any) -> None:
 
 
 def _add_spark_job(commands: Any) -> None:
-    """``evb spark-job``: its arguments go to the job's own parser (:mod:`orderer.spark.job`,
-    also the SparkApplication's main file), which prints its help."""
+    """``evb spark-job``: its arguments go to the job (:mod:`orderer.spark.job`, also the
+    SparkApplication's main file), whose parser (:func:`orderer.job_config.build_parser`) prints
+    its help."""
     spark_job = commands.add_parser(
         "spark-job",
         help="build events from the ordered stream with Spark (see evb spark-job --help)",

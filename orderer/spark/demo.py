@@ -31,6 +31,7 @@ from rich.table import Table
 from orderer.apps.send import send_synthetic
 from orderer.client import end_run
 from orderer.errors import ServiceUnavailable
+from orderer.job_config import JobConfig
 from orderer.replay import synthetic
 from orderer.spark import job
 
@@ -175,13 +176,11 @@ def run_live_demo(output_dir: Path, seed: int, seconds: float = 20.0) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     try:
         console.print("Spark job started; the sources start as soon as it reads the stream.")
-        args = job.build_parser().parse_args(
-            [
-                "--target", server.target, "--dt", str(DT), "--output",
-                str(output_dir / "spark"), "--run", "demo", "--quiet", "--poll", "0.5",
-            ]
+        config = JobConfig(
+            target=server.target, dt=DT, output=str(output_dir / "spark"), run="demo",
+            quiet=True, poll=0.5,
         )
-        result = job.run(spark, args)
+        result = job.run(spark, config)
     finally:
         player.join()
         spark.stop()

@@ -37,7 +37,6 @@ benchmark's baseline.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -47,6 +46,7 @@ import pyarrow as pa
 
 from orderer._core import core
 from orderer.errors import ConfigError
+from orderer.job_config import TimestampPolicy
 
 __all__ = [
     "EVENT_SCHEMA",
@@ -54,7 +54,6 @@ __all__ = [
     "FRAGMENT_SCHEMA",
     "FRAGMENT_SPARK_SCHEMA",
     "GlomConfig",
-    "TimestampPolicy",
     "build_events",
     "event_starts",
     "glom_batches",
@@ -93,15 +92,6 @@ EVENT_SPARK_SCHEMA = (
     "fragments array<struct<offset:long, source:long, timestamp:long, late:boolean, "
     "payload:binary>>"
 )
-
-
-class TimestampPolicy(enum.StrEnum):
-    """Which timestamp a built event carries, by the fragments' order in the stream (glom's
-    names: ``earliest`` = the first fragment's, ``latest`` = the last fragment's)."""
-
-    EARLIEST = "earliest"
-    LATEST = "latest"
-    AVERAGE = "average"
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,17 +32,16 @@ time), so that any Hadoop URI works as the output as it does for the other forma
 from __future__ import annotations
 
 import json
-import os
 import re
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from orderer.errors import ConfigError
+from orderer.job_config import DEFAULT_GLOM_SOURCE_ID
 from orderer.nscldaq.format import (
     ABNORMAL_ENDRUN,
     BEGIN_RUN,
@@ -63,18 +62,15 @@ from orderer.nscldaq.format import (
     pack_fragment_header,
     pack_ring_item,
 )
+from orderer.spark.files import Directory
 
 __all__ = [
     "CHUNK_SPARK_SCHEMA",
-    "DEFAULT_GLOM_SOURCE_ID",
     "NscldaqSink",
     "check_glom_source_id",
     "encode_partition",
     "ring_items",
 ]
-
-DEFAULT_GLOM_SOURCE_ID = 0
-"""glom's ``--sourceid`` default: the source id in the body header of the events it builds."""
 
 KNOWN_ITEM_TYPES = frozenset(
     {
@@ -192,91 +188,6 @@ def _summary_columns(events: Any) -> Any:
     )
 
 
-class _Files:
-    """The few file operations the sink needs, on a local directory (plain files: no Hadoop
-    checksum files beside the ring items) or at a Hadoop URI (through the driver's JVM)."""
-
-    def __init__(self, spark: Any, directory: str) -> None:
-        self.spark = spark
-        self.directory = directory.rstrip("/")
-        self.local = _local(directory)
-
-    def _hadoop(self, name: str) -> tuple[Any, Any]:
-        jvm = self.spark.sparkContext._jvm
-        path = jvm.org.apache.hadoop.fs.Path(f"{self.directory}/{name}" if name else self.directory)
-        return path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration()), path
-
-    def exists(self, name: str) -> bool:
-        if self.local is not None:
-            return (self.local / name).exists()
-        filesystem, path = self._hadoop(name)
-        return bool(filesystem.exists(path))
-
-    def names(self, sub: str = "") -> list[str]:
-        if self.local is not None:
-            where = self.local / sub
-            return sorted(p.name for p in where.iterdir()) if where.is_dir() else []
-        filesystem, path = self._hadoop(sub)
-        if not filesystem.exists(path):
-            return []
-        return sorted(str(s.getPath().getName()) for s in filesystem.listStatus(path))
-
-    def remove(self, name: str) -> None:
-        if self.local is not None:
-            (self.local / name).unlink(missing_ok=True)
-            return
-        filesystem, path = self._hadoop(name)
-        filesystem.delete(path, True)
-
-    def write(self, name: str, chunks: Iterable[bytes]) -> int:
-        """Write under a temporary name, then rename: a file of this name is always whole."""
-        temporary = f"{name.rsplit('/', 1)[0] + '/' if '/' in name else ''}.tmp-" + (
-            name.rsplit("/", 1)[-1]
-        )
-        size = 0
-        if self.local is not None:
-            target = self.local / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.local / temporary, "wb") as stream:
-                for chunk in chunks:
-                    stream.write(chunk)
-                    size += len(chunk)
-                stream.flush()
-                os.fsync(stream.fileno())
-            os.replace(self.local / temporary, target)
-            return size
-        filesystem, path = self._hadoop(temporary)
-        stream = filesystem.create(path, True)
-        try:
-            for chunk in chunks:
-                stream.write(bytearray(chunk))
-                size += len(chunk)
-        finally:
-            stream.close()
-        _, final = self._hadoop(name)
-        filesystem.delete(final, False)
-        if not filesystem.rename(path, final):
-            raise OSError(f"could not rename {self.directory}/{temporary} to {name}")
-        return size
-
-    def read_text(self, name: str) -> str:
-        if self.local is not None:
-            return (self.local / name).read_text(encoding="utf-8")
-        filesystem, path = self._hadoop(name)
-        stream = filesystem.open(path)
-        try:
-            jvm = self.spark.sparkContext._jvm
-            return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
-        finally:
-            stream.close()
-
-
-def _local(uri: str) -> Path | None:
-    if uri.startswith("file://"):
-        return Path(uri.removeprefix("file://"))
-    return None if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", uri) else Path(uri)
-
-
 @dataclass
 class NscldaqSink:
     """Writes each micro-batch's events into ``directory`` once (the module docstring says
@@ -290,7 +201,7 @@ class NscldaqSink:
     INDEX = "_index"
 
     def __call__(self, events: Any, batch_id: int) -> None:
-        files = _Files(self.spark, self.directory)
+        files = Directory(self.spark, self.directory)
         manifest = f"{self.MANIFESTS}/{batch_id:012d}.json"
         if files.exists(manifest):  # written before a restart: Spark calls again, we do not
             return
@@ -307,7 +218,7 @@ class NscldaqSink:
             events.unpersist()
         files.write(manifest, [json.dumps({"batch": batch_id, "files": written}).encode()])
 
-    def _write_items(self, files: _Files, events: Any, batch_id: int) -> dict[str, int]:
+    def _write_items(self, files: Directory, events: Any, batch_id: int) -> dict[str, int]:
         """The batch's ring items, one file per partition in partition order (= offset order:
         the source plans a batch's partitions in offset order); returns name -> bytes."""
         chunks = events.mapInArrow(_encoder(self.glom_source_id), CHUNK_SPARK_SCHEMA)
@@ -333,7 +244,7 @@ class NscldaqSink:
 
     def committed(self) -> list[int]:
         """The batch ids written whole (with a manifest), ascending."""
-        files = _Files(self.spark, self.directory)
+        files = Directory(self.spark, self.directory)
         return sorted(
             int(name.removesuffix(".json"))
             for name in files.names(self.MANIFESTS)
@@ -343,7 +254,7 @@ class NscldaqSink:
     def drop_uncommitted(self) -> list[str]:
         """Remove ring-item files of batches without a manifest (a driver that died inside a
         batch, never restarted to finish it); returns their names."""
-        files = _Files(self.spark, self.directory)
+        files = Directory(self.spark, self.directory)
         done = set(self.committed())
         dropped = []
         for name in files.names():

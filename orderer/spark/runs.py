@@ -25,7 +25,6 @@ way to build a run, and the source takes :func:`run_end` from here.
 
 from __future__ import annotations
 
-import argparse
 import signal
 import sys
 import threading
@@ -36,11 +35,11 @@ from types import FrameType
 from typing import Any
 
 from orderer.errors import ConfigError, ServiceUnavailable
+from orderer.job_config import JobConfig
 
 __all__ = [
     "RunSpan",
     "StopSignal",
-    "add_arguments",
     "check_arguments",
     "finished",
     "follow",
@@ -154,35 +153,18 @@ class StopSignal:
             signal.signal(signal.SIGTERM, self._previous)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--follow-runs`` and ``--until-run`` of ``evb spark-job``."""
-    parser.add_argument(
-        "--follow-runs",
-        action="store_true",
-        help="--target: build every run of the orderer's run table, one after another, each in "
-        "OUTPUT/events/run=NUMBER and OUTPUT/runs/NUMBER (its summary and report once it ended "
-        "and was read to its end); keep going after a run ends, until SIGTERM or --until-run",
-    )
-    parser.add_argument(
-        "--until-run",
-        type=int,
-        metavar="N",
-        help="--follow-runs: stop once every run up to run N is built",
-    )
-
-
-def check_arguments(args: argparse.Namespace) -> None:
+def check_arguments(config: JobConfig) -> None:
     """The follow flags' mistakes, as ConfigErrors naming the flag."""
-    if args.until_run is not None:
-        if not args.follow_runs:
-            raise ConfigError("--until-run", args.until_run, "needs --follow-runs")
-        if not 0 <= args.until_run < 2**64:
-            raise ConfigError("--until-run", args.until_run, "must be a run number >= 0")
-    if not args.follow_runs:
+    if config.until_run is not None:
+        if not config.follow_runs:
+            raise ConfigError("--until-run", config.until_run, "needs --follow-runs")
+        if not 0 <= config.until_run < 2**64:
+            raise ConfigError("--until-run", config.until_run, "must be a run number >= 0")
+    if not config.follow_runs:
         return
-    if args.target is None:
+    if config.target is None:
         raise ConfigError("--follow-runs", None, "needs --target (a live orderer's runs)")
-    if args.run is not None:
+    if config.run is not None:
         raise ConfigError(
-            "--run", args.run, "cannot be given with --follow-runs: the run numbers name the runs"
+            "--run", config.run, "cannot be given with --follow-runs: the run numbers name the runs"
         )

@@ -9,7 +9,7 @@ repository on ``PYTHONPATH``, or from the checkout). One run, one data set, one 
    ends the run; its ordered log is the input of every phase;
 1. evb, streaming: ``spark.readStream.format("evb")`` from the live orderer over gRPC, the events
    built where the executors read them (``output`` = ``events``, as the job reads), Spark's
-   Parquet file sink with the job's options (:func:`orderer.spark.job.writer_options`) and a
+   Parquet file sink with the job's options (:func:`orderer.spark.writer.writer_options`) and a
    checkpoint, at most ``--micro-batches`` micro-batches (``maxFragmentsPerTrigger``: the share
    of one, plus the longest event, since a micro-batch ends at the last event start within its
    limit); timed from the start of its first micro-batch to the last batch committed, the time
@@ -118,7 +118,7 @@ def _evb_stream(
     spark: Any, target: str, out: Path, n: int, micro_batches: int, until: int | None = None,
     partitions: int = 2, label: str = "evb streaming (gRPC -> Parquet)",
 ) -> dict[str, Any]:
-    from orderer.spark.job import writer_options
+    from orderer.spark.writer import writer_options
 
     config = GlomConfig(DT)
     reader = (

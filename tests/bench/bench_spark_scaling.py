@@ -25,7 +25,7 @@ one data set written once:
      Parquet sink: one Python stage in a streaming query with no evb code at all;
    - the same floor with the job's Parquet options: no dictionary for the columns that hold a
      different value in almost every row (offset, timestamp, payload; the job's
-     :data:`~orderer.spark.job.UNIQUE_COLUMNS`), printed so that what the job gains from its
+     :data:`~orderer.spark.writer.UNIQUE_COLUMNS`), printed so that what the job gains from its
      own settings is not mistaken for what it gains on Spark;
    - Spark's JVM-only floor: the same file stream straight to the Parquet sink, no Python;
 
@@ -126,7 +126,7 @@ def _evb_identity(spark: Any, target: str, out: Path, n: int, micro_batches: int
 
 FLOOR_UNIQUE_COLUMNS = ("offset", "timestamp", "payload")
 """The floor's rows' columns that hold a different value in almost every row, as the job's
-:data:`~orderer.spark.job.UNIQUE_COLUMNS` are of its events."""
+:data:`~orderer.spark.writer.UNIQUE_COLUMNS` are of its events."""
 
 
 def _spark_identity(spark: Any, fragments: Path, out: Path, n: int,

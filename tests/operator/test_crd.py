@@ -304,7 +304,7 @@ def test_build_crd_returns_a_fresh_copy() -> None:
 def test_the_building_guard_covers_what_the_job_refuses_to_change_on_resume() -> None:
     """The job records BUILDING_FLAGS at a run's start and refuses others on resume; each must
     be a field the transition rule holds (noBuild is dt's absence in the record)."""
-    from orderer.spark.job import BUILDING_FLAGS
+    from orderer.spark.resume import BUILDING_FLAGS
 
     leaves = {field.rsplit(".", 1)[-1] for field in crd.BUILDING_FIELDS}
     assert set(BUILDING_FLAGS) <= leaves
@@ -320,11 +320,11 @@ def test_the_building_guard_covers_what_the_job_refuses_to_change_on_resume() ->
 
 
 def test_the_spark_defaults_are_the_jobs() -> None:
+    from orderer.job_config import JobConfig
     from orderer.spark.glom import GlomConfig
-    from orderer.spark.job import build_parser
 
     spark = crd.SPEC_SCHEMA["properties"]["spark"]["properties"]
-    job = build_parser().parse_args(["--target", "h:1", "--output", "o"])
+    job = JobConfig.from_argv(["--target", "h:1", "--output", "o"])
     assert spark["maxFragments"]["default"] == job.max_fragments == GlomConfig(None).max_fragments
     # glom's --maxfragments, 0 included (one fragment per event): the job's lowest value too
     lowest = spark["maxFragments"]["minimum"]

@@ -227,9 +227,9 @@ def test_the_full_spec_reaches_the_orderer_and_the_job() -> None:
     assert app["mainApplicationFile"] == "local:///opt/evb/orderer/spark/job.py"
     assert app["arguments"][app["arguments"].index("--dt") + 1] == "100"
     # the job's own parser takes every argument the operator gives it
-    from orderer.spark.job import build_parser as job_parser
+    from orderer.job_config import JobConfig
 
-    job = job_parser().parse_args(app["arguments"])
+    job = JobConfig.from_argv(app["arguments"])
     assert (job.output, job.format) == ("s3a://bucket/run", "json")
     assert job.connect_timeout == c.SPARK_CONNECT_TIMEOUT_SECONDS
     assert app["sparkConf"]["spark.ui.enabled"] == "false"
@@ -240,11 +240,11 @@ def test_the_full_spec_reaches_the_orderer_and_the_job() -> None:
 def test_follow_runs_makes_the_job_build_every_run() -> None:
     """``spec.spark.followRuns``: raising spec.run begins the next run on the same orderer; the
     job follows it (``--follow-runs``) instead of finishing at the first run's end."""
-    from orderer.spark.job import build_parser as job_parser
+    from orderer.job_config import JobConfig
 
     spec = {**FULL_SPEC, "spark": {**FULL_SPEC["spark"], "followRuns": True}}
     app = _by_kind(_children(spec))["SparkApplication"]["spec"]
-    job = job_parser().parse_args(app["arguments"])
+    job = JobConfig.from_argv(app["arguments"])
     assert job.follow_runs and job.run is None
 
 
@@ -346,12 +346,13 @@ def test_building_is_pure() -> None:
 
 def _job_args(spark: dict[str, Any]) -> Any:
     """The SparkApplication's arguments as the job's own parser and checks take them."""
-    from orderer.spark import job
+    from orderer.job_config import JobConfig
+    from orderer.spark.checks import check_arguments
 
     spec = {"spark": {"output": {"path": "s3a://bucket/run"}, **spark}}
     app = _by_kind(_children(spec))["SparkApplication"]["spec"]
-    args = job.build_parser().parse_args(app["arguments"])
-    job.check_arguments(args)  # what the job would refuse before Spark starts
+    args = JobConfig.from_argv(app["arguments"])
+    check_arguments(args)  # what the job would refuse before Spark starts
     return args
 
 
@@ -364,11 +365,27 @@ def test_every_spark_field_reaches_the_job_as_its_flag() -> None:
     assert args.target == specs.orderer_endpoint("run1", "daq")
 
 
+def test_the_sparkapplication_arguments_are_a_job_configurations() -> None:
+    """The operator spells out no flag of the job: the SparkApplication's arguments are the
+    ``to_argv`` of the JobConfig it builds from the spec, which the job reads back into that
+    JobConfig (tests/orderer/test_job_config.py holds it for every configuration)."""
+    from orderer.job_config import JobConfig
+
+    valid = validation.validate(FULL_SPEC)
+    app = _by_kind(_children(FULL_SPEC))["SparkApplication"]["spec"]
+    config = specs.spark_job_config("run1", "daq", valid.spec["spark"])
+    assert app["arguments"] == config.to_argv()
+    assert JobConfig.from_argv(app["arguments"]) == config
+    assert config.output == "s3a://bucket/run" and config.target == specs.orderer_endpoint(
+        "run1", "daq"
+    )
+
+
 def test_the_job_gets_the_crd_defaults_which_are_its_own() -> None:
-    from orderer.spark import job
+    from orderer.job_config import JobConfig
 
     given = _job_args({"dt": 5})
-    defaults = job.build_parser().parse_args(["--target", "h:1", "--output", "o"])
+    defaults = JobConfig.from_argv(["--target", "h:1", "--output", "o"])
     for flag in ("max_fragments", "timestamp_policy", "trigger_seconds", "tick_rate", "format"):
         assert getattr(given, flag) == getattr(defaults, flag), flag
     assert given.max_fragments_per_trigger is None  # unset: no cap

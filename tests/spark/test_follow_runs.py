@@ -19,6 +19,7 @@ import pytest
 
 from orderer.client import OrderedStreamReader, begin_run, end_run
 from orderer.errors import ConfigError
+from orderer.job_config import JobConfig
 from orderer.spark import job, runs
 from orderer.spark.source import fragment_rows
 from tests.e2e.conftest import ServerProcess
@@ -87,7 +88,7 @@ def test_the_job_follows_two_runs_each_into_its_own_partition(
         feeder.start()
         if not live:
             feeder.join(60)
-        args = job.build_parser().parse_args([
+        args = JobConfig.from_argv([
             "--target", server.target, "--dt", str(DT), "--output", str(out), "--poll", "0.2",
             "--follow-runs", "--until-run", "8", "--quiet",
         ])

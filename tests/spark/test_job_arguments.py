@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from orderer.spark import job
+from orderer.spark import checks, job
 from tests.spark.logdata import write_ordered_log
 from tests.spark.oracle import random_stream
 
@@ -126,8 +126,8 @@ def test_without_java_it_says_that_java_17_is_needed_and_how_to_point_at_it(
 
 
 def test_the_java_check_accepts_this_machines_java() -> None:
-    assert job.java_problem() is None
-    assert job.java_problem({"PYSPARK_GATEWAY_PORT": "1", "PATH": ""}) is None  # spark-submit's
+    assert checks.java_problem() is None
+    assert checks.java_problem({"PYSPARK_GATEWAY_PORT": "1", "PATH": ""}) is None  # spark-submit's
 
 
 def test_help_says_what_the_timestamp_policies_and_the_layout_are(

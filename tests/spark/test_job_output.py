@@ -13,14 +13,15 @@ from typing import Any
 import pytest
 
 from orderer.errors import ConfigError
-from orderer.spark import job
+from orderer.job_config import JobConfig
+from orderer.spark import job, writer
 from tests.spark.conftest import DT, FinishedRun
 from tests.spark.logdata import write_ordered_log
 from tests.spark.oracle import Event, events_of, fragments_of, glom, random_stream
 
 
 def _job(spark: Any, *flags: str) -> job.JobResult:
-    return job.run(spark, job.build_parser().parse_args([*flags, "--quiet"]))
+    return job.run(spark, JobConfig.from_argv([*flags, "--quiet"]))
 
 
 def _events(spark: Any, out: Path, run: str) -> list[Event]:
@@ -32,11 +33,11 @@ def _events(spark: Any, out: Path, run: str) -> list[Event]:
 
 
 def _assert_written_for_speed(events: Path) -> None:
-    """Every Parquet file of a run: the columns of ``job.UNIQUE_COLUMNS`` exist (a renamed
+    """Every Parquet file of a run: the columns of ``writer.UNIQUE_COLUMNS`` exist (a renamed
     column would silently lose its setting) and carry no dictionary, even where one would have
     been small (the payloads of ``random_stream`` repeat); the sources keep theirs. The job's
     batch and streamed writes take their format and options from one place
-    (``job._events_writer``)."""
+    (``writer.events_writer``)."""
     import pyarrow.parquet as pq
 
     written = sorted(events.glob("*.parquet"))
@@ -50,8 +51,8 @@ def _assert_written_for_speed(events: Path) -> None:
             group.column(i).path_in_schema: group.column(i).dictionary_page_offset is not None
             for i in range(group.num_columns)
         }
-        assert set(job.UNIQUE_COLUMNS) <= set(dictionary), path
-        assert not any(dictionary[column] for column in job.UNIQUE_COLUMNS), (path, dictionary)
+        assert set(writer.UNIQUE_COLUMNS) <= set(dictionary), path
+        assert not any(dictionary[column] for column in writer.UNIQUE_COLUMNS), (path, dictionary)
         assert dictionary["fragments.list.element.source"], path
 
 
@@ -119,7 +120,7 @@ def test_streamed_runs_have_their_own_checkpoint_and_resume_only_their_own(
     for changed in (["--dt", str(DT + 1)], ["--timestamp-policy", "latest"]):
         argv = [*flags, "--run", "s1", *changed, "--quiet"]  # the flag given last wins
         with pytest.raises(ConfigError, match=f"^{changed[0]}: run s1 began with {changed[0]} "):
-            job.run(spark, job.build_parser().parse_args(argv))
+            job.run(spark, JobConfig.from_argv(argv))
     assert _files(out / "events" / "run=s1") == s1_before
 
     # a run begun when --max-fragments N meant events of up to N fragments (its record says
@@ -133,8 +134,8 @@ def test_streamed_runs_have_their_own_checkpoint_and_resume_only_their_own(
     argv = [*flags, "--run", "s1", "--quiet"]
     refused = r"^--max-fragments: run s1 began with --max-fragments 999 "
     with pytest.raises(ConfigError, match=refused):
-        job.run(spark, job.build_parser().parse_args(argv))
-    job.run(spark, job.build_parser().parse_args([*argv, "--max-fragments", "999"]))
+        job.run(spark, JobConfig.from_argv(argv))
+    job.run(spark, JobConfig.from_argv([*argv, "--max-fragments", "999"]))
     assert _events(spark, out, "s1") == expected
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from evb_operator import specs, validation
-from orderer.spark.job import build_parser
+from orderer.job_config import JobConfig
 
 SPEC = {
     "sources": [1, 2],
@@ -32,7 +32,7 @@ def test_the_job_reads_the_security_variables_the_operator_sets(
         env = {e["name"]: e["value"] for e in app["spec"][role]["env"]}
         for name, value in env.items():
             monkeypatch.setenv(name, value)
-        args = build_parser().parse_args(app["spec"]["arguments"])
+        args = JobConfig.from_argv(app["spec"]["arguments"])
         assert args.tls_ca == env["EVB_TLS_CA"]
         assert args.tls_cert == env["EVB_TLS_CERT"]
         assert args.tls_key == env["EVB_TLS_KEY"]
@@ -44,7 +44,7 @@ def test_the_job_reads_the_security_variables_the_operator_sets(
 
 def test_flags_win_over_the_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EVB_TLS_CA", "/from/env.crt")
-    args = build_parser().parse_args(
+    args = JobConfig.from_argv(
         ["--target", "h:1", "--output", "o", "--tls-ca", "/from/flag.crt"]
     )
     assert args.tls_ca == "/from/flag.crt"

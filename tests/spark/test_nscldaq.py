@@ -20,11 +20,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from orderer.job_config import JobConfig, TimestampPolicy
 from orderer.spark import job
 from orderer.spark.glom import (
     EVENT_SPARK_SCHEMA,
     GlomConfig,
-    TimestampPolicy,
     build_events,
     glom_batches,
 )
@@ -192,7 +192,7 @@ def test_the_job_writes_ring_items_summary_and_report(spark: Any, tmp_path: Path
     table = readout_stream(3000)
     data = write_ordered_log(tmp_path / "data", table, batch=500)
     out = tmp_path / "out"
-    result = job.run(spark, job.build_parser().parse_args([
+    result = job.run(spark, JobConfig.from_argv([
         "--path", str(data), "--dt", "20", "--output", str(out), "--run", "r7",
         "--format", "nscldaq", "--glom-source-id", "5", "--partitions", "3", "--quiet",
     ]))
@@ -217,7 +217,7 @@ def test_the_job_builds_as_glom_maxfragments(
     data = write_ordered_log(tmp_path / "data", table, batch=128)
     out = tmp_path / "out"
     flag = [] if max_fragments is None else ["--max-fragments", str(max_fragments)]
-    job.run(spark, job.build_parser().parse_args([
+    job.run(spark, JobConfig.from_argv([
         "--path", str(data), "--dt", "40", "--output", str(out), "--run", "m",
         "--format", "nscldaq", "--partitions", "3", "--quiet", *flag,
     ]))

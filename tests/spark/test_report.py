@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from matplotlib.figure import Figure
 
+from orderer.job_config import JobConfig
 from orderer.spark import coincidence, job
 from orderer.spark.coincidence import (
     SPECTRUM_BINS,
@@ -215,7 +216,7 @@ def test_the_job_writes_the_histograms_of_its_events(spark: Any, tmp_path: Path)
     every fragment after its event's first one, the coincidence diagonal every (event, source)."""
     data = write_ordered_log(tmp_path / "data", random_stream(6, 5000, barrier_share=0.01))
     out = tmp_path / "out"
-    job.run(spark, job.build_parser().parse_args(
+    job.run(spark, JobConfig.from_argv(
         ["--path", str(data), "--dt", "60", "--output", str(out), "--run", "r", "--quiet"]
     ))
     report = out / "runs" / "r" / "report"

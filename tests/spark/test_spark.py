@@ -18,9 +18,11 @@ import pytest
 
 from orderer.apps.send import send_synthetic
 from orderer.client import end_run, get_stats
+from orderer.job_config import JobConfig, OutputFormat
 from orderer.replay.synthetic import SyntheticRun
-from orderer.spark import job
+from orderer.spark import batch, checks, job
 from orderer.spark.glom import EVENT_SPARK_SCHEMA, GlomConfig, glom_batches
+from orderer.spark.layout import run_name
 from tests.e2e.conftest import ServerProcess
 from tests.spark.conftest import DT, RUN, SERVE_FLAGS, FinishedRun, source_rows
 from tests.spark.oracle import events_of, fragments_of, glom
@@ -154,10 +156,10 @@ def test_batch_read_of_the_finished_runs_log_equals_the_streamed_result(
 def test_the_job_has_one_python_step(spark: Any, finished_run: FinishedRun) -> None:
     """The job's events are built where the source reads them: the physical plan holds the
     source's scan and no Python stage after it (no MapInArrow, no Python UDF)."""
-    args = job.build_parser().parse_args(
+    args = JobConfig.from_argv(
         ["--path", str(finished_run.data_dir), "--dt", str(DT), "--output", "unused"]
     )
-    events = job.batch_events(spark, args, job._glom(args))
+    events = batch.batch_events(spark, args, checks.glom_config(args))
     plan = events._jdf.queryExecution().executedPlan().toString()
     assert "PythonDataSource" in plan or "BatchScan" in plan, plan
     for python_stage in ("MapInArrow", "MapInPandas", "PythonUDF", "ArrowEvalPython"):
@@ -183,7 +185,7 @@ def test_the_job_consumes_a_live_run_and_writes_events_summary_and_report(
         sender = threading.Thread(target=play)
         sender.start()
         out = tmp_path / "out"
-        args = job.build_parser().parse_args(
+        args = JobConfig.from_argv(
             ["--target", server.target, "--dt", str(DT), "--output", str(out), "--run", "r1",
              "--quiet", "--poll", "0.2"]
         )
@@ -219,7 +221,7 @@ def test_the_job_consumes_a_live_run_and_writes_events_summary_and_report(
 
     # the batch job on the finished run's directory builds the same events
     batch_out = tmp_path / "batch"
-    args = job.build_parser().parse_args(
+    args = JobConfig.from_argv(
         ["--path", str(tmp_path / "data"), "--dt", str(DT), "--output", str(batch_out),
          "--run", "r1", "--quiet", "--partitions", "3"]
     )
@@ -258,12 +260,14 @@ def test_the_sparkapplication_runs_this_job_with_arguments_it_accepts() -> None:
     assert "orderer.spark" in packages["packages"]
     spark_spec = {"dt": 250, "timestampPolicy": "average",
                   "output": {"path": "s3a://bucket/run", "format": "json"}}
-    args = job.build_parser().parse_args(specs.spark_arguments("run-42", "daq", spark_spec))
+    config = specs.spark_job_config("run-42", "daq", spark_spec)
+    args = JobConfig.from_argv(config.to_argv())
+    assert args == config
     assert (args.dt, args.timestamp_policy, args.format) == (250, "average", "json")
-    assert job._run_name(args) == "run-42"
+    assert run_name(args) == "run-42"
     spark_schema = crd._spec_schema()["properties"]["spark"]
     formats = spark_schema["properties"]["output"]["properties"]["format"]["enum"]
-    assert tuple(formats) == job.FORMATS
+    assert tuple(formats) == tuple(OutputFormat)
 
 
 def test_the_source_reads_an_orderer_serving_tls_and_a_token(spark: Any, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from orderer.job_config import JobConfig
 from orderer.spark import job
 from orderer.spark.glom import GlomConfig, glom_batches
 from orderer.spark.summary import RATE_BINS, SUMMARY_SCHEMA, summarize
@@ -127,7 +128,7 @@ def test_the_job_collects_nothing_that_grows_with_the_run(spark: Any, tmp_path: 
     before = conf.get("spark.driver.maxResultSize", "1g")
     conf.set("spark.driver.maxResultSize", "1m")
     try:
-        result = job.run(spark, job.build_parser().parse_args(
+        result = job.run(spark, JobConfig.from_argv(
             ["--path", str(data), "--dt", "60", "--output", str(tmp_path / "out"), "--quiet"]
         ))
     finally:

@@ -1,0 +1,43 @@
+"""A finished run read at once (``--path``): its ordered log's events, built where they are read
+(:func:`batch_events`), written over the run's previous events and directories
+(:func:`write_batch`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orderer.job_config import JobConfig, OutputFormat
+from orderer.spark import files
+from orderer.spark.glom import GlomConfig
+from orderer.spark.layout import Layout
+from orderer.spark.nscldaq import NscldaqSink
+from orderer.spark.writer import events_writer
+
+__all__ = ["batch_events", "write_batch"]
+
+
+def batch_events(spark: Any, config: JobConfig, glom: GlomConfig) -> Any:
+    """The events of a finished run's ordered log (``--path``), built where they are read."""
+    return (
+        spark.read.format("evb")
+        .option("path", str(config.path))
+        .options(**glom.to_options())
+        .option("numPartitions", config.partitions)
+        .option("output", "events")
+        .load()
+    )
+
+
+def write_batch(spark: Any, config: JobConfig, glom: GlomConfig, layout: Layout) -> int:
+    """The run's events into ``layout``, replacing the run; returns the batches (one)."""
+    events = batch_events(spark, config, glom)
+    # overwrite the run's partition only: the other runs' partitions are not touched
+    if config.format is OutputFormat.NSCLDAQ:  # one batch, number 0, through the sink's writer
+        files.remove(spark, layout.events)
+        NscldaqSink(spark, layout.events, config.glom_source_id)(events, 0)
+    else:
+        events_writer(events.write, config.format).mode("overwrite").save(layout.events)
+    # the run's summary, report and checkpoint were the old one's
+    files.remove(spark, layout.run_dir)
+    return 1

@@ -1,0 +1,78 @@
+"""A streamed run resumed from its checkpoint builds its events as it began: what a run records
+of its event building at its start (``runs/RUN/building.json``, :func:`building`) and the check
+of a resumed run against it (:func:`check_resumed_building`; another value is refused, exit
+status 2).
+
+Why: a run resumed from its checkpoint with another ``--dt`` (or policy, or format) would hold
+events built two ways, and nothing would tell them apart.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from orderer.errors import ConfigError
+from orderer.job_config import JobConfig, OutputFormat
+from orderer.spark import files
+from orderer.spark.glom import GlomConfig
+from orderer.spark.layout import Layout
+
+__all__ = ["BUILDING_FLAGS", "MAX_FRAGMENTS_MEANING", "building", "check_resumed_building"]
+
+BUILDING_FLAGS = {
+    "dt": "--dt",
+    "maxFragments": "--max-fragments",
+    "timestampPolicy": "--timestamp-policy",
+    "format": "--format",
+    "glomSourceId": "--glom-source-id",
+}
+"""The settings a streamed run records at its start (``runs/RUN/building.json``), by flag."""
+
+MAX_FRAGMENTS_MEANING = "glom"
+"""Recorded with a run's building: ``maxFragments`` N is glom's ``--maxfragments`` N (events of
+up to N + 1 fragments). A record without it is of a run begun when N was the most fragments of
+an event."""
+
+
+def building(config: JobConfig, glom: GlomConfig) -> dict[str, str]:
+    """What a streamed run records of its event building (BUILDING_FLAGS); glom's source id
+    only where it is written (an older parquet run's record has none, and resumes)."""
+    record = {
+        **glom.to_options(),
+        "maxFragmentsMeaning": MAX_FRAGMENTS_MEANING,
+        "format": config.format.value,
+    }
+    if config.format is OutputFormat.NSCLDAQ:
+        record["glomSourceId"] = str(config.glom_source_id)
+    return record
+
+
+def check_resumed_building(spark: Any, layout: Layout, record: dict[str, str]) -> None:
+    """A run resuming from its checkpoint must build as its record says it began."""
+    if not files.exists(spark, layout.building):  # a run started before the record existed
+        return
+    began = _in_glom_terms(json.loads(files.read_text(spark, layout.building)))
+    for key, flag in BUILDING_FLAGS.items():
+        if began.get(key) != record.get(key):
+            raise ConfigError(
+                flag,
+                record.get(key),
+                f"run {layout.run} began with {flag} {began.get(key, '(none)')} and resumes "
+                "from its checkpoint, so it must build its events the same way: give the same "
+                f"value, another --run, or remove {layout.run_dir} and {layout.events} to do "
+                "the run again",
+            )
+
+
+def _in_glom_terms(began: dict[str, str]) -> dict[str, str]:
+    """A run's record of its building with ``maxFragments`` as glom counts it: a run begun when
+    ``--max-fragments N`` meant events of up to N fragments built what glom's N - 1 builds, so
+    it resumes the same way with ``--max-fragments N-1`` (and is refused with the default)."""
+    if "maxFragments" not in began or began.get("maxFragmentsMeaning") == MAX_FRAGMENTS_MEANING:
+        return began
+    try:
+        earlier = int(began["maxFragments"])
+    except ValueError:
+        return began
+    return {**began, "maxFragments": str(max(earlier - 1, 0))}

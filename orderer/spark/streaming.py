@@ -1,0 +1,145 @@
+"""A run read from a live orderer (``--target``) as a stream: Spark's file sink (or the NSCLDAQ
+sink) writes the events exactly once, through the checkpoint and the sink's log, and the query
+stops once the run ended and was read to its end (:func:`stream`).
+
+A run whose checkpoint exists resumes from it (a restarted driver must: exactly once), only with
+the event building it began with (:mod:`orderer.spark.resume`); without a checkpoint it starts
+afresh and first removes what an earlier run of the same name left. Each streamed run has its
+own checkpoint and its own file-sink log (``events/run=<run>/_spark_metadata``), since a sink
+log shared by two queries would make the second skip the batch numbers the first one committed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from orderer.errors import ServiceUnavailable
+from orderer.job_config import JobConfig, OutputFormat
+from orderer.spark import files, runs
+from orderer.spark.glom import GlomConfig
+from orderer.spark.layout import Layout
+from orderer.spark.nscldaq import NscldaqSink
+from orderer.spark.resume import building, check_resumed_building
+from orderer.spark.writer import events_writer
+
+__all__ = ["channel_security", "security_options", "stream"]
+
+
+def security_options(config: JobConfig) -> dict[str, str]:
+    """The job's security flags as options of the evb data source."""
+    given = {
+        "tlsCa": config.tls_ca,
+        "tlsCert": config.tls_cert,
+        "tlsKey": config.tls_key,
+        "tokenFile": config.token_file,
+        "tls": "true" if config.tls else None,
+    }
+    return {name: str(value) for name, value in given.items() if value}
+
+
+def channel_security(config: JobConfig) -> Any:
+    """The client's ChannelSecurity of the job's security flags, built as the data source
+    builds it from the same options (None: plaintext)."""
+    from orderer.spark.source import channel_security as of_options
+
+    return of_options(tuple(security_options(config).items()))
+
+
+def stream(
+    spark: Any,
+    config: JobConfig,
+    glom: GlomConfig,
+    layout: Layout,
+    span: runs.RunSpan | None = None,
+    stopped: Callable[[], bool] = lambda: False,
+) -> tuple[int, int | None]:
+    """Stream the orderer into ``layout`` until the run ended and was read to its end: the
+    whole output until ``run_ended``, or with ``span`` that run of the run table alone.
+    Returns (micro-batches, the offset read to; None: stopped before the run's end)."""
+    from orderer.client import commit, get_stats
+
+    assert config.target is not None  # the job streams only with --target
+    target = config.target
+    security = channel_security(config)
+    checkpoint = config.checkpoint or layout.checkpoint
+    if span is not None and config.checkpoint:
+        checkpoint = f"{config.checkpoint.rstrip('/')}/{span.run}"
+    record = building(config, glom)
+    if files.exists(spark, checkpoint):  # a restarted run resumes: it must build as it began
+        check_resumed_building(spark, layout, record)
+    else:  # a new run, not a restarted one: replace the old
+        files.remove(spark, layout.events)
+        files.remove(spark, layout.run_dir)
+    files.write_text(spark, layout.building, json.dumps(record, sort_keys=True))
+
+    reader = (
+        spark.readStream.format("evb")
+        .option("target", target)
+        .options(**glom.to_options())
+        .option("numPartitions", config.partitions)
+        .option("consumer", config.consumer)
+        .options(**security_options(config))
+    )
+    if config.max_fragments_per_trigger:
+        reader = reader.option("maxFragmentsPerTrigger", config.max_fragments_per_trigger)
+    if span is not None:  # this run's offsets alone: its last event closes at its end
+        reader = reader.option("run", span.run).option("startingOffset", span.start)
+    events = reader.option("output", "events").load()  # built where read: one Python step
+    writer = events.writeStream.option("checkpointLocation", checkpoint).queryName(
+        f"evb-{layout.run}"
+    )
+    if config.format is OutputFormat.NSCLDAQ:  # no file sink writes ring items: batch-id-named
+        writer = writer.foreachBatch(NscldaqSink(spark, layout.events, config.glom_source_id))
+    else:  # the run's own directory, with its own sink log: the layout partitionBy("run") gives
+        writer = events_writer(writer, config.format).option("path", layout.events)
+    if config.trigger_seconds > 0:
+        writer = writer.trigger(processingTime=f"{config.trigger_seconds} seconds")
+    query = writer.start()
+    read_to: int | None = None
+    try:
+        while not stopped():  # until the run ended; then read to its end and stop
+            if query.awaitTermination(config.poll):
+                break
+            try:
+                stats = get_stats(target, security=security, barrier_log_limit=1)
+            except ServiceUnavailable as error:  # the orderer restarts: the query retries too
+                print(f"evb spark-job: orderer unavailable, waiting: {error}", file=sys.stderr)
+                continue
+            if span is None:
+                run_end = int(stats["next_offset"]) if stats["run_ended"] else None
+            else:
+                run_end = runs.run_end(stats["runs"], span.run)
+            if run_end is None:
+                continue
+            query.processAllAvailable()
+            # Spark commits a batch's end to the source when it plans the next batch, so
+            # the last one is never committed: commit it here, or the finished job would
+            # show a lag for ever and hold that much of the log from retention
+            end = _end_offset(query.lastProgress)
+            if span is not None and (span.start if end is None else end) < run_end:
+                continue  # not read to the run's end yet
+            if end is not None:
+                commit(target, config.consumer, end, security=security)
+            read_to = run_end if end is None else end
+            break
+    finally:
+        batches = int(query.lastProgress["batchId"]) + 1 if query.lastProgress else 0
+        query.stop()
+    failure = query.exception()
+    if failure is not None:
+        raise RuntimeError(f"the streaming query failed: {failure}")
+    return batches, read_to
+
+
+def _end_offset(progress: dict[str, Any] | None) -> int | None:
+    """The offset after the last fragment a query's last batch read (its progress holds the
+    source's end offset as the JSON of ``{"offset": n}``); None before any batch."""
+    if not progress or not progress.get("sources"):
+        return None
+    end = progress["sources"][0].get("endOffset")
+    if isinstance(end, str):
+        end = json.loads(end)
+    return int(end["offset"]) if isinstance(end, dict) and "offset" in end else None
