@@ -286,10 +286,10 @@ def _env(path: Path) -> dict[str, str]:
 def test_matplotlib_writes_its_config_where_the_spark_pods_can_write() -> None:
     """The Spark pods' root file system is read-only: matplotlib needs MPLCONFIGDIR on one of
     the writable volumes that the SparkApplication mounts (for its config and font cache)."""
-    from evb_operator import constants, specs, validation
+    from evb_operator import constants, specs_spark, validation
 
     valid = validation.validate({"spark": {"dt": 100, "output": {"path": "s3a://bucket/run"}}})
-    app = specs.build_sparkapplication_spec(
+    app = specs_spark.build_sparkapplication_spec(
         "eb", "ns", valid, default_image=constants.DEFAULT_SPARK_IMAGE
     )
     driver = app["spec"]["driver"]

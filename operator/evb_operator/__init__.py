@@ -9,7 +9,10 @@ Run it with ``kopf run -m evb_operator.handlers``. Layout, one concern a module:
   chart's ``crds/`` file, with the Python twins of its CEL rules;
 - :mod:`evb_operator.validation`: a spec checked and completed with its defaults, or
   :class:`~evb_operator.validation.InvalidSpec`;
-- :mod:`evb_operator.specs`: pure ``build_<kind>_spec`` functions (labels merged), no API calls;
+- :mod:`evb_operator.specs`: every child, from the pure ``build_<kind>_spec`` functions (labels
+  merged, no API calls) of :mod:`~evb_operator.specs_orderer`, :mod:`~evb_operator.specs_network`,
+  :mod:`~evb_operator.specs_forward` and :mod:`~evb_operator.specs_spark`, which share
+  :mod:`~evb_operator.specs_common`;
 - :mod:`evb_operator.status`: the status and the Events a ``GetStats`` answer implies, pure;
 - :mod:`evb_operator.security`: how the operator reaches an orderer under TLS or a token, from
   the Secrets the spec names, pure;

@@ -1,7 +1,7 @@
 """The kopf glue of the evb operator: ``kopf run -m evb_operator.handlers``.
 
 Glue only (no manifest and no status is built here): every handler validates
-(:mod:`~evb_operator.validation`), builds (:mod:`~evb_operator.specs`,
+(:mod:`~evb_operator.validation`), builds (:mod:`~evb_operator.specs` and its ``specs_*`` modules,
 :mod:`~evb_operator.status`), adopts, creates or patches through :mod:`~evb_operator.kube`, calls
 the orderer through :mod:`orderer.client`, and patches the status. Errors are translated here,
 once: an invalid spec becomes ``kopf.PermanentError`` with a ``Valid=False`` condition (no retry
@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 import kopf
 
 from evb_operator import constants as c
-from evb_operator import crd, kube, security, specs, validation
+from evb_operator import crd, kube, security, specs, specs_common, validation
 from evb_operator import status as evb_status
 from evb_operator.phases import RunPhase
 from orderer import client as orderer_client
@@ -88,7 +88,7 @@ def _endpoint(name: str, namespace: str, annotations: Mapping[str, str]) -> str:
     override = annotations.get(c.ANNOTATION_ENDPOINT_OVERRIDE)
     if override and os.environ.get(c.ENV_ALLOW_ENDPOINT_OVERRIDE) == "1":
         return override
-    return specs.orderer_endpoint(name, namespace)
+    return specs_common.orderer_endpoint(name, namespace)
 
 
 def _generation(body: Mapping[str, Any]) -> int | None:
@@ -342,7 +342,7 @@ for _name in LIVE_PARAMETERS:  # one handler per live parameter, each on its own
 
 
 async def _reapply(
-    child: specs.ChildKind,
+    child: specs_common.ChildKind,
     path: str,
     *,
     reason: str,
@@ -392,9 +392,9 @@ async def roll_orderer(**kwargs: Any) -> None:
     """Image, resources, service settings, TLS or token changed: a new pod template (rolls the
     pod), and the forwarders' (they run the orderer's image with its credentials). The Spark
     job's mounts follow with its next spec change."""
-    await _reapply(specs.STATEFULSET, "/spec/template", **kwargs)
+    await _reapply(specs_common.STATEFULSET, "/spec/template", **kwargs)
     if kwargs["spec"].get("upstreams"):  # none: there is no Deployment to roll (nor to delete)
-        await _reapply(specs.FORWARD, "/spec", **kwargs)
+        await _reapply(specs_common.FORWARD, "/spec", **kwargs)
 
 
 @kopf.on.field(*RESOURCE, field="spec.upstreams")
@@ -404,7 +404,7 @@ async def update_upstreams(old: Any, **kwargs: Any) -> None:
     creates it."""
     if old is None:
         return
-    await _reapply(specs.FORWARD, "/spec", **kwargs)
+    await _reapply(specs_common.FORWARD, "/spec", **kwargs)
 
 
 def _run_number(value: Any) -> int:
@@ -475,13 +475,13 @@ async def update_spark(old: Any, new: Any, **kwargs: Any) -> None:
         validation.validate_change({"spark": old}, {"spark": new})
     except validation.InvalidSpec as error:
         raise kopf.PermanentError(f"SparkApplication not changed: {error}") from None
-    await _reapply(specs.SPARKAPPLICATION, "/spec", **kwargs)
+    await _reapply(specs_common.SPARKAPPLICATION, "/spec", **kwargs)
 
 
 @kopf.on.field(*RESOURCE, field="spec.networkPolicy")
 async def update_network_policy(**kwargs: Any) -> None:
     """Enabled: patch its rules (``reconcile`` creates it); disabled: delete it."""
-    await _reapply(specs.NETWORKPOLICY, "/spec", **kwargs)
+    await _reapply(specs_common.NETWORKPOLICY, "/spec", **kwargs)
 
 
 @kopf.on.field(*RESOURCE, field="spec.state")
@@ -527,7 +527,9 @@ async def refresh_status(
     except EvbError as failure:
         error = str(failure)
     children: dict[str, dict[str, Any] | None] = {}
-    read = [specs.STATEFULSET, specs.SPARKAPPLICATION] if valid.has_spark else [specs.STATEFULSET]
+    read = [specs_common.STATEFULSET]
+    if valid.has_spark:
+        read.append(specs_common.SPARKAPPLICATION)
     for child in read:
         try:
             children[child.kind] = await kube.current().get(
@@ -541,8 +543,8 @@ async def refresh_status(
         endpoint=orderer.endpoint,
         stats=stats,
         error=error,
-        spark=children.get(specs.SPARKAPPLICATION.kind),
-        statefulset=children.get(specs.STATEFULSET.kind),
+        spark=children.get(specs_common.SPARKAPPLICATION.kind),
+        statefulset=children.get(specs_common.STATEFULSET.kind),
         generation=_generation(body),
         now=_now(),
     )
@@ -557,7 +559,7 @@ async def delete_children(
 ) -> None:
     """The Spark job first (it stops reading), then the orderer and its configuration."""
     namespace = _namespaced(namespace)
-    for child in specs.DELETION_ORDER:
+    for child in specs_common.DELETION_ORDER:
         try:
             if await kube.current().delete(
                 child.api_version, child.kind, namespace, child.name(name)

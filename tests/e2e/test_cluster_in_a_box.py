@@ -278,23 +278,23 @@ def _ordered_log(target: str, security: ChannelSecurity, until_offset: int) -> p
 def test_a_field_the_harness_cannot_honour_fails(tmp_path: Path) -> None:
     """Generated objects (the operator's pure spec builders) with one field more: the harness
     refuses them naming the field, before it runs anything."""
-    from evb_operator import specs, validation
+    from evb_operator import specs_orderer, specs_spark, validation
 
     valid = validation.validate({"sources": [1], "spark": {"dt": 10, "output": {"path": "s3a://b/o"}}})
     box = kubelet.Cluster(lambda resource, name: None, NAMESPACE)
-    statefulset = specs.build_statefulset_spec(NAME, NAMESPACE, valid, default_image="evb")
+    statefulset = specs_orderer.build_statefulset_spec(NAME, NAMESPACE, valid, default_image="evb")
     statefulset["spec"]["template"]["spec"]["containers"][0]["workingDir"] = "/srv"
     with pytest.raises(kubelet.Unhonoured, match=r"containers\[0\]\.workingDir"):
         kubelet.run_statefulset(box, statefulset, tmp_path)
-    statefulset = specs.build_statefulset_spec(NAME, NAMESPACE, valid, default_image="evb")
+    statefulset = specs_orderer.build_statefulset_spec(NAME, NAMESPACE, valid, default_image="evb")
     statefulset["spec"]["template"]["spec"]["hostNetwork"] = True
     with pytest.raises(kubelet.Unhonoured, match=r"template\.spec\.hostNetwork"):
         kubelet.run_statefulset(box, statefulset, tmp_path)
-    app = specs.build_sparkapplication_spec(NAME, NAMESPACE, valid, default_image="spark")
+    app = specs_spark.build_sparkapplication_spec(NAME, NAMESPACE, valid, default_image="spark")
     app["spec"]["deps"] = {"pyFiles": ["local:///x.py"]}
     with pytest.raises(kubelet.Unhonoured, match=r"spec\.deps"):
         kubelet.spark_submit(box, app, tmp_path)
-    app = specs.build_sparkapplication_spec(NAME, NAMESPACE, valid, default_image="spark")
+    app = specs_spark.build_sparkapplication_spec(NAME, NAMESPACE, valid, default_image="spark")
     app["spec"]["driver"]["env"] = app["spec"]["executor"]["env"] = [
         {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
     ]

@@ -17,7 +17,7 @@ import jsonschema
 import pytest
 import yaml
 
-from evb_operator import specs
+from evb_operator import specs_common, specs_orderer
 from orderer import OrdererConfig
 from tests.operator.conftest import REPO, unknown_fields, validate_builtin
 from tests.service.harness import run, serving
@@ -92,10 +92,10 @@ def test_the_objects_validate_and_select_the_orderer_pods() -> None:
         # refuses; the instance is validated all the same, and nothing may be pruned
         jsonschema.Draft7Validator(schema).validate(obj)
         assert unknown_fields(obj, schema) == []
-    pod_labels = specs.labels_for("run-1", "orderer")
+    pod_labels = specs_common.labels_for("run-1", "orderer")
     selector = monitor["spec"]["selector"]["matchLabels"]
     assert selector.items() <= pod_labels.items()
-    statefulset = specs.build_statefulset_spec(
+    statefulset = specs_orderer.build_statefulset_spec(
         "run-1", "daq", _valid_spec(), default_image="evb:0.1.0"
     )
     (container,) = statefulset["spec"]["template"]["spec"]["containers"]

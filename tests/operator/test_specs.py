@@ -1,4 +1,4 @@
-"""``evb_operator/specs.py`` without an API server: every object the operator builds validates
+"""``evb_operator/specs*.py`` without an API server: every object the operator builds validates
 (built-in kinds against Kubernetes 1.32 with kubernetes-validate, strictly; SparkApplications
 against the Spark operator's CRD in ``tests/data/schemas``), the pieces fit together (names,
 selectors, mounts, the Spark job's target), and the orderer pod would start: its ConfigMap and
@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from evb_operator import constants as c
-from evb_operator import specs, validation
+from evb_operator import specs, specs_common, specs_network, specs_orderer, specs_spark, validation
 from orderer.cli import build_parser
 from orderer.service.settings import configs_from_mapping
 from tests.operator.conftest import example_files, load_example, validate_builtin
@@ -152,7 +152,7 @@ def test_the_pieces_fit_together() -> None:
     arguments = kinds["SparkApplication"]["spec"]["arguments"]
     target = arguments[arguments.index("--target") + 1]
     assert target == f"{service['metadata']['name']}.daq.svc:{ports['grpc']}"
-    assert target == specs.orderer_endpoint("run1", "daq")
+    assert target == specs_common.orderer_endpoint("run1", "daq")
 
 
 def test_the_orderer_pod_is_locked_down() -> None:
@@ -219,7 +219,7 @@ def test_evb_serve_accepts_the_configmap_and_the_arguments(
 
 def test_the_full_spec_reaches_the_orderer_and_the_job() -> None:
     valid = validation.validate(FULL_SPEC)
-    args = build_parser().parse_args(specs.serve_args(valid))
+    args = build_parser().parse_args(specs_orderer.serve_args(valid))
     assert (args.retention_bytes, args.retention_seconds) == (1 << 30, 3600.0)
     config = yaml.safe_load(_by_kind(_children(FULL_SPEC))["ConfigMap"]["data"][c.CONFIG_FILE])
     assert config["sourceTimeout"] == "off" and config["latePolicy"] == "drop"
@@ -260,7 +260,7 @@ def _ingress(policy: dict[str, Any]) -> dict[int, list[dict[str, Any]]]:
 
 def test_the_network_policy_admits_only_the_clients_the_spark_job_and_the_operator() -> None:
     valid = validation.validate(FULL_SPEC)
-    policy = specs.build_networkpolicy_spec(
+    policy = specs_network.build_networkpolicy_spec(
         "run1",
         "daq",
         valid,
@@ -274,7 +274,7 @@ def test_the_network_policy_admits_only_the_clients_the_spark_job_and_the_operat
     assert allowed[c.GRPC_PORT] == [
         {"namespaceSelector": {"matchLabels": {"a": "b"}}},
         {"podSelector": {"matchLabels": {"role": "tail"}}},
-        {"podSelector": {"matchLabels": specs.selector_labels("run1", "spark")}},
+        {"podSelector": {"matchLabels": specs_common.selector_labels("run1", "spark")}},
         {
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "evb-system"}},
             "podSelector": {"matchLabels": {"app.kubernetes.io/name": "evb-operator"}},
@@ -292,12 +292,12 @@ def test_the_network_policy_admits_only_the_clients_the_spark_job_and_the_operat
 def test_a_bare_network_policy_admits_the_operator_only_and_closes_the_metrics_port() -> None:
     valid = validation.validate({"networkPolicy": {"enabled": True}})
     same = _ingress(
-        specs.build_networkpolicy_spec(
+        specs_network.build_networkpolicy_spec(
             "r", "daq", valid, operator_namespace="daq", operator_labels={"k": "v"}
         )
     )
     assert same == {c.GRPC_PORT: [{"podSelector": {"matchLabels": {"k": "v"}}}]}
-    unknown = specs.build_networkpolicy_spec("r", "daq", valid)
+    unknown = specs_network.build_networkpolicy_spec("r", "daq", valid)
     assert unknown["spec"]["ingress"] == []  # no peer declared: nothing gets in
 
 
@@ -332,7 +332,7 @@ def test_tls_and_the_token_reach_the_orderer_and_the_spark_pods() -> None:
             "EVB_TOKEN_FILE": f"{where['auth']}/token",
         }
     plain = validation.validate({})
-    assert "--tls-cert" not in specs.serve_args(plain)
+    assert "--tls-cert" not in specs_orderer.serve_args(plain)
     assert valid.spec["tls"]["mutual"] is True
 
 
@@ -362,7 +362,7 @@ def test_every_spark_field_reaches_the_job_as_its_flag() -> None:
     assert (args.timestamp_policy, args.format) == ("average", "json")
     assert (args.partitions, args.max_fragments_per_trigger) == (12, 500_000)
     assert (args.trigger_seconds, args.tick_rate) == (2.5, 1e9)
-    assert args.target == specs.orderer_endpoint("run1", "daq")
+    assert args.target == specs_common.orderer_endpoint("run1", "daq")
 
 
 def test_the_sparkapplication_arguments_are_a_job_configurations() -> None:
@@ -373,10 +373,10 @@ def test_the_sparkapplication_arguments_are_a_job_configurations() -> None:
 
     valid = validation.validate(FULL_SPEC)
     app = _by_kind(_children(FULL_SPEC))["SparkApplication"]["spec"]
-    config = specs.spark_job_config("run1", "daq", valid.spec["spark"])
+    config = specs_spark.spark_job_config("run1", "daq", valid.spec["spark"])
     assert app["arguments"] == config.to_argv()
     assert JobConfig.from_argv(app["arguments"]) == config
-    assert config.output == "s3a://bucket/run" and config.target == specs.orderer_endpoint(
+    assert config.output == "s3a://bucket/run" and config.target == specs_common.orderer_endpoint(
         "run1", "daq"
     )
 

@@ -152,7 +152,7 @@ def test_no_build_needs_no_dt_and_the_spark_defaults() -> None:
     spark = validation.validate({"spark": {"noBuild": True, "output": {"path": "s3a://b/x"}}}).spec["spark"]
     assert "dt" not in spark
     assert (spark["maxFragments"], spark["triggerInterval"], spark["tickRate"]) == (1000, 0, 1e8)
-    assert "partitions" not in spark  # computed from the executors (specs.spark_partitions)
+    assert "partitions" not in spark  # computed from the executors (specs_spark.spark_partitions)
     storage = validation.validate(
         {"spark": {"dt": 1, "output": {"path": "s3a://b/r"}, "objectStorage": {}}}
     ).spec["spark"]["objectStorage"]

@@ -249,7 +249,7 @@ def test_the_sparkapplication_runs_this_job_with_arguments_it_accepts() -> None:
     formats are the CRD's."""
     import tomllib
 
-    from evb_operator import constants, crd, specs
+    from evb_operator import constants, crd, specs_spark
 
     repo = Path(__file__).resolve().parents[2]
     relative = constants.SPARK_JOB_FILE.removeprefix("local:///opt/evb/")
@@ -260,7 +260,7 @@ def test_the_sparkapplication_runs_this_job_with_arguments_it_accepts() -> None:
     assert "orderer.spark" in packages["packages"]
     spark_spec = {"dt": 250, "timestampPolicy": "average",
                   "output": {"path": "s3a://bucket/run", "format": "json"}}
-    config = specs.spark_job_config("run-42", "daq", spark_spec)
+    config = specs_spark.spark_job_config("run-42", "daq", spark_spec)
     args = JobConfig.from_argv(config.to_argv())
     assert args == config
     assert (args.dt, args.timestamp_policy, args.format) == (250, "average", "json")

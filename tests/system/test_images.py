@@ -27,7 +27,14 @@ from tests.system.pods import REPO, Volumes, podman, run_args
 
 sys.path.append(str(REPO / "operator"))
 
-from evb_operator import constants, specs, validation
+from evb_operator import (
+    constants,
+    specs_common,
+    specs_forward,
+    specs_orderer,
+    specs_spark,
+    validation,
+)
 
 NAME, NAMESPACE = "run1", "daq"
 START_TIMEOUT = 120.0
@@ -76,12 +83,14 @@ def _orderer(
     """An orderer container as the StatefulSet runs it, its ConfigMap written to a directory
     and its claim a directory; returns (container, gRPC address, metrics address)."""
     valid = validation.validate(spec)
-    statefulset = specs.build_statefulset_spec(NAME, NAMESPACE, valid, default_image=ORDERER_IMAGE)
+    statefulset = specs_orderer.build_statefulset_spec(
+        NAME, NAMESPACE, valid, default_image=ORDERER_IMAGE
+    )
     pod = statefulset["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     config = tmp_path / label / "config"
     config.mkdir(parents=True)
-    for key, text in specs.build_configmap_spec(NAME, NAMESPACE, valid)["data"].items():
+    for key, text in specs_orderer.build_configmap_spec(NAME, NAMESPACE, valid)["data"].items():
         (config / key).write_text(text)
     volumes = Volumes({"config": config, "data": _host_dir(tmp_path / label / "data", 10001)})
     ports = [f"--publish=127.0.0.1::{p['containerPort']}" for p in container["ports"]]
@@ -139,12 +148,12 @@ def test_a_forwarder_between_two_orderers_stops_promptly_on_sigterm(
     _, upper, _ = _orderer(start_container, tmp_path, "upper", {"orderer": {"startupDelay": 0}})
     _send(lower)
     spec = {**ORDERER_SPEC, "upstreams": [{"target": lower}]}
-    deployment = specs.build_forward_spec(
+    deployment = specs_forward.build_forward_spec(
         NAME, NAMESPACE, validation.validate(spec), default_image=ORDERER_IMAGE
     )
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    addresses = {specs.orderer_endpoint(NAME, NAMESPACE): upper}
+    addresses = {specs_common.orderer_endpoint(NAME, NAMESPACE): upper}
     forwarder = start_container("--network=host", *run_args(pod, container, addresses=addresses))
     _wait_for_log(forwarder, "forwarding")
     deadline = time.monotonic() + 60
@@ -167,7 +176,7 @@ def test_the_spark_job_builds_a_small_run_into_events_summary_and_report(
     output = _host_dir(tmp_path / "output", 10001)
     output_spec = {"path": "file:///output", "volumeClaim": "events"}
     spec = {**ORDERER_SPEC, "spark": {"dt": 100, "output": output_spec}}
-    app = specs.build_sparkapplication_spec(
+    app = specs_spark.build_sparkapplication_spec(
         NAME, NAMESPACE, validation.validate(spec), default_image=SPARK_IMAGE
     )["spec"]
     driver = app["driver"]
@@ -180,7 +189,7 @@ def test_the_spark_job_builds_a_small_run_into_events_summary_and_report(
         "args": ["driver", "--master", "local[1]", app["mainApplicationFile"],
                  *app["arguments"]],
     }
-    addresses = {specs.orderer_endpoint(NAME, NAMESPACE): target}
+    addresses = {specs_common.orderer_endpoint(NAME, NAMESPACE): target}
     job = start_container(
         "--network=host",
         *run_args(pod, container, volumes=Volumes({"output": output}), addresses=addresses,

@@ -1,0 +1,191 @@
+"""What every child of an EventBuilder shares: its kind and name, its labels, its manifest's
+metadata, the restricted security contexts, and how a client pod of the orderer reaches it
+(the orderer's address, the CA, the client certificate, the token).
+
+The children themselves are built in :mod:`evb_operator.specs` and the modules it names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from evb_operator import constants as c
+from evb_operator.validation import ValidSpec
+
+__all__ = [
+    "CONFIGMAP",
+    "DELETION_ORDER",
+    "FORWARD",
+    "NETWORKPOLICY",
+    "RESTRICTED_CONTAINER",
+    "RESTRICTED_POD",
+    "SERVICE",
+    "SPARKAPPLICATION",
+    "SPARK_API_VERSION",
+    "STATEFULSET",
+    "TERMINATION_MESSAGE_POLICY",
+    "ChildKind",
+    "ClientSecurity",
+    "ExtraLabels",
+    "client_security",
+    "labels_for",
+    "manifest",
+    "orderer_endpoint",
+    "selector_labels",
+    "token_volume",
+]
+
+
+SPARK_API_VERSION = "sparkoperator.k8s.io/v1beta2"
+
+
+ExtraLabels = Mapping[str, str] | None
+"""The EventBuilder's own labels, which its children carry too (None: none)."""
+
+
+@dataclass(frozen=True)
+class ChildKind:
+    """A kind of child: where the API serves it, and the name an EventBuilder's child has."""
+
+    api_version: str
+    kind: str
+    template: str
+    """The child's name, from the EventBuilder's (``{name}-orderer``)."""
+
+    def name(self, owner: str) -> str:
+        """The name of the child of the EventBuilder ``owner``."""
+        return self.template.format(name=owner)
+
+
+CONFIGMAP = ChildKind("v1", "ConfigMap", c.CONFIG_NAME)
+SERVICE = ChildKind("v1", "Service", c.ORDERER_NAME)
+STATEFULSET = ChildKind("apps/v1", "StatefulSet", c.ORDERER_NAME)
+NETWORKPOLICY = ChildKind("networking.k8s.io/v1", "NetworkPolicy", c.ORDERER_NAME)
+SPARKAPPLICATION = ChildKind(SPARK_API_VERSION, "SparkApplication", c.SPARK_NAME)
+FORWARD = ChildKind("apps/v1", "Deployment", c.FORWARD_NAME)
+
+DELETION_ORDER = (SPARKAPPLICATION, FORWARD, NETWORKPOLICY, STATEFULSET, SERVICE, CONFIGMAP)
+"""The Spark job first (it stops reading), the forwarders (they stop sending), then the orderer,
+its configuration last."""
+
+
+RESTRICTED_CONTAINER: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+"""The Pod Security Standard "restricted" for a container, plus a read-only root."""
+
+RESTRICTED_POD: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": c.RUN_AS_USER,
+    "runAsGroup": c.RUN_AS_USER,
+    "fsGroup": c.RUN_AS_USER,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+"""The pod half of "restricted": fixed non-root ids, RuntimeDefault seccomp."""
+
+
+def labels_for(name: str, component: str, extra: ExtraLabels = None) -> dict[str, str]:
+    """Labels of a child: ``extra`` (the EventBuilder's own labels) under the standard ones."""
+    return {
+        **(extra or {}),
+        **selector_labels(name, component),
+        c.LABEL_PART_OF: "evb",
+        c.LABEL_MANAGED_BY: c.MANAGED_BY,
+    }
+
+
+def selector_labels(name: str, component: str) -> dict[str, str]:
+    return {c.LABEL_NAME: "evb", c.LABEL_INSTANCE: name, c.LABEL_COMPONENT: component}
+
+
+def manifest(
+    child: ChildKind, name: str, namespace: str, labels: dict[str, str], **fields: Any
+) -> dict[str, Any]:
+    """The child of kind ``child`` of the EventBuilder ``name``: its metadata, then ``fields``
+    (``spec``, ``data``)."""
+    metadata = {"name": child.name(name), "namespace": namespace, "labels": labels}
+    return {"apiVersion": child.api_version, "kind": child.kind, "metadata": metadata, **fields}
+
+
+def orderer_endpoint(name: str, namespace: str) -> str:
+    """The gRPC address of an EventBuilder's orderer inside the cluster."""
+    orderer = c.ORDERER_NAME.format(name=name)
+    return c.ENDPOINT.format(orderer=orderer, namespace=namespace, port=c.GRPC_PORT)
+
+
+def token_volume(valid: ValidSpec) -> dict[str, Any]:
+    ref = valid.spec["auth"]["tokenSecretRef"]
+    return {
+        "name": "auth",
+        "secret": {
+            "secretName": ref["name"],
+            "items": [{"key": ref["key"], "path": c.TOKEN_FILE}],
+            "defaultMode": 0o440,
+        },
+    }
+
+
+TERMINATION_MESSAGE_POLICY = "FallbackToLogsOnError"
+"""The containers running ``evb``: a start it refuses ends in one line naming the flag and the
+values (a data directory whose run began with other sources, a volume it cannot write), and
+with this policy the kubelet keeps the log's tail as the container's termination message, so
+``kubectl describe pod`` and ``kubectl get events`` say why the pod restarts, not only that it
+does."""
+
+
+@dataclass(frozen=True)
+class ClientSecurity:
+    """What a client pod of the orderer mounts and sets to reach it (:func:`client_security`)."""
+
+    volumes: list[dict[str, Any]]
+    mounts: list[dict[str, Any]]
+    env: list[dict[str, Any]]
+
+
+def client_security(valid: ValidSpec) -> ClientSecurity:
+    """A client pod (the Spark job's, a forwarder's) reaches the orderer like any client: the
+    CA (only ``ca.crt`` of the orderer's Secret: its key stays in the orderer pod), the client
+    certificate under mutual TLS, the token; found through the ``EVB_TLS_*``/``EVB_TOKEN_FILE``
+    variables (the defaults of every client's flags)."""
+    tls, auth = valid.spec.get("tls"), valid.spec.get("auth")
+    found = ClientSecurity([], [], [])
+    if tls is not None:
+        found.volumes.append(
+            {
+                "name": "orderer-ca",
+                "secret": {
+                    "secretName": tls["secretName"],
+                    "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                    "defaultMode": 0o440,
+                },
+            }
+        )
+        found.mounts.append({"name": "orderer-ca", "mountPath": c.TLS_DIR, "readOnly": True})
+        found.env.append({"name": "EVB_TLS_CA", "value": f"{c.TLS_DIR}/ca.crt"})
+        if tls["mutual"]:
+            found.volumes.append(
+                {
+                    "name": "client-tls",
+                    "secret": {"secretName": tls["clientSecretName"], "defaultMode": 0o440},
+                }
+            )
+            found.mounts.append(
+                {"name": "client-tls", "mountPath": c.CLIENT_TLS_DIR, "readOnly": True}
+            )
+            found.env.extend(
+                [
+                    {"name": "EVB_TLS_CERT", "value": f"{c.CLIENT_TLS_DIR}/tls.crt"},
+                    {"name": "EVB_TLS_KEY", "value": f"{c.CLIENT_TLS_DIR}/tls.key"},
+                ]
+            )
+    if auth is not None:
+        found.volumes.append(token_volume(valid))
+        found.mounts.append({"name": "auth", "mountPath": c.AUTH_DIR, "readOnly": True})
+        found.env.append({"name": "EVB_TOKEN_FILE", "value": f"{c.AUTH_DIR}/{c.TOKEN_FILE}"})
+    return found

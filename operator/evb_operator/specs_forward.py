@@ -1,0 +1,111 @@
+"""The forwarders of ``spec.upstreams``: a Deployment of ``evb forward`` containers, one per
+upstream (:func:`build_forward_spec` says why not in the orderer's pod).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from evb_operator.specs_common import (
+    FORWARD,
+    RESTRICTED_CONTAINER,
+    RESTRICTED_POD,
+    TERMINATION_MESSAGE_POLICY,
+    ExtraLabels,
+    client_security,
+    labels_for,
+    manifest,
+    orderer_endpoint,
+    selector_labels,
+)
+from evb_operator.validation import ValidSpec
+
+__all__ = [
+    "build_forward_spec",
+    "forward_args",
+]
+
+
+FORWARD_RESOURCES: dict[str, Any] = {
+    "requests": {"cpu": "100m", "memory": "256Mi"},
+    "limits": {"memory": "1Gi"},
+}
+"""A forwarder's container: it holds at most a few replies of the upstream in memory."""
+
+
+def forward_args(upstream: Mapping[str, Any], orderer: str) -> list[str]:
+    """``evb forward`` arguments for one of ``spec.upstreams`` into ``orderer`` (this
+    EventBuilder's gRPC address)."""
+    args = ["forward", "--from", upstream["target"], "--to", orderer]
+    if "asSource" in upstream:
+        args += ["--as-source", str(upstream["asSource"])]
+    if "consumer" in upstream:
+        args += ["--consumer", upstream["consumer"]]
+    return args
+
+
+def build_forward_spec(
+    name: str, namespace: str, valid: ValidSpec, *, default_image: str, labels: ExtraLabels = None
+) -> dict[str, Any]:
+    """The forwarders of ``spec.upstreams``: one Deployment, one ``evb forward`` container per
+    upstream, with the orderer's image and restricted security contexts.
+
+    Why a Deployment of its own, not containers in the orderer's pod: a container that is not
+    running makes its pod not Ready, and the Service then drops the orderer; an unreachable
+    upstream would cut off every source of this EventBuilder, and the forwarders too (they reach
+    the orderer through that Service: its certificate names the Service, not localhost). Here a
+    forwarder failing restarts alone (the kubelet restarts each container of a pod by itself),
+    and a change of ``spec.upstreams`` rolls the forwarders, not the orderer. Restarts lose
+    nothing: ``evb forward`` resumes from the offset its consumer committed upstream, and the
+    orderer drops what it already holds. ``Recreate``: two pods of one forwarder never run at
+    once. A forwarder whose upstream's run ended ends its sources here and exits; the kubelet
+    starts it again (with back-off), and it resumes at the upstream's end.
+
+    The forwarders present this EventBuilder's credentials (``spec.tls``, ``spec.auth``) to
+    both ends: ``evb forward`` has one set of them, so each upstream must accept them."""
+    image = valid.spec["orderer"].get("image", default_image)
+    target = orderer_endpoint(name, namespace)
+    found = client_security(valid)
+    pod_labels = labels_for(name, "forward", labels)
+    containers = []
+    for index, upstream in enumerate(valid.spec["upstreams"]):
+        container: dict[str, Any] = {
+            "name": f"forward-{index}",
+            "image": image,
+            "command": ["evb"],
+            "args": forward_args(upstream, target),
+            "env": [{"name": "OPENBLAS_NUM_THREADS", "value": "1"}, *copy.deepcopy(found.env)],
+            "resources": copy.deepcopy(FORWARD_RESOURCES),
+            "securityContext": dict(RESTRICTED_CONTAINER),
+            "terminationMessagePolicy": TERMINATION_MESSAGE_POLICY,
+            "volumeMounts": [
+                {"name": "tmp", "mountPath": "/tmp"},
+                *copy.deepcopy(found.mounts),
+            ],
+        }
+        if "imagePullPolicy" in valid.spec["orderer"]:
+            container["imagePullPolicy"] = valid.spec["orderer"]["imagePullPolicy"]
+        containers.append(container)
+    return manifest(
+        FORWARD,
+        name,
+        namespace,
+        pod_labels,
+        spec={
+            "replicas": 1,
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": selector_labels(name, "forward")},
+            "template": {
+                "metadata": {"labels": pod_labels},
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "securityContext": dict(RESTRICTED_POD),
+                    "containers": containers,
+                    "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}, *found.volumes],
+                },
+            },
+        },
+    )
