@@ -7,7 +7,8 @@ here, with the :class:`~orderer.api.Orderer`, the per-source sequence table that
 resends, and the one deadline timer. Making the logs durable is the job of
 :mod:`~orderer.service.group_commit`, serving their readers that of
 :mod:`~orderer.service.subscriptions`; a ``Submit`` call's acks and flow signals wait in its
-:mod:`~orderer.service.submit_stream`.
+:mod:`~orderer.service.submit_stream`; what the service shows of itself (``GetStats``, the
+metrics snapshot) is read in :mod:`~orderer.service.inspection`.
 
 How a batch travels: ``Submit`` hands the service its raw bytes, which the loop only queues
 for the orderer's thread (:mod:`~orderer.service.ingest`): there one compiled call checks,
@@ -36,9 +37,7 @@ import asyncio
 import logging
 import math
 import os
-import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from orderer._proto.evb.v1 import orderer_pb2 as pb
@@ -46,13 +45,13 @@ from orderer.api import Orderer
 from orderer.batch import ArrivalRecords, EmittedBatch
 from orderer.config import OrdererConfig, parameter_value
 from orderer.errors import ServiceUnavailable
-from orderer.service import data_dir, restart
+from orderer.service import data_dir, inspection, restart
 from orderer.service.consumers import ConsumerOffsets
 from orderer.service.diagnostics import BarrierLog
 from orderer.service.group_commit import GroupCommit
 from orderer.service.ingest import Ingest
 from orderer.service.logs import ArrivalLog, OrderedLog
-from orderer.service.metrics import ArrivalLatency, BarrierTally, MetricsSnapshot, directory_bytes
+from orderer.service.metrics import ArrivalLatency, BarrierTally, MetricsSnapshot
 from orderer.service.orderer_thread import Step
 from orderer.service.recovery import Recovered
 from orderer.service.settings import GivenParameter, ServiceConfig, every_parameter
@@ -519,36 +518,9 @@ class OrdererService:
 
     def stats(self, barrier_log_limit: int = 0) -> pb.Stats:
         """``GetStats``: the counters, the newest ``barrier_log_limit`` resolved barriers (0:
-        1000), the open Submit streams and the consumers with their lag."""
-        durable = self._commit.durable_offset
-        ended = self.run_ended_durably
-        with self._ingest.lock:  # the orderer's thread is between cycles
-            now = self._peek()
-            counters = self._orderer.counters()
-            states = self._orderer.source_states(now=now)
-            high_water_mark = self._orderer.high_water_mark
-            queued = self._orderer.queued
-            config = self._orderer.config
-        return convert.stats_to_pb(
-            counters=counters,
-            states=states,
-            next_offset=durable,
-            high_water_mark=high_water_mark,
-            queued=queued,
-            now=now,
-            # ended only once the run's last output is durable: a consumer that sees run_ended
-            # and next_offset has the whole run (the Spark source closes its last event there)
-            run_ended=ended,
-            config=config,
-            consumers=self._output.consumer_states(now),
-            barrier_log=self._barrier_log.newest(barrier_log_limit),
-            barriers_by_type=self._barrier_log.by_type,
-            connections=[_connection(stream) for stream in self._streams],
-            wall_time=time.time() - (self._ingest.clock() - now),
-            run=self._run,
-            run_start_offset=self._run_start,
-            runs=self._run_table(durable if ended else None),
-        )
+        1000), the open Submit streams and the consumers with their lag
+        (:func:`~orderer.service.inspection.stats`)."""
+        return inspection.stats(self, barrier_log_limit)
 
     @property
     def run_ended_durably(self) -> bool:
@@ -556,46 +528,8 @@ class OrdererService:
         metrics call ended (a consumer that sees it and ``next_offset`` has the whole run)."""
         return self._run_ended and self._commit.durable_offset == self._commit.written_offset
 
-    def _run_table(self, current_end: int | None) -> list[tuple[int, int, int | None]]:
-        """``(run, start, end)`` of every run: a run ends where the next began (output between
-        an end of run and the next begin run is the earlier run's, as ``run_start_offset``
-        says), the current one at ``current_end`` once it has ended (None: it goes on)."""
-        ends: list[int | None] = [start for _, start in self._runs[1:]]
-        return [
-            (number, start, end)
-            for (number, start), end in zip(self._runs, [*ends, current_end], strict=True)
-        ]
-
     def metrics_snapshot(self) -> MetricsSnapshot:
-        with self._ingest.lock:  # the orderer's thread is between cycles
-            now = self._peek()
-            counters = self._orderer.counters()
-            states = self._orderer.source_states(now=now)
-            high_water_mark = self._orderer.high_water_mark
-        return MetricsSnapshot(
-            counters=counters,
-            states=states,
-            output_offset=self._commit.durable_offset,
-            high_water_mark=high_water_mark,
-            submit_streams=len(self._streams),
-            subscribers=self._output.subscribers,
-            now=now,
-            run_ended=self.run_ended_durably,
-            barriers=self._barriers.counts(),
-            latency=self._latency.histogram.data(),
-            fsync={name: h.data() for name, h in self._commit.fsync_seconds.items()},
-            log_bytes={
-                "arrival": directory_bytes(self.arrivals.directory),
-                "ordered": directory_bytes(self.ordered.directory),
-            },
-            volume=_volume(self.arrivals.directory),
-            degraded=self.degraded is not None,
-            consumers=self._output.committed(),
-            consumer_lag_seconds={
-                name: state["lag_seconds"]
-                for name, state in self._output.consumer_states(now).items()
-            },
-        )
+        return inspection.metrics_snapshot(self)
 
     def next_sequence(self, source: int) -> int:
         return self._ingest.next_sequence.get(source, 0)
@@ -634,24 +568,3 @@ class OrdererService:
             if self._lock is not None:
                 os.close(self._lock)  # releases the directory lock
                 self._lock = None
-
-
-def _connection(stream: SubmitStream) -> dict[str, Any]:
-    """A Submit stream as ``GetStats`` lists it (``Stats.connections``)."""
-    return {
-        "peer": stream.peer,
-        "sources": sorted(stream.sources),
-        "since": stream.since,
-        "messages": stream.messages,
-        "bytes": stream.bytes,
-        "acked": dict(stream.acked),
-    }
-
-
-def _volume(directory: Path) -> tuple[int, int] | None:
-    """(free bytes for an unprivileged writer, size) of the volume holding ``directory``."""
-    try:
-        stat = os.statvfs(directory)
-    except OSError:
-        return None
-    return stat.f_bavail * stat.f_frsize, stat.f_blocks * stat.f_frsize
