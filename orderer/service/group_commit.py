@@ -46,8 +46,9 @@ the clients back, instead of the server's memory growing with the length of the 
 
 JOIN_RECORDS = 32768
 """Intake passes are joined into arrival-log record batches of about this many rows: a record
-batch of tens of thousands of rows is written at four times the speed of one larger than the
-CPU's caches (20-24 against 86-138 us per 1000 rows), and of one of a single message's."""
+batch of tens of thousands of rows stays in the CPU's caches while it is written, where a larger
+one does not and a single message's pays the per-batch cost for few rows (the figures: README,
+"The service")."""
 
 STORAGE_RETRY = 1.0
 """Seconds between attempts to write to a log volume that refused a write (full, quota)."""
@@ -151,7 +152,7 @@ class GroupCommit:
 
         Why joined on the arrival log's thread, by one compiled call (:func:`arrival_records`):
         nothing per fragment is left on the event loop's thread, and a join of numpy calls
-        there waited for the GIL after each (0.3-0.5 ms while the other threads run Python)."""
+        there waited for the GIL after each while the other threads ran Python."""
         if self._pending_passes:
             self._unwritten_arrivals.append((None, self._pending_passes))
             self._pending_passes, self._pending_records = [], 0

@@ -132,7 +132,7 @@ class SegmentedStream:
             # Arrow's stream writer, which writes the batch's buffers where they are (a dozen
             # system calls, no copy) in one call without the GIL. Not batch.serialize() and a
             # write: two calls, each waiting for the event loop's thread to let go of the GIL
-            # afterwards (0.3-1 ms each while the loop is busy), and a copy of the batch.
+            # afterwards while the loop is busy, and a copy of the batch.
             self._writer.write_batch(batch)
             self._position = self._file.tell()
         except BaseException:

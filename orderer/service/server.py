@@ -234,12 +234,12 @@ def _settle_garbage_collector() -> None:
 MMAP_THRESHOLD = 4 << 20
 """Bytes from which glibc's malloc maps a block of its own (and unmaps it when freed): above
 what one cycle of the orderer's thread or one arrival-log join allocates at a time, below the
-orderer's queues of a stalled run (with 32 MiB, the stalled-source benchmark's memory peaked at
-529-539 MB against 489 MB, at the same speed)."""
+orderer's queues of a stalled run (a higher threshold raised the stalled-source benchmark's
+memory peak at the same speed: README, "The service")."""
 
 TRIM_THRESHOLD = 32 << 20
-"""Free bytes at the top of a malloc heap that glibc keeps instead of giving back (128 MiB
-measured no faster)."""
+"""Free bytes at the top of a malloc heap that glibc keeps instead of giving back (more was
+no faster: README, "The service")."""
 
 
 def _keep_freed_memory() -> None:

@@ -26,9 +26,9 @@ def writer_options(output_format: str) -> dict[str, str]:
 
     Why: Parquet's writer first tries a dictionary for every column, fills it for a whole page,
     then finds it no smaller than the values and writes them plain. For the columns of
-    :data:`UNIQUE_COLUMNS` that was half of every executor's CPU (``make bench``); written plain
-    from the start, the files hold the same encodings. The other columns (sources, barrier
-    types, multiplicities) keep their dictionaries."""
+    :data:`UNIQUE_COLUMNS` all that work is thrown away (what it cost: README, "The Spark
+    job"); written plain from the start, the files hold the same encodings. The other columns
+    (sources, barrier types, multiplicities) keep their dictionaries."""
     if output_format != OutputFormat.PARQUET:
         return {}
     return {f"parquet.enable.dictionary#{column}": "false" for column in UNIQUE_COLUMNS}
