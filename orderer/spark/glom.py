@@ -21,18 +21,18 @@ across the wrap (2**64 - 10 and 5 are 15 apart) and far apart here. The two agre
 timestamps are below 2**63, and the data source refuses any timestamp from 2**63 up
 (:func:`orderer.spark.source.fragment_rows`), so the events of the Spark job never differ.
 
-Why this module is pure numpy/pyarrow, with no Spark in it: the only order-sensitive step of the
-whole consumer is *where an event starts* (:func:`event_starts`). Once a position is known to be
-an event start, everything after it is glommed the same whatever came before, so the stream can be
-cut there into pieces that are built independently and in parallel. The Spark source
-(:mod:`orderer.spark.source`) runs :func:`event_starts` over the small timestamp and barrier
-columns to end micro-batches and partitions only at event starts; the executors then run
-:func:`glom_batches` over their own piece, payloads and all. Both call the same function, so the
-events are identical to a sequential, single-threaded glom of the whole stream for any number of
-partitions and wherever micro-batches end.
+Why this module holds no Spark (numpy, pyarrow and the core's compiled chain of event starts): the
+only order-sensitive step of the whole consumer is *where an event starts* (:func:`event_starts`).
+Once a position is known to be an event start, everything after it is glommed the same whatever
+came before, so the stream can be cut there into pieces that are built independently and in
+parallel. The Spark source (:mod:`orderer.spark.source`) runs :func:`event_starts` over the small
+timestamp and barrier columns to end micro-batches and partitions only at event starts; the
+executors then run :func:`glom_batches` over their own piece, payloads and all. Both call the same
+function, so the events are identical to a sequential, single-threaded glom of the whole stream for
+any number of partitions and wherever micro-batches end.
 
-Callers: :mod:`orderer.spark.source` (boundaries), :mod:`orderer.spark.job` (building), the
-benchmark's baseline.
+Callers: :mod:`orderer.spark.source` (the boundaries on the driver, the building in each
+partition's ``read()``), the benchmark's baseline.
 """
 
 from __future__ import annotations
