@@ -65,7 +65,7 @@ from orderer.client import (
     subscribe,
 )
 from orderer.errors import InterfaceError, ServiceUnavailable
-from orderer.wire.convert import MAX_COMMIT_METADATA
+from orderer.wire.limits import MAX_COMMIT_METADATA
 
 __all__ = ["forward", "forward_async"]
 

@@ -12,8 +12,9 @@ One job a module:
 - :mod:`~orderer.client.readers`: :func:`subscribe` (asyncio) and :class:`OrderedStreamReader`
   (blocking) iterate the ordered output from an offset and resume after reconnects;
 - :mod:`~orderer.client.control`: :func:`get_stats`, :func:`configure`, :func:`end_run`,
-  :func:`commit`, :func:`get_committed`, :func:`delete_consumer`, :func:`set_source_state`
-  and their ``*_async`` twins;
+  :func:`begin_run`, :func:`commit`, :func:`get_committed`, :func:`delete_consumer`,
+  :func:`set_source_state` and their ``*_async`` twins, answering with typed values
+  (:class:`~orderer.stats.Stats` and its parts, :class:`~orderer.config.OrdererConfig`);
 - :mod:`~orderer.client.connect`: channel options, the first connection bounded by
   ``connect_timeout`` (seconds, :data:`DEFAULT_CONNECT_TIMEOUT`; None waits as the call's other
   limits allow), gRPC statuses as :mod:`orderer.errors`: ``ServiceUnavailable`` naming the
@@ -30,6 +31,8 @@ the command line.
 from orderer.client.blocking import SourceClient
 from orderer.client.connect import channel_options
 from orderer.client.control import (
+    Committed,
+    SourceMark,
     begin_run,
     begin_run_async,
     commit,
@@ -56,8 +59,10 @@ __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "AsyncSourceClient",
     "ChannelSecurity",
+    "Committed",
     "OrderedStreamReader",
     "SourceClient",
+    "SourceMark",
     "begin_run",
     "begin_run_async",
     "channel_options",

@@ -17,6 +17,7 @@ from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer.batch import FragmentBatch
 from orderer.errors import InterfaceError
 from orderer.wire import convert
+from orderer.wire.limits import RESERVED_TIMESTAMP
 
 __all__ = [
     "Buffer",
@@ -88,9 +89,9 @@ class Sent:
 
 def check_timestamp(timestamp: int) -> None:
     """The timestamp of one fragment given to ``send``: a uint64, not the reserved one."""
-    if 0 <= timestamp < convert.RESERVED_TIMESTAMP:  # the common case, without an array
+    if 0 <= timestamp < RESERVED_TIMESTAMP:  # the common case, without an array
         return
-    if timestamp != convert.RESERVED_TIMESTAMP:
+    if timestamp != RESERVED_TIMESTAMP:
         raise InterfaceError(f"timestamp: {timestamp} does not fit in uint64")
     convert.check_timestamps(np.array([timestamp], dtype=np.uint64))
 

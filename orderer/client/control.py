@@ -1,21 +1,21 @@
 """Control calls of the orderer: :func:`get_stats`, :func:`configure`, :func:`end_run`,
-:func:`commit`, :func:`get_committed`, :func:`delete_consumer`, :func:`set_source_state`, each
-blocking and as an ``*_async`` twin.
+:func:`begin_run`, :func:`commit`, :func:`get_committed`, :func:`delete_consumer`,
+:func:`set_source_state`, each blocking and as an ``*_async`` twin, each answering with typed
+values (:mod:`orderer.stats`, :class:`~orderer.config.OrdererConfig`, the replies below).
 
 Why one module: each is one unary call on a channel of its own, bounded twice the same way:
 ``connect_timeout`` bounds the connection (``ServiceUnavailable`` naming the address and the
-cause), then ``timeout`` the call itself. Each call is written once, as the exchange it makes
-(:class:`_Exchange`: method, request, how the reply reads); its blocking and its asyncio face
-are made from that one description, so the two take the same parameters and say the same.
+cause), then ``timeout`` the call itself. Each call is described once, as the exchange it makes
+(:class:`_Exchange`: method, request, how the reply reads); its blocking and its asyncio
+function both take the description's parameters (:func:`~orderer.client.twins.parameters_of`),
+so the two cannot drift apart.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, TypeVar
 
 import grpc
 
@@ -29,13 +29,57 @@ from orderer.client.connect import (
     connect_async,
     connect_sync,
 )
+from orderer.client.twins import parameters_of
+from orderer.config import OrdererConfig
 from orderer.errors import InterfaceError
+from orderer.stats import RunSpan, Stats
 from orderer.wire import convert
 from orderer.wire.options import DEFAULT_CONNECT_TIMEOUT
 from orderer.wire.security import ChannelSecurity, aio_channel, sync_channel
 
-_P = ParamSpec("_P")
+__all__ = [
+    "Committed",
+    "SourceMark",
+    "begin_run",
+    "begin_run_async",
+    "commit",
+    "commit_async",
+    "configure",
+    "configure_async",
+    "delete_consumer",
+    "delete_consumer_async",
+    "end_run",
+    "end_run_async",
+    "get_committed",
+    "get_committed_async",
+    "get_stats",
+    "get_stats_async",
+    "set_source_state",
+    "set_source_state_async",
+]
+
 _R = TypeVar("_R")
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """A consumer's committed offset, as :func:`get_committed` reads it."""
+
+    known: bool
+    """The service knows the consumer (an unknown one reads offset 0, no metadata)."""
+    offset: int
+    """It is done with every offset below this one."""
+    metadata: bytes
+    """What it committed with that offset (``b""``: nothing)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourceMark:
+    """What :func:`set_source_state` did."""
+
+    was_known: bool
+    dead: bool
+    """The source is dead now."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,28 +122,6 @@ class _Exchange(Generic[_R]):
         return call_error(error, self.target, self.method, self.timeout, self.security)
 
 
-def _faces(
-    describe: Callable[_P, _Exchange[_R]],
-) -> tuple[Callable[_P, _R], Callable[_P, Coroutine[Any, Any, _R]]]:
-    """The blocking and the asyncio function of the call ``describe`` describes; named after it
-    (``_get_stats`` makes ``get_stats`` and ``get_stats_async``), with its parameters and
-    docstring."""
-
-    def blocking(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        return describe(*args, **kwargs).blocking()
-
-    async def asyncio(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        return await describe(*args, **kwargs).asyncio()
-
-    name = describe.__name__.lstrip("_")
-    parameters = inspect.signature(describe).replace(return_annotation=inspect.Signature.empty)
-    for face, suffix in ((blocking, ""), (asyncio, "_async")):
-        functools.update_wrapper(face, describe)
-        face.__name__ = face.__qualname__ = name + suffix
-        face.__signature__ = parameters  # type: ignore[union-attr]
-    return blocking, asyncio
-
-
 def _get_stats(
     target: str,
     *,
@@ -107,18 +129,14 @@ def _get_stats(
     timeout: float = 10.0,
     security: ChannelSecurity | None = None,
     connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
-) -> _Exchange[dict[str, Any]]:
-    """The counters (``evb replay --stats`` layout) and the live state of the service: sources,
-    barrier log, connections, consumers. ``barrier_log_limit``: how many of the newest resolved
-    barriers to return (0: the server's default, 1000); a live view asks for a few, so that a
-    refresh every second does not carry a thousand records it never shows."""
+) -> _Exchange[Stats]:
     if isinstance(barrier_log_limit, bool) or not 0 <= barrier_log_limit < 2**32:
         raise InterfaceError(
             f"barrier_log_limit: {barrier_log_limit!r} must be an integer from 0 to 2**32 - 1"
         )
     request = pb.GetStatsRequest(barrier_log_limit=barrier_log_limit)
     return _Exchange(
-        target, security, connect_timeout, "GetStats", request, timeout, convert.stats_to_mapping
+        target, security, connect_timeout, "GetStats", request, timeout, convert.stats_from_pb
     )
 
 
@@ -130,12 +148,10 @@ def _configure(
     security: ChannelSecurity | None = None,
     connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
     **more: Any,
-) -> _Exchange[dict[str, Any]]:
-    """Change parameters live (``build_window=5``, ``sourceTimeout="off"``); returns the
-    configuration now in force."""
+) -> _Exchange[OrdererConfig]:
     request = convert.configure_request({**(changes or {}), **more})
     return _Exchange(
-        target, security, connect_timeout, "Configure", request, timeout, convert.config_to_mapping
+        target, security, connect_timeout, "Configure", request, timeout, convert.config_from_pb
     )
 
 
@@ -146,7 +162,6 @@ def _end_run(
     security: ChannelSecurity | None = None,
     connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
 ) -> _Exchange[int]:
-    """End of run: drain every queue; returns the offset after the run's last fragment."""
     request = pb.EndRunRequest()
     return _Exchange(target, security, connect_timeout, "EndRun", request, timeout, _next_offset)
 
@@ -162,17 +177,15 @@ def _begin_run(
     timeout: float = 60.0,
     security: ChannelSecurity | None = None,
     connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
-) -> _Exchange[dict[str, int]]:
-    """The next run on the same server, once the current one has ended: ``run`` (default: the
-    current number + 1). Returns ``{"run", "start_offset"}``, the offset of its first fragment."""
+) -> _Exchange[RunSpan]:
     if run is not None and (isinstance(run, bool) or not 0 <= run < 2**64):
         raise InterfaceError(f"run: {run!r} must be an integer from 0 to 2**64 - 1")
     request = pb.BeginRunRequest() if run is None else pb.BeginRunRequest(run=run)
     return _Exchange(target, security, connect_timeout, "BeginRun", request, timeout, _begun)
 
 
-def _begun(reply: pb.BeginRunReply) -> dict[str, int]:
-    return {"run": int(reply.run), "start_offset": int(reply.start_offset)}
+def _begun(reply: pb.BeginRunReply) -> RunSpan:
+    return RunSpan(int(reply.run), int(reply.start_offset))
 
 
 def _commit(
@@ -185,11 +198,6 @@ def _commit(
     security: ChannelSecurity | None = None,
     connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
 ) -> _Exchange[tuple[int, int]]:
-    """``consumer`` processed every offset below ``offset``: the orderer's retention keeps the
-    rest for it. Returns (the consumer's committed offset now, the lowest over all consumers).
-    ``metadata`` (at most 65,536 bytes) is kept with the offset, for :func:`get_committed`: a
-    commit that moves the offset stores it (none when None), one at exactly the committed
-    offset replaces it unless None, one below it changes nothing."""
     if metadata is not None and not isinstance(metadata, bytes | bytearray | memoryview):
         raise InterfaceError(f"metadata: must be bytes, got {type(metadata).__name__}")
     request = pb.CommitRequest(consumer=consumer, offset=offset)
@@ -209,18 +217,15 @@ def _get_committed(
     timeout: float = 10.0,
     security: ChannelSecurity | None = None,
     connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
-) -> _Exchange[dict[str, Any]]:
-    """``consumer``'s committed offset and the metadata committed with it, changing nothing (a
-    :func:`commit` would register an unknown name). Returns ``{"known": bool, "offset": int,
-    "metadata": bytes}``; an unknown name is ``{"known": False, "offset": 0, "metadata": b""}``."""
+) -> _Exchange[Committed]:
     request = pb.GetCommittedRequest(consumer=consumer)
     return _Exchange(
         target, security, connect_timeout, "GetCommitted", request, timeout, _read_committed
     )
 
 
-def _read_committed(reply: pb.CommitReply) -> dict[str, Any]:
-    return {"known": reply.known, "offset": int(reply.offset), "metadata": bytes(reply.metadata)}
+def _read_committed(reply: pb.CommitReply) -> Committed:
+    return Committed(bool(reply.known), int(reply.offset), bytes(reply.metadata))
 
 
 def _delete_consumer(
@@ -231,9 +236,6 @@ def _delete_consumer(
     security: ChannelSecurity | None = None,
     connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
 ) -> _Exchange[tuple[bool, int | None]]:
-    """Forget ``consumer``, so that retention no longer keeps output for it (a consumer gone for
-    good holds the log forever otherwise). Returns (whether it was known, the lowest committed
-    offset over the consumers left, None when none is left)."""
     request = pb.DeleteConsumerRequest(consumer=consumer)
     return _Exchange(
         target, security, connect_timeout, "DeleteConsumer", request, timeout, _deleted
@@ -252,12 +254,7 @@ def _set_source_state(
     timeout: float = 10.0,
     security: ChannelSecurity | None = None,
     connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
-) -> _Exchange[dict[str, bool]]:
-    """Mark ``source`` dead by hand (``dead=True``), so that it no longer holds pending
-    barriers, or revive it (NSCLDAQ's dead-source control; durable on the server). Returns
-    ``{"was_known": True, "dead": whether it is dead now}``. A source the orderer does not know
-    (neither declared nor heard from), or with ``strictSources`` an undeclared one, is refused
-    (``InterfaceError`` naming the known or accepted sources)."""
+) -> _Exchange[SourceMark]:
     check_source(source)
     request = pb.SourceStateRequest(source=source, dead=bool(dead))
     return _Exchange(
@@ -265,15 +262,120 @@ def _set_source_state(
     )
 
 
-def _source_state(reply: pb.SourceStateReply) -> dict[str, bool]:
-    return {"was_known": bool(reply.was_known), "dead": bool(reply.dead)}
+def _source_state(reply: pb.SourceStateReply) -> SourceMark:
+    return SourceMark(bool(reply.was_known), bool(reply.dead))
 
 
-get_stats, get_stats_async = _faces(_get_stats)
-configure, configure_async = _faces(_configure)
-end_run, end_run_async = _faces(_end_run)
-begin_run, begin_run_async = _faces(_begin_run)
-commit, commit_async = _faces(_commit)
-get_committed, get_committed_async = _faces(_get_committed)
-delete_consumer, delete_consumer_async = _faces(_delete_consumer)
-set_source_state, set_source_state_async = _faces(_set_source_state)
+# ---------------------------------------------------------------- the calls, blocking and asyncio
+
+
+@parameters_of(_get_stats)
+def get_stats(*args: Any, **kwargs: Any) -> Stats:
+    """The counters and the live state of the service: sources, barrier log, connections,
+    consumers, the run table. ``barrier_log_limit``: how many of the newest resolved barriers
+    to return (0: the server's default, 1000); a live view asks for a few, so that a refresh
+    every second does not carry a thousand records it never shows."""
+    return _get_stats(*args, **kwargs).blocking()
+
+
+@parameters_of(_get_stats)
+async def get_stats_async(*args: Any, **kwargs: Any) -> Stats:
+    """:func:`get_stats` on asyncio."""
+    return await _get_stats(*args, **kwargs).asyncio()
+
+
+@parameters_of(_configure)
+def configure(*args: Any, **kwargs: Any) -> OrdererConfig:
+    """Change parameters live (``build_window=5``, ``sourceTimeout="off"``); returns the
+    configuration now in force."""
+    return _configure(*args, **kwargs).blocking()
+
+
+@parameters_of(_configure)
+async def configure_async(*args: Any, **kwargs: Any) -> OrdererConfig:
+    """:func:`configure` on asyncio."""
+    return await _configure(*args, **kwargs).asyncio()
+
+
+@parameters_of(_end_run)
+def end_run(*args: Any, **kwargs: Any) -> int:
+    """End of run: drain every queue; returns the offset after the run's last fragment."""
+    return _end_run(*args, **kwargs).blocking()
+
+
+@parameters_of(_end_run)
+async def end_run_async(*args: Any, **kwargs: Any) -> int:
+    """:func:`end_run` on asyncio."""
+    return await _end_run(*args, **kwargs).asyncio()
+
+
+@parameters_of(_begin_run)
+def begin_run(*args: Any, **kwargs: Any) -> RunSpan:
+    """The next run on the same server, once the current one has ended: ``run`` (default: the
+    current number + 1). Returns its span: its number and the offset of its first fragment."""
+    return _begin_run(*args, **kwargs).blocking()
+
+
+@parameters_of(_begin_run)
+async def begin_run_async(*args: Any, **kwargs: Any) -> RunSpan:
+    """:func:`begin_run` on asyncio."""
+    return await _begin_run(*args, **kwargs).asyncio()
+
+
+@parameters_of(_commit)
+def commit(*args: Any, **kwargs: Any) -> tuple[int, int]:
+    """``consumer`` processed every offset below ``offset``: the orderer's retention keeps the
+    rest for it. Returns (the consumer's committed offset now, the lowest over all consumers).
+    ``metadata`` (at most 65,536 bytes) is kept with the offset, for :func:`get_committed`: a
+    commit that moves the offset stores it (none when None), one at exactly the committed
+    offset replaces it unless None, one below it changes nothing."""
+    return _commit(*args, **kwargs).blocking()
+
+
+@parameters_of(_commit)
+async def commit_async(*args: Any, **kwargs: Any) -> tuple[int, int]:
+    """:func:`commit` on asyncio."""
+    return await _commit(*args, **kwargs).asyncio()
+
+
+@parameters_of(_get_committed)
+def get_committed(*args: Any, **kwargs: Any) -> Committed:
+    """``consumer``'s committed offset and the metadata committed with it, changing nothing (a
+    :func:`commit` would register an unknown name); an unknown name reads
+    ``Committed(known=False, offset=0, metadata=b"")``."""
+    return _get_committed(*args, **kwargs).blocking()
+
+
+@parameters_of(_get_committed)
+async def get_committed_async(*args: Any, **kwargs: Any) -> Committed:
+    """:func:`get_committed` on asyncio."""
+    return await _get_committed(*args, **kwargs).asyncio()
+
+
+@parameters_of(_delete_consumer)
+def delete_consumer(*args: Any, **kwargs: Any) -> tuple[bool, int | None]:
+    """Forget ``consumer``, so that retention no longer keeps output for it (a consumer gone for
+    good holds the log forever otherwise). Returns (whether it was known, the lowest committed
+    offset over the consumers left, None when none is left)."""
+    return _delete_consumer(*args, **kwargs).blocking()
+
+
+@parameters_of(_delete_consumer)
+async def delete_consumer_async(*args: Any, **kwargs: Any) -> tuple[bool, int | None]:
+    """:func:`delete_consumer` on asyncio."""
+    return await _delete_consumer(*args, **kwargs).asyncio()
+
+
+@parameters_of(_set_source_state)
+def set_source_state(*args: Any, **kwargs: Any) -> SourceMark:
+    """Mark ``source`` dead by hand (``dead=True``), so that it no longer holds pending
+    barriers, or revive it (NSCLDAQ's dead-source control; durable on the server). A source the
+    orderer does not know (neither declared nor heard from), or with ``strictSources`` an
+    undeclared one, is refused (``InterfaceError`` naming the known or accepted sources)."""
+    return _set_source_state(*args, **kwargs).blocking()
+
+
+@parameters_of(_set_source_state)
+async def set_source_state_async(*args: Any, **kwargs: Any) -> SourceMark:
+    """:func:`set_source_state` on asyncio."""
+    return await _set_source_state(*args, **kwargs).asyncio()

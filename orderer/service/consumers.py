@@ -15,7 +15,7 @@ from typing import Any
 
 from orderer.errors import InterfaceError, InternalOrdererError
 from orderer.service.durable import replace_file
-from orderer.wire import convert
+from orderer.wire.limits import MAX_COMMIT_METADATA
 
 __all__ = ["ConsumerOffsets"]
 
@@ -35,7 +35,7 @@ class ConsumerOffsets:
     """
 
     MAX_NAME = 253
-    MAX_METADATA = convert.MAX_COMMIT_METADATA
+    MAX_METADATA = MAX_COMMIT_METADATA
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)

@@ -18,6 +18,7 @@ from typing import Any
 
 from orderer.errors import InterfaceError
 from orderer.service.logs import OrderedLog
+from orderer.stats import BarrierRecord
 
 __all__ = ["BARRIER_LOG_CAPACITY", "DEFAULT_BARRIER_LOG_LIMIT", "BarrierLog", "EmitTimes"]
 
@@ -34,18 +35,28 @@ class BarrierLog:
     __slots__ = ("_by_type", "_entries")
 
     def __init__(self, capacity: int = BARRIER_LOG_CAPACITY) -> None:
-        self._entries: deque[Mapping[str, Any]] = deque(maxlen=capacity)
+        self._entries: deque[BarrierRecord] = deque(maxlen=capacity)
         self._by_type: dict[int, int] = {}
 
     def add(self, resolved: Iterable[Mapping[str, Any]]) -> None:
         """Entries of ``Orderer.take_barrier_log()``, in resolution order."""
         by_type = self._by_type
         for barrier in resolved:
-            self._entries.append(barrier)
-            for kind in barrier.get("types", {}).values():
+            types = {int(source): int(kind) for source, kind in barrier.get("types", {}).items()}
+            self._entries.append(
+                BarrierRecord(
+                    offset=int(barrier["offset"]),
+                    t=float(barrier["t"]),
+                    complete=bool(barrier["complete"]),
+                    homogeneous=bool(barrier["homogeneous"]),
+                    types=dict(sorted(types.items())),
+                    missing=tuple(int(source) for source in barrier["missing"]),
+                )
+            )
+            for kind in types.values():
                 by_type[kind] = by_type.get(kind, 0) + 1
 
-    def newest(self, limit: int = 0) -> list[Mapping[str, Any]]:
+    def newest(self, limit: int = 0) -> list[BarrierRecord]:
         """The newest ``limit`` barriers (0: :data:`DEFAULT_BARRIER_LOG_LIMIT`), oldest first."""
         limit = limit or DEFAULT_BARRIER_LOG_LIMIT
         entries = self._entries

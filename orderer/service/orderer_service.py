@@ -40,24 +40,26 @@ import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
-from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer.api import Orderer
 from orderer.batch import ArrivalRecords, EmittedBatch
 from orderer.config import OrdererConfig, parameter_value
 from orderer.errors import ServiceUnavailable
-from orderer.service import data_dir, inspection, restart
+from orderer.service import data_dir, restart
 from orderer.service.consumers import ConsumerOffsets
 from orderer.service.diagnostics import BarrierLog
 from orderer.service.group_commit import GroupCommit
 from orderer.service.ingest import Ingest
+from orderer.service.inspection import Inspection
 from orderer.service.logs import ArrivalLog, OrderedLog
 from orderer.service.metrics import ArrivalLatency, BarrierTally, MetricsSnapshot
 from orderer.service.orderer_thread import Step
 from orderer.service.recovery import Recovered
+from orderer.service.runs import RunTable
 from orderer.service.settings import GivenParameter, ServiceConfig, every_parameter
 from orderer.service.submit_stream import END_OF_STREAM, SubmitStream
 from orderer.service.subscriptions import Retention, Subscriptions
-from orderer.wire import convert
+from orderer.stats import Stats
+from orderer.wire.limits import REPLY_MAX_BYTES, BatchLimits
 
 __all__ = ["OrdererService"]
 
@@ -75,23 +77,19 @@ class OrdererService:
         recovered: Recovered,
         arrivals: ArrivalLog,
         ordered: OrderedLog,
-        limits: convert.BatchLimits | None = None,
+        limits: BatchLimits | None = None,
         subscribe_max_fragments: int = 65536,
-        subscribe_max_bytes: int = convert.REPLY_MAX_BYTES,
+        subscribe_max_bytes: int = REPLY_MAX_BYTES,
         lock: int | None = None,
         retention_bytes: int | None = None,
         retention_seconds: float | None = None,
         consumers: ConsumerOffsets | None = None,
         run: int = 1,
     ) -> None:
-        self.limits = limits if limits is not None else convert.BatchLimits()
+        self.limits = limits if limits is not None else BatchLimits()
         self._lock = lock
         self._orderer: Orderer = recovered.orderer
-        self._run_ended = recovered.run_ended
-        self._run = run if recovered.run is None else recovered.run
-        self._run_start = recovered.run_start_offset
-        # the run table: (number, first offset) of every run, the first the server's own
-        self._runs = [(run, 0), *recovered.runs]
+        self._runs = RunTable(run, recovered.runs, ended=recovered.run_ended)
         self._streams: set[SubmitStream] = set()
         self._paused: dict[int, bool] = {}
         self._timer: asyncio.TimerHandle | None = None
@@ -144,6 +142,19 @@ class OrdererService:
             deliver=self._apply,
             on_error=self._fail,
         )
+        self._inspection = Inspection(
+            orderer=self._orderer,
+            ingest=self._ingest,
+            commit=self._commit,
+            output=self._output,
+            streams=self._streams,
+            runs=self._runs,
+            barrier_log=self._barrier_log,
+            barriers=self._barriers,
+            latency=self._latency,
+            arrivals=arrivals,
+            ordered=ordered,
+        )
         self._rearm(self._orderer.next_deadline())
 
     @classmethod
@@ -171,7 +182,7 @@ class OrdererService:
             arrivals=run.arrivals,
             ordered=run.ordered,
             lock=run.lock,
-            limits=convert.BatchLimits(
+            limits=BatchLimits(
                 max_payload_bytes=service.max_payload_bytes,
                 sources=frozenset(sources) if service.strict_sources else None,
             ),
@@ -227,9 +238,6 @@ class OrdererService:
         return self._commit.durable_offset
 
     # ------------------------------------------------------------------ time
-
-    def _peek(self) -> float:
-        return self._ingest.peek()
 
     def _rearm(self, deadline: float | None) -> None:
         """One timer, on the orderer's next deadline (as the last step said)."""
@@ -348,7 +356,7 @@ class OrdererService:
                 deadline, rearm = step.deadline, True
                 self.high_water_mark = step.high_water_mark
             if step.run_ended is not None:
-                self._run_ended = step.run_ended
+                self._runs.ended = step.run_ended
             generation = commit.written_generation
             for stream, source, sequence in step.acks:
                 stream.owe_ack(generation, source, sequence)
@@ -414,14 +422,14 @@ class OrdererService:
         arrival log (recovery continues with it); returns ``(its number, the output offset of
         its first fragment)`` once durable. The orderer itself is untouched (docs/ordering.md,
         "Runs one after another"): the number only names the output from that offset on."""
-        current = self._run
+        current = self._runs.current
         number = current + 1 if run is None else run
         _, generation = await self._call(lambda: self._ingest.begin_run(number, current))
         await self._durable(generation)
-        self._run, self._run_start, self._run_ended = number, self._commit.durable_offset, False
-        self._runs.append((number, self._run_start))
-        log.info("run %d begun at output offset %d", number, self._run_start)
-        return number, self._run_start
+        start = self._commit.durable_offset
+        self._runs.begin(number, start)
+        log.info("run %d begun at output offset %d", number, start)
+        return number, start
 
     def _note_barriers(self, resolved: list[dict[str, Any]]) -> None:
         """Barriers an orderer call resolved, into the metrics and the barrier log ``GetStats``
@@ -516,20 +524,20 @@ class OrdererService:
 
     # ------------------------------------------------------------------ inspection
 
-    def stats(self, barrier_log_limit: int = 0) -> pb.Stats:
+    def stats(self, barrier_log_limit: int = 0) -> Stats:
         """``GetStats``: the counters, the newest ``barrier_log_limit`` resolved barriers (0:
         1000), the open Submit streams and the consumers with their lag
-        (:func:`~orderer.service.inspection.stats`)."""
-        return inspection.stats(self, barrier_log_limit)
+        (:meth:`.Inspection.stats`)."""
+        return self._inspection.stats(barrier_log_limit)
 
     @property
     def run_ended_durably(self) -> bool:
         """The current run has ended and all its output is durable: what ``GetStats`` and the
         metrics call ended (a consumer that sees it and ``next_offset`` has the whole run)."""
-        return self._run_ended and self._commit.durable_offset == self._commit.written_offset
+        return self._inspection.run_ended_durably
 
     def metrics_snapshot(self) -> MetricsSnapshot:
-        return inspection.metrics_snapshot(self)
+        return self._inspection.metrics_snapshot()
 
     def next_sequence(self, source: int) -> int:
         return self._ingest.next_sequence.get(source, 0)

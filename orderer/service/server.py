@@ -26,9 +26,9 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer.config import OrdererConfig
 from orderer.service import binding, servicer
+from orderer.service.servicer import SERVICE_NAME
 from orderer.service.metrics import MetricsSnapshot, ServiceMetrics
 from orderer.service.orderer_service import OrdererService
 from orderer.service.security import ServerSecurity
@@ -44,7 +44,6 @@ __all__ = [
 
 log = logging.getLogger("evb.service")
 
-SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["Orderer"].full_name
 
 LIVENESS_SERVICE = "liveness"
 """Health service name for liveness probes: NOT_SERVING only once the service failed. The

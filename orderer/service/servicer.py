@@ -26,9 +26,12 @@ from orderer.service.orderer_service import OrdererService
 from orderer.service.submit_stream import ACK, SubmitStream
 from orderer.wire import convert
 
-__all__ = ["RAW_REQUESTS", "OrdererServicer", "add_to_server"]
+__all__ = ["RAW_REQUESTS", "SERVICE_NAME", "OrdererServicer", "add_to_server"]
 
 log = logging.getLogger("evb.service")
+
+SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["Orderer"].full_name
+"""The gRPC service's full name, as health checks and reflection name it."""
 
 
 def _status(error: BaseException) -> tuple[grpc.StatusCode, str]:
@@ -110,7 +113,7 @@ class OrdererServicer(pb_grpc.OrdererServicer):
     async def GetStats(
         self, request: pb.GetStatsRequest, context: grpc.aio.ServicerContext
     ) -> pb.Stats:
-        return self._service.stats(request.barrier_log_limit)
+        return convert.stats_to_pb(self._service.stats(request.barrier_log_limit))
 
     async def Configure(
         self, request: pb.ConfigureRequest, context: grpc.aio.ServicerContext

@@ -18,7 +18,7 @@ from typing import Any
 from orderer.config import OrdererConfig, parameter_names, snake_case
 from orderer.errors import ConfigError
 from orderer.service.segments import FsyncPolicy
-from orderer.wire import convert
+from orderer.wire.limits import MAX_PAYLOAD_BYTES, REPLY_MAX_BYTES
 
 __all__ = ["GivenParameter", "ServiceConfig", "configs_from_mapping", "every_parameter"]
 
@@ -39,7 +39,7 @@ class ServiceConfig:
     """Address the metrics endpoint binds."""
     max_payload_bytes: int = 1 << 20
     """Largest payload of one fragment; a larger one is refused (INVALID_ARGUMENT). At most
-    :data:`~orderer.wire.convert.MAX_PAYLOAD_BYTES` (4 MiB less 116 bytes), so that a reply
+    :data:`~orderer.wire.limits.MAX_PAYLOAD_BYTES` (4 MiB less 116 bytes), so that a reply
     holding one such fragment still fits a reader with gRPC's default 4 MiB limit."""
     run: int = 1
     """Number of the first run; ``evb begin-run`` starts the next ones. A data directory that
@@ -52,7 +52,7 @@ class ServiceConfig:
     """Largest gRPC message received or sent."""
     subscribe_max_fragments: int = 65536
     """Most fragments per ``OrderedBatch``."""
-    subscribe_max_bytes: int = convert.REPLY_MAX_BYTES
+    subscribe_max_bytes: int = REPLY_MAX_BYTES
     """Most bytes of one encoded ``OrderedBatch``: payloads, per-fragment columns and framing
     (at least one fragment is always sent). The default, 3.5 MiB, leaves headroom under gRPC's
     default 4 MiB receive limit, so a reader with a plain generated stub can subscribe; above
@@ -100,11 +100,11 @@ class ServiceConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(name, value, "must be a positive integer")
-        if self.max_payload_bytes > convert.MAX_PAYLOAD_BYTES:
+        if self.max_payload_bytes > MAX_PAYLOAD_BYTES:
             raise ConfigError(
                 "max_payload_bytes",
                 self.max_payload_bytes,
-                f"must be at most {convert.MAX_PAYLOAD_BYTES} (4 MiB less a reply's framing), so"
+                f"must be at most {MAX_PAYLOAD_BYTES} (4 MiB less a reply's framing), so"
                 " that a reply holding one such fragment fits gRPC's default 4 MiB limit of"
                 " the readers",
             )

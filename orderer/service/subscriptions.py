@@ -13,7 +13,6 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import numpy as np
 
@@ -22,7 +21,8 @@ from orderer.errors import InterfaceError, ServiceUnavailable
 from orderer.service.consumers import ConsumerOffsets
 from orderer.service.diagnostics import EmitTimes
 from orderer.service.group_commit import GroupCommit
-from orderer.wire import convert
+from orderer.stats import ConsumerState
+from orderer.wire.limits import REPLY_MAX_BYTES, ordered_batch_bytes
 
 __all__ = ["Retention", "Subscriptions"]
 
@@ -66,7 +66,7 @@ class Subscriptions:
         commit: GroupCommit,
         *,
         max_fragments: int = 65536,
-        max_bytes: int = convert.REPLY_MAX_BYTES,
+        max_bytes: int = REPLY_MAX_BYTES,
         consumers: ConsumerOffsets | None = None,
         retention: Retention | None = None,
     ) -> None:
@@ -141,11 +141,11 @@ class Subscriptions:
         sizes = np.zeros(n + 1, np.int64)  # payload bytes of the first k fragments
         if payload:
             sizes = batch.payload_offsets.astype(np.int64) - np.int64(batch.payload_offsets[0])
-        if convert.ordered_batch_bytes(n, int(sizes[-1]), payload=payload) <= self._max_bytes:
+        if ordered_batch_bytes(n, int(sizes[-1]), payload=payload) <= self._max_bytes:
             return batch
         # reply size of the first k fragments, for k = 0..n (increasing in k)
-        bound = convert.ordered_batch_bytes(0, 0, payload=payload)
-        per_fragment = convert.ordered_batch_bytes(1, 0, payload=payload) - bound
+        bound = ordered_batch_bytes(0, 0, payload=payload)
+        per_fragment = ordered_batch_bytes(1, 0, payload=payload) - bound
         sizes = sizes + per_fragment * np.arange(n + 1, dtype=np.int64) + bound
         fits = int(np.searchsorted(sizes, self._max_bytes, "right")) - 1
         return batch.slice(0, max(fits, 1))
@@ -197,21 +197,24 @@ class Subscriptions:
         """Committed offset per known consumer (the ``evb_consumer_committed_offset`` metric)."""
         return self._consumers.as_dict() if self._consumers is not None else {}
 
-    def consumer_states(self, now: float) -> dict[str, dict[str, Any]]:
-        """Per known consumer: ``offset`` committed, ``last_commit`` (Unix time or None) and
-        ``lag_seconds``: ``now`` (orderer time) minus the emit time of the oldest durable
-        fragment it has not committed, 0 when it has committed everything."""
+    def consumer_states(self, now: float) -> dict[str, ConsumerState]:
+        """Every known consumer, by name: the offset it committed, its lag in fragments of
+        durable output, the time of its last commit, and its lag in seconds: ``now`` (orderer
+        time) minus the emit time of the oldest durable fragment it has not committed, 0 when it
+        has committed everything."""
         if self._consumers is None:
             return {}
         durable = self._commit.durable_offset
         states = {}
-        for name, offset in self._consumers.as_dict().items():
+        for name, offset in sorted(self._consumers.as_dict().items()):
             emitted = self._emit_times.at(offset) if offset < durable else None
-            states[name] = {
-                "offset": offset,
-                "last_commit": self._consumers.last_commit(name),
-                "lag_seconds": 0.0 if emitted is None else max(0.0, now - emitted),
-            }
+            states[name] = ConsumerState(
+                name=name,
+                committed=offset,
+                lag=max(0, durable - offset),
+                lag_seconds=0.0 if emitted is None else max(0.0, now - emitted),
+                last_commit=self._consumers.last_commit(name),
+            )
         return states
 
     def apply_retention(self) -> None:

@@ -8,14 +8,18 @@ every check of what a client sent happens once, here, in pure functions that rai
 its raw bytes by :mod:`orderer.wire.submit`, which :func:`batch_from_pb` goes through too. The
 client library (:mod:`orderer.client`) uses the same functions the other way round.
 
-Callers: the service (:mod:`orderer.service.servicer`, :mod:`orderer.service.orderer_service`,
-:mod:`orderer.service.subscriptions`, :mod:`orderer.service.settings`), the client library
-(:mod:`orderer.client`) and ``evb stats``.
+Statistics and parameters cross here too: the service makes typed :mod:`orderer.stats` values,
+:func:`stats_to_pb` sends them and :func:`stats_from_pb` gives them back to the client, so
+nothing above the wire reads a protobuf message. The limits both ends keep are
+:mod:`orderer.wire.limits` (no protobuf there).
+
+Callers: the service's servicer (:mod:`orderer.service.servicer`) and the client library
+(:mod:`orderer.client`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -27,78 +31,46 @@ from orderer.batch import EmittedBatch, FragmentBatch
 from orderer.config import (
     LIVE_PARAMETERS,
     SOURCE_COUNTERS,
-    TOTAL_COUNTERS,
+    FlowControl,
     OrdererConfig,
     snake_case,
 )
 from orderer.errors import ConfigError, InterfaceError
+from orderer.stats import (
+    BarrierCounts,
+    BarrierRecord,
+    Connection,
+    ConsumerState,
+    OutOfOrder,
+    RunSpan,
+    SourceStats,
+    Stats,
+)
 from orderer.wire import submit
 from orderer.wire.submit import BatchLimits, IncomingBatch
 
 __all__ = [
-    "DEFAULT_READER_MAX_BYTES",
-    "MAX_PAYLOAD_BYTES",
-    "REPLY_MAX_BYTES",
     "BatchLimits",
     "IncomingBatch",
     "batch_from_pb",
     "batch_to_pb",
     "check_timestamps",
-    "config_to_mapping",
+    "config_from_pb",
     "config_to_pb",
     "configure_changes_from_pb",
     "configure_request",
     "emitted_from_pb",
     "emitted_to_pb",
     "end_of_source_from_pb",
-    "ordered_batch_bytes",
-    "stats_to_mapping",
+    "stats_from_pb",
     "stats_to_pb",
     "watermark_from_pb",
 ]
-
-RESERVED_TIMESTAMP = 2**64 - 1
-"""The core's +infinity frontier; no fragment may carry it."""
 
 _LE_U32 = np.dtype("<u4")
 _LE_U64 = np.dtype("<u8")
 _LE_F64 = np.dtype("<f8")
 _NO_OFFSETS = np.zeros(0, dtype=np.uint64)
-
-
-_BARRIER_COUNTERS = ("complete", "incomplete", "homogeneous", "heterogeneous")
-
-DEFAULT_READER_MAX_BYTES = 4 * 1024 * 1024
-"""gRPC's default receive limit (4 MiB): the largest reply a reader with a plain generated stub,
-on a channel without options, accepts; one byte more and its call ends RESOURCE_EXHAUSTED."""
-MAX_COMMIT_METADATA = 65536
-"""The most bytes of metadata a ``Commit`` may carry (it is rewritten, with every consumer's, on
-each commit that moves an offset)."""
-REPLY_MAX_BYTES = 3584 * 1024
-"""The service's default bound on one encoded ``OrderedBatch`` (3.5 MiB): headroom under
-:data:`DEFAULT_READER_MAX_BYTES`."""
-_COLUMN_BYTES = 4 + 8 + 4 + 1 + 8
-"""Per fragment, without payload: source, timestamp, barrier type, late flag, emit time."""
-_OFFSET_BYTES = 8
-"""Per fragment with payloads: its entry of ``payload_offsets`` (which has one more)."""
-_FRAMING_BYTES = 3 * (1 + 10) + 7 * (1 + 5) + _OFFSET_BYTES
-"""At most, beyond the columns and the payload: three uint64 fields (tag and a varint of up to
-10 bytes), seven bytes fields (tag and a length varint of up to 5 bytes, lengths < 32 GiB), and
-the extra entry of ``payload_offsets``."""
-
-
-def ordered_batch_bytes(fragments: int, payload_bytes: int, *, payload: bool = True) -> int:
-    """An upper bound (within ~80 bytes) on the encoded size of :func:`emitted_to_pb`'s message
-    for ``fragments`` fragments holding ``payload_bytes`` of payload. Why a bound and not the
-    payload alone: the per-fragment columns are 25-33 bytes a fragment, 2 MiB for 65,536
-    fragments, which took a reply of 4 MiB of payload past a default reader's limit."""
-    per_fragment = _COLUMN_BYTES + (_OFFSET_BYTES if payload else 0)
-    return _FRAMING_BYTES + per_fragment * fragments + (payload_bytes if payload else 0)
-
-
-MAX_PAYLOAD_BYTES = DEFAULT_READER_MAX_BYTES - ordered_batch_bytes(1, 0)
-"""The largest payload the service may accept: a reply holding one such fragment still fits a
-reader with gRPC's default limit (a reply always holds at least one fragment)."""
 
 
 _ANY_SOURCE = BatchLimits()
@@ -227,12 +199,19 @@ def emitted_from_pb(message: pb.OrderedBatch) -> EmittedBatch:
 
 
 def config_to_pb(config: OrdererConfig) -> pb.OrdererConfig:
+    flow = config.flow_control
     message = pb.OrdererConfig(
         build_window=config.build_window,
         startup_delay=config.startup_delay,
         late_policy=config.late_policy,
         sources=list(config.sources),
         reset_on_begin_run=config.reset_on_begin_run,
+        flow_control=pb.FlowThresholds(
+            global_xoff=flow.global_xoff,
+            global_xon=flow.global_xon,
+            queue_xoff=flow.queue_xoff,
+            queue_xon=flow.queue_xon,
+        ),
     )
     if config.barrier_timeout is not None:
         message.barrier_timeout = config.barrier_timeout
@@ -241,19 +220,29 @@ def config_to_pb(config: OrdererConfig) -> pb.OrdererConfig:
     return message
 
 
-def config_to_mapping(message: pb.OrdererConfig) -> dict[str, Any]:
-    """The spec-named parameters of a config message (``source_timeout`` ``off`` when unset)."""
-    return {
-        "build_window": message.build_window,
-        "startup_delay": message.startup_delay,
-        "barrier_timeout": (
-            message.barrier_timeout if message.HasField("barrier_timeout") else None
+def config_from_pb(message: pb.OrdererConfig) -> OrdererConfig:
+    """The parameters a server reports (``GetStats``, ``Configure``'s reply). A server that
+    does not send its flow control thresholds is taken to run the defaults (NSCLDAQ's)."""
+    flow = message.flow_control
+    return OrdererConfig(
+        build_window=message.build_window,
+        startup_delay=message.startup_delay,
+        barrier_timeout=_optional(message, "barrier_timeout"),
+        source_timeout=_optional(message, "source_timeout"),
+        late_policy=message.late_policy,
+        sources=tuple(message.sources),
+        reset_on_begin_run=message.reset_on_begin_run,
+        flow_control=(
+            FlowControl(
+                global_xoff=flow.global_xoff,
+                global_xon=flow.global_xon,
+                queue_xoff=flow.queue_xoff,
+                queue_xon=flow.queue_xon,
+            )
+            if message.HasField("flow_control")
+            else FlowControl()
         ),
-        "source_timeout": message.source_timeout if message.HasField("source_timeout") else "off",
-        "late_policy": message.late_policy,
-        "sources": list(message.sources),
-        "reset_on_begin_run": message.reset_on_begin_run,
-    }
+    )
 
 
 def configure_changes_from_pb(message: pb.ConfigureRequest) -> dict[str, Any]:
@@ -293,105 +282,85 @@ def configure_request(changes: Mapping[str, Any]) -> pb.ConfigureRequest:
     return request
 
 
-def stats_to_pb(
-    *,
-    counters: Mapping[str, Any],
-    states: Mapping[int, Mapping[str, Any]],
-    next_offset: int,
-    high_water_mark: int | None,
-    queued: int,
-    now: float,
-    run_ended: bool,
-    config: OrdererConfig,
-    consumers: Mapping[str, Mapping[str, Any]] | None = None,
-    barrier_log: Sequence[Mapping[str, Any]] = (),
-    barriers_by_type: Mapping[int, int] | None = None,
-    connections: Sequence[Mapping[str, Any]] = (),
-    wall_time: float = 0.0,
-    run: int = 0,
-    run_start_offset: int = 0,
-    runs: Sequence[tuple[int, int, int | None]] = (),
-) -> pb.Stats:
-    """``GetStats`` from ``Orderer.counters()`` and ``Orderer.source_states()``, with each
-    known consumer (``{"offset", "last_commit", "lag_seconds"}`` by name), the resolved
-    barriers (``Orderer.take_barrier_log()`` entries, oldest first), the open Submit streams
-    (``{"peer", "sources", "since", "messages", "bytes", "acked"}``) and the run table
-    (``(run, start offset, end offset or None)``, in order)."""
-    missing = counters.get("missing", {})
-    sources = []
-    per_source = counters.get("sources", {})
-    for source in sorted(set(states) | {int(s) for s in per_source}):
-        values = per_source.get(str(source), {})
-        sources.append(
-            _source_to_pb(source, values, states.get(source, {}), missing.get(str(source), 0))
-        )
-    barriers = counters.get("barriers", {})
-    stats = pb.Stats(
-        sources=sources,
+def stats_to_pb(stats: Stats) -> pb.Stats:
+    """``GetStats``' reply."""
+    message = pb.Stats(
+        sources=[_source_to_pb(source) for source in stats.sources.values()],
         barriers=pb.BarrierCounters(
-            by_type=barriers_by_type or {},
-            **{k: int(barriers.get(k, 0)) for k in _BARRIER_COUNTERS},
+            complete=stats.barriers.complete,
+            incomplete=stats.barriers.incomplete,
+            homogeneous=stats.barriers.homogeneous,
+            heterogeneous=stats.barriers.heterogeneous,
+            by_type=stats.barriers.by_type,
         ),
-        next_offset=next_offset,
-        queued=queued,
-        now=now,
-        run_ended=run_ended,
-        run=run,
-        run_start_offset=run_start_offset,
-        runs=[pb.RunRecord(run=r, start_offset=start, end_offset=end) for r, start, end in runs],
-        config=config_to_pb(config),
+        next_offset=stats.next_offset,
+        queued=stats.queued,
+        now=stats.now,
+        wall_time=stats.wall_time,
+        run_ended=stats.run_ended,
+        run=stats.run,
+        run_start_offset=stats.run_start_offset,
+        runs=[
+            pb.RunRecord(run=r.run, start_offset=r.start_offset, end_offset=r.end_offset)
+            for r in stats.runs
+        ],
+        config=config_to_pb(stats.config),
         consumers=[
             pb.ConsumerOffset(
-                consumer=name,
-                offset=int(state["offset"]),
-                last_commit=state.get("last_commit"),
-                lag_seconds=float(state.get("lag_seconds", 0.0)),
+                consumer=c.name,
+                offset=c.committed,
+                last_commit=c.last_commit,
+                lag_seconds=c.lag_seconds,
             )
-            for name, state in sorted((consumers or {}).items())
+            for c in stats.consumers.values()
         ],
         barrier_log=[
             pb.BarrierRecord(
-                offset=int(entry["offset"]),
-                t=entry["t"],
-                complete=entry["complete"],
-                homogeneous=entry["homogeneous"],
-                types=entry.get("types", {}),
-                missing=entry["missing"],
+                offset=b.offset,
+                t=b.t,
+                complete=b.complete,
+                homogeneous=b.homogeneous,
+                types=b.types,
+                missing=b.missing,
             )
-            for entry in barrier_log
+            for b in stats.barrier_log
         ],
-        connections=[pb.Connection(**connection) for connection in connections],
-        wall_time=wall_time,
+        connections=[
+            pb.Connection(
+                peer=c.peer,
+                sources=c.sources,
+                since=c.since,
+                messages=c.messages,
+                bytes=c.bytes,
+                acked=c.acked,
+            )
+            for c in stats.connections
+        ],
     )
-    if high_water_mark is not None:
-        stats.high_water_mark = high_water_mark
-    return stats
+    if stats.high_water_mark is not None:
+        message.high_water_mark = stats.high_water_mark
+    return message
 
 
-def _source_to_pb(
-    source: int, values: Mapping[str, Any], state: Mapping[str, Any], missing: int
-) -> pb.SourceCounters:
-    """One source's counters (``Orderer.counters()``) and queue state (``source_states()``)."""
+def _source_to_pb(source: SourceStats) -> pb.SourceCounters:
     message = pb.SourceCounters(
-        source=source,
-        missing=int(missing),
-        queued=int(state.get("queued", 0)),
-        paused=bool(state.get("paused", False)),
-        ended=bool(state.get("ended", False)),
-        dead=bool(state.get("dead", False)),
-        queued_bytes=int(state.get("queued_bytes", 0)),
-        marked_dead=bool(state.get("marked_dead", False)),
+        source=source.source,
+        missing=source.missing,
+        queued=source.queued,
+        queued_bytes=source.queued_bytes,
+        paused=source.paused,
+        ended=source.ended,
+        dead=source.dead,
+        marked_dead=source.marked_dead,
         out_of_order_last=[
-            pb.OutOfOrder(previous=int(o["previous"]), timestamp=int(o["timestamp"]), t=o["t"])
-            for o in state.get("out_of_order_last", ())
+            pb.OutOfOrder(previous=o.previous, timestamp=o.timestamp, t=o.t)
+            for o in source.out_of_order_last
         ],
-        **{name: int(values.get(name, 0)) for name in SOURCE_COUNTERS},
+        **{name: getattr(source, name) for name in SOURCE_COUNTERS},
     )
-    for field in ("watermark", "oldest_ts", "newest_ts"):
-        if state.get(field) is not None:
-            setattr(message, field, int(state[field]))
-    if state.get("last_arrival") is not None:
-        message.last_arrival = float(state["last_arrival"])
+    for field in ("watermark", "oldest_ts", "newest_ts", "last_arrival"):
+        if getattr(source, field) is not None:
+            setattr(message, field, getattr(source, field))
     return message
 
 
@@ -399,80 +368,88 @@ def _optional(message: Any, field: str) -> Any:
     return getattr(message, field) if message.HasField(field) else None
 
 
-def stats_to_mapping(stats: pb.Stats) -> dict[str, Any]:
-    """``GetStats`` as plain data (``evb stats --json``): the ``evb replay --stats`` layout
-    (``totals``, ``barriers``, ``missing``, ``sources``) plus the live state of the service:
-    the barrier log (oldest first), the connections, and the consumers (``{"committed", "lag",
-    "lag_seconds", "last_commit"}`` by name; ``lag`` in fragments). Map keys are strings."""
-    sources: dict[str, dict[str, Any]] = {}
-    for message in stats.sources:
-        entry: dict[str, Any] = {name: getattr(message, name) for name in SOURCE_COUNTERS}
-        entry.update(
-            queued=message.queued,
-            queued_bytes=message.queued_bytes,
-            oldest_ts=_optional(message, "oldest_ts"),
-            newest_ts=_optional(message, "newest_ts"),
-            last_arrival=_optional(message, "last_arrival"),
-            paused=message.paused,
-            ended=message.ended,
-            dead=message.dead,
-            marked_dead=message.marked_dead,
-            watermark=_optional(message, "watermark"),
-            out_of_order_last=[
-                {"previous": o.previous, "timestamp": o.timestamp, "t": o.t}
-                for o in message.out_of_order_last
-            ],
-        )
-        sources[str(message.source)] = entry
-    barriers: dict[str, Any] = {name: getattr(stats.barriers, name) for name in _BARRIER_COUNTERS}
-    barriers["by_type"] = {str(k): v for k, v in sorted(stats.barriers.by_type.items())}
-    return {
-        "totals": {name: sum(s[name] for s in sources.values()) for name in TOTAL_COUNTERS},
-        "barriers": barriers,
-        "missing": {str(m.source): m.missing for m in stats.sources if m.missing},
-        "sources": sources,
-        "next_offset": stats.next_offset,
-        "high_water_mark": _optional(stats, "high_water_mark"),
-        "queued": stats.queued,
-        "now": stats.now,
-        "wall_time": stats.wall_time,
-        "run_ended": stats.run_ended,
-        "run": stats.run,
-        "run_start_offset": stats.run_start_offset,
-        "runs": [
-            {"run": r.run, "start_offset": r.start_offset, "end_offset": _optional(r, "end_offset")}
-            for r in stats.runs
-        ],
-        "config": config_to_mapping(stats.config),
-        "barrier_log": [
-            {
-                "offset": b.offset,
-                "t": b.t,
-                "complete": b.complete,
-                "homogeneous": b.homogeneous,
-                "types": {str(k): v for k, v in sorted(b.types.items())},
-                "missing": list(b.missing),
-            }
-            for b in stats.barrier_log
-        ],
-        "connections": [
-            {
-                "peer": c.peer,
-                "sources": list(c.sources),
-                "since": c.since,
-                "messages": c.messages,
-                "bytes": c.bytes,
-                "acked": {str(k): v for k, v in sorted(c.acked.items())},
-            }
-            for c in stats.connections
-        ],
-        "consumers": {
-            c.consumer: {
-                "committed": c.offset,
-                "lag": max(0, stats.next_offset - c.offset),
-                "lag_seconds": c.lag_seconds,
-                "last_commit": _optional(c, "last_commit"),
-            }
-            for c in stats.consumers
+def stats_from_pb(message: pb.Stats) -> Stats:
+    """A ``GetStats`` reply, typed; a consumer's ``lag`` is counted from ``next_offset``."""
+    return Stats(
+        sources={s.source: _source_from_pb(s) for s in sorted(message.sources, key=_by_source)},
+        barriers=BarrierCounts(
+            complete=message.barriers.complete,
+            incomplete=message.barriers.incomplete,
+            homogeneous=message.barriers.homogeneous,
+            heterogeneous=message.barriers.heterogeneous,
+            by_type=dict(sorted(message.barriers.by_type.items())),
+        ),
+        next_offset=message.next_offset,
+        high_water_mark=_optional(message, "high_water_mark"),
+        queued=message.queued,
+        now=message.now,
+        wall_time=message.wall_time,
+        run_ended=message.run_ended,
+        run=message.run,
+        run_start_offset=message.run_start_offset,
+        runs=tuple(
+            RunSpan(r.run, r.start_offset, _optional(r, "end_offset")) for r in message.runs
+        ),
+        config=config_from_pb(message.config),
+        barrier_log=tuple(
+            BarrierRecord(
+                offset=b.offset,
+                t=b.t,
+                complete=b.complete,
+                homogeneous=b.homogeneous,
+                types=dict(sorted(b.types.items())),
+                missing=tuple(b.missing),
+            )
+            for b in message.barrier_log
+        ),
+        connections=tuple(
+            Connection(
+                peer=c.peer,
+                sources=tuple(c.sources),
+                since=c.since,
+                messages=c.messages,
+                bytes=c.bytes,
+                acked=dict(sorted(c.acked.items())),
+            )
+            for c in message.connections
+        ),
+        consumers={
+            c.consumer: ConsumerState(
+                name=c.consumer,
+                committed=c.offset,
+                lag=max(0, message.next_offset - c.offset),
+                lag_seconds=c.lag_seconds,
+                last_commit=_optional(c, "last_commit"),
+            )
+            for c in sorted(message.consumers, key=_by_consumer)
         },
-    }
+    )
+
+
+def _by_source(message: pb.SourceCounters) -> int:
+    return int(message.source)
+
+
+def _by_consumer(message: pb.ConsumerOffset) -> str:
+    return str(message.consumer)
+
+
+def _source_from_pb(message: pb.SourceCounters) -> SourceStats:
+    return SourceStats(
+        source=message.source,
+        missing=message.missing,
+        queued=message.queued,
+        queued_bytes=message.queued_bytes,
+        oldest_ts=_optional(message, "oldest_ts"),
+        newest_ts=_optional(message, "newest_ts"),
+        last_arrival=_optional(message, "last_arrival"),
+        paused=message.paused,
+        ended=message.ended,
+        dead=message.dead,
+        marked_dead=message.marked_dead,
+        watermark=_optional(message, "watermark"),
+        out_of_order_last=tuple(
+            OutOfOrder(o.previous, o.timestamp, o.t) for o in message.out_of_order_last
+        ),
+        **{name: getattr(message, name) for name in SOURCE_COUNTERS},
+    )
