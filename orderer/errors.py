@@ -15,6 +15,7 @@ __all__ = [
     "InternalOrdererError",
     "RecordError",
     "ServiceUnavailable",
+    "StageError",
 ]
 
 
@@ -51,6 +52,20 @@ class RecordError(EvbError, ValueError):
         self.line = line
         self.detail = detail
         super().__init__(f"line {line}: {detail}")
+
+
+class StageError(EvbError):
+    """A user's analysis stage failed: the message names the stage, the first event it was
+    given and the user's own line (the micro-batch is not committed; a rerun resumes)."""
+
+    def __init__(self, stage: str, detail: str, *, event: int | None, where: str | None) -> None:
+        self.stage = stage
+        self.detail = detail
+        self.event = event
+        self.where = where
+        at = "" if event is None else f" on the events from offset {event}"
+        line = "" if where is None else f" ({where})"
+        super().__init__(f"stage {stage} failed{at}: {detail}{line}")
 
 
 class InternalOrdererError(EvbError):

@@ -90,6 +90,10 @@ class JobConfig:
     tls_key: str | None = None
     token_file: str | None = None
     tls: bool = False
+    stages: Path | None = None
+    """The user's analysis stages, a Python file (:mod:`orderer.stages`)."""
+    explain: bool = False
+    """Print the stages' plan and exit, without Spark."""
 
     @classmethod
     def from_namespace(cls, args: argparse.Namespace) -> JobConfig:
@@ -133,12 +137,14 @@ class JobConfig:
             ("--tls-cert", self.tls_cert),
             ("--tls-key", self.tls_key),
             ("--token-file", self.token_file),
+            ("--stages", self.stages),
         ]
         switches = (
             ("--no-build", self.no_build),
             ("--follow-runs", self.follow_runs),
             ("--quiet", self.quiet),
             ("--tls", self.tls),
+            ("--explain", self.explain),
         )
         argv: list[str] = []
         for flag, value in valued:
@@ -263,6 +269,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _valued(parser, "--poll", float, "S", _DEFAULTS.poll, "seconds between end-of-run checks")
     parser.add_argument("--quiet", action="store_true", help="do not print the summary")
+    parser.add_argument(
+        "--stages",
+        type=Path,
+        metavar="FILE.py",
+        help="analysis stages to run on the built events (orderer.stages); their results go "
+        "to OUTPUT/stages/STAGE/run=RUN/",
+    )
+    parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="print how the --stages run (class, order kept, parallelism) and exit",
+    )
     _valued(
         parser,
         "--connect-timeout",
