@@ -1,0 +1,248 @@
+"""The user's analysis stages (:mod:`orderer.stages`) run by the Spark job, once per micro-batch,
+exactly once across restarts.
+
+How a step runs (:class:`StagesSink`, the ``foreachBatch`` function of a streamed run with
+``--stages``; the batch job calls it once, as batch 0): the micro-batch's events are written as
+the job writes them, then every stage in the plan's order reads the events or its input stage's
+result of the same micro-batch. An order-insensitive stage or a sequencer is one
+``mapInArrow`` over its input as it is partitioned (full parallelism, no shuffle). An
+order-sensitive stage is a shuffle by its key's hash into ``--partitions`` partitions (into one
+without a key), then one ``mapInArrow`` that sorts each partition by (key, stream order) and
+calls the stage once per key (:func:`orderer.stages.steps.apply_sensitive`).
+
+State: an order-sensitive stage's state per key goes to the tasks by broadcast and comes back as
+rows of the step's result, and the driver writes all of it into the query's checkpoint
+(``CHECKPOINT/evb-stages/state-<batch>.json``) after the batch's results. A batch is done once
+its manifest is written, last; Spark calls ``foreachBatch`` again with the same batch after a
+restart, and the sink then skips a batch with a manifest, or writes one without again from the
+state of the batch before it: the results of every batch are written once, whatever was killed
+when. An exception in a stage stops the query before the manifest, so the batch is not
+committed, and the rerun starts from it. Why the driver and not Spark's state store: a query has
+one sink, and the stages have a result each; Spark's stateful operators
+(``applyInPandasWithState``) live inside a query's plan, before its one sink. State is meant to
+be small (a value per detector pixel, source or scaler): it travels through the driver every
+micro-batch.
+
+Results: ``OUTPUT/stages/<stage>/run=<run>/batch=<batch>/`` (Parquet), written over on a rerun
+of the batch; the events of a streamed run with stages, likewise, in ``batch=<batch>/``
+directories of their run's (one file sink per query: with stages, the sink is this one).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import pickle
+import sys
+from collections.abc import Hashable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from orderer.job_config import OutputFormat
+from orderer.spark.files import Directory
+from orderer.spark.nscldaq import NscldaqSink
+from orderer.spark.writer import events_writer
+from orderer.stages.api import Order
+from orderer.stages.plan import Plan, StagePlan
+from orderer.stages.steps import apply, apply_sensitive
+
+__all__ = ["STATE_COLUMN", "StagesSink", "stage_directory"]
+
+STATE_COLUMN = "__evb_state"
+"""The column of a step's result that carries an order-sensitive stage's new states."""
+_MANIFESTS = "_batches"
+
+
+def stage_directory(output: str, stage: str, run: str) -> str:
+    """Where a stage's results of one run go."""
+    return f"{output}/stages/{stage}/run={run}"
+
+
+@dataclass
+class StagesSink:
+    """Writes each micro-batch's events and runs the stages over them, once (the module
+    docstring says how)."""
+
+    spark: Any
+    plan: Plan
+    output: str
+    run: str
+    events: str
+    """The run's events directory."""
+    format: OutputFormat
+    partitions: int
+    state_directory: str | None
+    """Where the states and the manifests live (in the checkpoint); None: a batch job, whose
+    one step starts from nothing and keeps nothing."""
+    glom_source_id: int = 0
+    _registered: bool = field(default=False, init=False)
+
+    def __call__(self, events: Any, batch_id: int) -> None:
+        self._register_modules()
+        state_files = None if self.state_directory is None else Directory(
+            self.spark, self.state_directory
+        )
+        manifest = f"{_MANIFESTS}/{batch_id:012d}.json"
+        if state_files is not None and state_files.exists(manifest):
+            return  # written whole before a restart: Spark calls again, nothing is done twice
+        states = self._states_before(state_files, batch_id)
+        events = events.persist()
+        kept: list[Any] = [events]
+        try:
+            self._write_events(events, batch_id)
+            results: dict[str, Any] = {"events": events}
+            for step in self.plan.stages:
+                source = results[step.stage.reads]
+                if step.stage.order is Order.SENSITIVE:
+                    whole, result, states[step.stage.name] = self._sensitive(
+                        step, source, states.get(step.stage.name, {})
+                    )
+                    kept.append(whole)
+                else:
+                    result = self._insensitive(step, source).persist()
+                    kept.append(result)
+                results[step.stage.name] = result
+                directory = stage_directory(self.output, step.stage.name, self.run)
+                result.write.mode("overwrite").parquet(f"{directory}/batch={batch_id:012d}")
+        finally:
+            for frame in kept:
+                frame.unpersist()
+        if state_files is not None:
+            state_files.write(f"state-{batch_id:012d}.json", [_encode(states)])
+            state_files.write(manifest, [json.dumps({"batch": batch_id}).encode()])
+
+    # ------------------------------------------------------------------ steps
+
+    def _insensitive(self, step: StagePlan, source: Any) -> Any:
+        """An order-insensitive stage or a sequencer: one mapInArrow where its input is."""
+        return source.mapInArrow(_insensitive_task(step), _spark_schema(step.stage.schema))
+
+    def _sensitive(
+        self, step: StagePlan, source: Any, states: dict[Hashable, Any]
+    ) -> tuple[Any, Any, dict[Hashable, Any]]:
+        """An order-sensitive stage: shuffled by key (to one partition without), then sorted and
+        called per key in each partition; returns the step's whole result (persisted: the
+        stage runs once), its rows, and every key's state after it."""
+        from pyspark.sql import functions as f
+
+        stage = step.stage
+        shuffled = (
+            source.repartition(1)
+            if stage.key is None
+            else source.repartition(self.partitions, stage.key)
+        )
+        known = self.spark.sparkContext.broadcast(states)
+        try:
+            schema = _spark_schema(_carrying(stage.schema))
+            result = shuffled.mapInArrow(_sensitive_task(step, known), schema).persist()
+            rows = result.filter(f.col(STATE_COLUMN).isNotNull()).select(STATE_COLUMN).collect()
+            after = dict(states)
+            for row in rows:
+                key, state = pickle.loads(bytes(row[STATE_COLUMN]))
+                after[key] = state
+            stage_rows = result.filter(f.col(STATE_COLUMN).isNull()).drop(STATE_COLUMN)
+            return result, stage_rows, after
+        finally:
+            known.unpersist()
+
+    # ------------------------------------------------------------------ events and state
+
+    def _write_events(self, events: Any, batch_id: int) -> None:
+        if self.format is OutputFormat.NSCLDAQ:
+            NscldaqSink(self.spark, self.events, self.glom_source_id)(events, batch_id)
+            return
+        directory = self.events if self.state_directory is None else (
+            f"{self.events}/batch={batch_id:012d}"
+        )
+        events_writer(events.write, self.format).mode("overwrite").save(directory)
+
+    def _states_before(
+        self, state_files: Directory | None, batch_id: int
+    ) -> dict[str, dict[Hashable, Any]]:
+        """The states after the last batch written whole before ``batch_id`` (none: nothing)."""
+        if state_files is None:
+            return {}
+        done = sorted(
+            int(name.removesuffix(".json"))
+            for name in state_files.names(_MANIFESTS)
+            if name.endswith(".json") and not name.startswith(".")
+        )
+        earlier = [batch for batch in done if batch < batch_id]
+        if not earlier:
+            return {}
+        return _decode(state_files.read_text(f"state-{earlier[-1]:012d}.json"))
+
+    def _register_modules(self) -> None:
+        """The stages' own modules travel by value to the executors (they are files the
+        executors do not have: :mod:`orderer.stages.load`)."""
+        if self._registered:
+            return
+        from pyspark import cloudpickle
+
+        for step in self.plan.stages:
+            name = getattr(step.stage.function, "__module__", None)
+            module = sys.modules.get(name) if name else None
+            if module is not None and name is not None and not name.startswith("orderer."):
+                cloudpickle.register_pickle_by_value(module)
+        self._registered = True
+
+
+# ---------------------------------------------------------------- on the executors
+
+
+def _insensitive_task(step: StagePlan) -> Any:
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            if batch.num_rows:
+                yield from apply(step, pa.Table.from_batches([batch])).to_batches()
+
+    return task
+
+
+def _sensitive_task(step: StagePlan, known: Any) -> Any:
+    stage = step.stage
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        pieces = [batch for batch in batches if batch.num_rows]
+        if not pieces:
+            return
+        out, states = apply_sensitive(step, pa.Table.from_batches(pieces), known.value)
+        schema = _carrying(stage.schema)
+        if out.num_rows:
+            out = out.cast(pa.schema(list(schema)[:-1]))
+            none = pa.nulls(out.num_rows, pa.binary())
+            yield from out.append_column(schema.field(STATE_COLUMN), none).to_batches()
+        if states:
+            carried = [pickle.dumps((key, state)) for key, state in states.items()]
+            columns = [pa.nulls(len(carried), f.type) for f in list(schema)[:-1]]
+            values = pa.array(carried, pa.binary())
+            yield pa.RecordBatch.from_arrays([*columns, values], schema=schema)
+
+    return task
+
+
+def _carrying(schema: pa.Schema) -> pa.Schema:
+    """A stage's schema, every column nullable, and the state column after them: a step's
+    result holds the stage's rows and its states' rows."""
+    nullable = [f.with_nullable(True) for f in schema]
+    return pa.schema([*nullable, pa.field(STATE_COLUMN, pa.binary())])
+
+
+def _spark_schema(schema: pa.Schema) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)
+
+
+def _encode(states: Mapping[str, Mapping[Hashable, Any]]) -> bytes:
+    """The states as the checkpoint keeps them: JSON around a pickle, readable as text."""
+    data = base64.b64encode(pickle.dumps({k: dict(v) for k, v in states.items()})).decode()
+    return json.dumps({"format": "pickle+base64", "states": data}).encode()
+
+
+def _decode(text: str) -> dict[str, dict[Hashable, Any]]:
+    record = json.loads(text)
+    states: dict[str, dict[Hashable, Any]] = pickle.loads(base64.b64decode(record["states"]))
+    return states

@@ -1,0 +1,27 @@
+"""Analysis stages on built events that declare their order sensitivity (Hazelcast Jet's design
+015, "Avoiding event reordering effects", applied to evb's Spark job).
+
+A parallel engine reorders events between stages; a stateful step run on reordered events gives
+wrong answers (an implant matched to the wrong decay, a dead time summed out of order). Every
+stage therefore says what it needs (:mod:`~orderer.stages.api`): order-insensitive (maps,
+filters, sums), order-sensitive (stateful, in stream order, globally or per key), or a sequencer
+(it gives its output an order of its own). The planner (:mod:`~orderer.stages.plan`) walks the
+stages in reverse topological order and preserves order only from each order-sensitive stage
+back to the nearest sequencer; every other stage runs at the job's full parallelism.
+:mod:`~orderer.stages.steps` runs one step of a stage over Arrow data (what a Spark task does,
+without Spark), :mod:`~orderer.stages.load` reads a user's module of stages.
+
+Nothing here imports pyspark: the planner and ``--explain`` run without Spark, and the Spark
+side is :mod:`orderer.spark.stages`.
+"""
+
+from orderer.stages.api import (
+    EVENTS,
+    Order,
+    Stage,
+    order_insensitive,
+    order_sensitive,
+    sequencer,
+)
+
+__all__ = ["EVENTS", "Order", "Stage", "order_insensitive", "order_sensitive", "sequencer"]
