@@ -21,6 +21,7 @@ from evb_operator.specs_common import (
     selector_labels,
 )
 from evb_operator.validation import ValidSpec
+from orderer.flags.forward import ForwardCommand
 
 __all__ = [
     "build_forward_spec",
@@ -37,13 +38,15 @@ FORWARD_RESOURCES: dict[str, Any] = {
 
 def forward_args(upstream: Mapping[str, Any], orderer: str) -> list[str]:
     """``evb forward`` arguments for one of ``spec.upstreams`` into ``orderer`` (this
-    EventBuilder's gRPC address)."""
-    args = ["forward", "--from", upstream["target"], "--to", orderer]
-    if "asSource" in upstream:
-        args += ["--as-source", str(upstream["asSource"])]
-    if "consumer" in upstream:
-        args += ["--consumer", upstream["consumer"]]
-    return args
+    EventBuilder's gRPC address), as a :class:`~orderer.flags.forward.ForwardCommand` writes
+    them (its credentials are the pod's variables: :func:`build_forward_spec`)."""
+    as_source = upstream.get("asSource")
+    return ForwardCommand(
+        upstream=upstream["target"],
+        downstream=orderer,
+        as_source=None if as_source is None else int(as_source),
+        consumer=upstream.get("consumer"),
+    ).to_argv()
 
 
 def build_forward_spec(

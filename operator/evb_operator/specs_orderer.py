@@ -4,6 +4,7 @@ configuration the run starts with), the StatefulSet of one orderer pod and its S
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -23,6 +24,7 @@ from evb_operator.specs_common import (
     token_volume,
 )
 from evb_operator.validation import ValidSpec
+from orderer.flags.serve import ServeCommand
 
 __all__ = [
     "build_configmap_spec",
@@ -56,30 +58,23 @@ def serve_config(valid: ValidSpec) -> dict[str, Any]:
 
 def serve_args(valid: ValidSpec) -> list[str]:
     """``evb serve`` arguments: the config file, then the service settings a user may change
-    (flags win over the file; a change rolls the pod)."""
+    (flags win over the file; a change rolls the pod), as a
+    :class:`~orderer.flags.serve.ServeCommand` writes them."""
     orderer = valid.spec["orderer"]
-    args = [
-        "serve",
-        "--config",
-        f"{c.CONFIG_DIR}/{c.CONFIG_FILE}",
-        "--fsync",
-        orderer["fsync"],
-        "--max-payload-bytes",
-        str(orderer["maxPayloadBytes"]),
-        "--strict-sources" if orderer["strictSources"] else "--no-strict-sources",
-    ]
-    if "retentionBytes" in orderer:
-        args += ["--retention-bytes", str(orderer["retentionBytes"])]
-    if "retentionSeconds" in orderer:
-        args += ["--retention-seconds", repr(float(orderer["retentionSeconds"]))]
     tls = valid.spec.get("tls")
-    if tls is not None:
-        args += ["--tls-cert", f"{c.TLS_DIR}/tls.crt", "--tls-key", f"{c.TLS_DIR}/tls.key"]
-        if tls["mutual"]:
-            args += ["--tls-client-ca", f"{c.TLS_DIR}/ca.crt"]
-    if "auth" in valid.spec:
-        args += ["--token-file", f"{c.AUTH_DIR}/{c.TOKEN_FILE}"]
-    return args
+    size_kept, age_kept = orderer.get("retentionBytes"), orderer.get("retentionSeconds")
+    return ServeCommand(
+        config=Path(c.CONFIG_DIR, c.CONFIG_FILE),
+        fsync=orderer["fsync"],
+        max_payload_bytes=int(orderer["maxPayloadBytes"]),
+        strict_sources=bool(orderer["strictSources"]),
+        retention_bytes=None if size_kept is None else int(size_kept),
+        retention_seconds=None if age_kept is None else float(age_kept),
+        tls_cert=None if tls is None else Path(c.TLS_DIR, "tls.crt"),
+        tls_key=None if tls is None else Path(c.TLS_DIR, "tls.key"),
+        tls_client_ca=Path(c.TLS_DIR, "ca.crt") if tls is not None and tls["mutual"] else None,
+        token_file=Path(c.AUTH_DIR, c.TOKEN_FILE) if "auth" in valid.spec else None,
+    ).to_argv()
 
 
 def _probe(tls: bool, service: str = "", **timing: int) -> dict[str, Any]:

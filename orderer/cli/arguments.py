@@ -1,23 +1,23 @@
-"""The flags of the ``evb`` commands: value types that name the flag, the help format, the
-ordering parameters, the client flags, and the translation of a library's error back to the
-flag the user typed.
+"""The flags of the ``evb`` commands: the help format, the ordering parameters, the client
+flags, and the translation of a library's error back to the flag the user typed.
 
-Numeric flags are checked by their argparse ``type`` (:func:`number`), so a nonsensical value
-is refused before anything starts, and the message names the flag as typed (``--rate``); what
-a library refuses later under its own name (``rate``) is translated back to the flag here
-(:func:`renamed`).
+Numeric flags are checked by their argparse ``type`` (:mod:`orderer.flags.values`), so a
+nonsensical value is refused before anything starts, and the message names the flag as typed
+(``--rate``); what a library refuses later under its own name (``rate``) is translated back to
+the flag here (:func:`renamed`). The flags the operator writes too (``evb serve``'s service
+flags, what ``evb forward`` forwards where) are :mod:`orderer.flags`'.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from orderer.config import OrdererConfig, camel_case, parse_source_timeout, snake_case
 from orderer.errors import ConfigError
+from orderer.flags.values import SECONDS, file_default, flag
 from orderer.wire.options import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_TARGET,
@@ -26,20 +26,11 @@ from orderer.wire.options import (
 )
 
 __all__ = [
-    "COUNT",
-    "NATURAL",
-    "PORT",
-    "SECONDS",
-    "SECONDS_OR_ZERO",
-    "SOURCE_ID",
     "HelpFormatter",
     "add_orderer_flags",
     "add_target",
     "config_from_flags",
-    "file_default",
-    "flag",
     "flag_values",
-    "number",
     "renamed",
 ]
 
@@ -54,55 +45,6 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         if nothing or action.default == argparse.SUPPRESS or "default" in help_text:
             return help_text
         return super()._get_help_string(action)
-
-
-# ------------------------------------------------------------------------ flag value types
-
-
-def number(
-    kind: type[int] | type[float],
-    minimum: float,
-    *,
-    exclusive: bool = False,
-    maximum: float | None = None,
-) -> Callable[[str], Any]:
-    """An argparse ``type``: an int or a finite float, at least (or, ``exclusive``, more than)
-    ``minimum``; argparse names the flag in the error."""
-    bound = f"> {minimum:g}" if exclusive else f">= {minimum:g}"
-    if maximum is not None:
-        bound += f" and <= {maximum:g}"
-    what = f"an integer {bound}" if kind is int else f"a number {bound}"
-
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {what} (got {text!r})") from None
-        too_small = value <= minimum if exclusive else value < minimum
-        too_large = maximum is not None and value > maximum
-        if too_small or too_large or not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"must be {what} (got {text!r})")
-        return value
-
-    return parse
-
-
-COUNT = number(int, 1)
-NATURAL = number(int, 0)
-SOURCE_ID = number(int, 0, maximum=2**32 - 1)
-PORT = number(int, 0, maximum=65535)
-SECONDS = number(float, 0, exclusive=True)
-SECONDS_OR_ZERO = number(float, 0)
-
-
-def flag(name: str) -> str:
-    """The flag of a parameter: ``build_window`` -> ``--build-window``."""
-    return "--" + name.replace("_", "-")
-
-
-def file_default(value: object, key: str) -> str:
-    """The help's default of a flag of ``evb serve`` that its ``--config`` file can set too."""
-    return f"(default: {value}, or {camel_case(key)} in --config)"
 
 
 def renamed(error: ConfigError, names: Mapping[str, str]) -> ConfigError:

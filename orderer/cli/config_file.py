@@ -13,9 +13,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orderer.cli.arguments import flag, flag_values, renamed
+from orderer.cli.arguments import flag_values, renamed
 from orderer.config import OrdererConfig, check_keys, parameter_names, snake_case
 from orderer.errors import ConfigError, EvbError
+from orderer.flags.values import flag
 
 if TYPE_CHECKING:  # the service's modules are imported by evb serve only, when it runs
     from orderer.service.settings import GivenParameter, ServiceConfig

@@ -12,20 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from orderer.cli.arguments import (
-    COUNT,
-    NATURAL,
-    PORT,
-    SECONDS,
-    SECONDS_OR_ZERO,
-    SOURCE_ID,
-    HelpFormatter,
-    add_connection,
-    add_orderer_flags,
-    add_target,
-    file_default,
-    flag,
-)
+from orderer.cli.arguments import HelpFormatter, add_connection, add_orderer_flags, add_target
 from orderer.cli.commands import (
     cmd_begin_run,
     cmd_consumers,
@@ -41,6 +28,9 @@ from orderer.cli.commands import (
     cmd_tail,
     cmd_top,
 )
+from orderer.flags.forward import add_forward_flags
+from orderer.flags.serve import add_serve_flags
+from orderer.flags.values import COUNT, NATURAL, SECONDS, SECONDS_OR_ZERO, SOURCE_ID
 
 __all__ = ["EXIT_BAD_INPUT", "build_parser"]
 
@@ -179,38 +169,7 @@ def _add_serve(commands: Any) -> None:
         "parameters the run recorded: there a live parameter given with another value is "
         "changed live once the run is recovered, and any other is refused.",
     )
-    serve.add_argument("--config", type=Path, metavar="YAML", help="parameters and settings")
-    settings: tuple[tuple[str, str, object, dict[str, Any]], ...] = (
-        ("listen", "gRPC address", "[::]:50051", {"metavar": "HOST:PORT"}),
-        ("data_dir", "logs directory", "evb-data", {"type": Path, "metavar": "DIR"}),
-        ("fsync", "when the logs are forced to disk", "batch",
-         {"choices": ["always", "batch", "never"]}),
-        ("metrics_port", "Prometheus endpoint; 0: any free port", "none",
-         {"type": PORT, "metavar": "PORT"}),
-        ("max_payload_bytes", "largest fragment payload", 1 << 20,
-         {"type": COUNT, "metavar": "N"}),
-        ("run", "number of the first run (evb begin-run starts the next)", 1,
-         {"type": int, "metavar": "N"}),
-        ("strict_sources", "refuse sources not declared in --sources", "no",
-         {"action": argparse.BooleanOptionalAction, "default": None}),
-        ("stop_grace", "seconds calls get to finish on shutdown", "10",
-         {"type": SECONDS_OR_ZERO, "metavar": "S"}),
-        ("retention_bytes", "ordered-log size kept", "all", {"type": COUNT, "metavar": "N"}),
-        ("retention_seconds", "ordered-log age kept", "all", {"type": SECONDS, "metavar": "S"}),
-    )
-    for name, what, shown, how in settings:
-        serve.add_argument(flag(name), help=f"{what} {file_default(shown, name)}", **how)
-    tls = serve.add_argument_group("security (default: plaintext, no token)")
-    for option, what in (
-        ("--tls-cert", "PEM certificate chain: serve TLS only"),
-        ("--tls-key", "PEM key of --tls-cert"),
-        ("--tls-client-ca", "PEM CA: mutual TLS, clients must present a certificate it signed"),
-        ("--token-file", "file holding the bearer token every call must carry (needs TLS)"),
-    ):
-        tls.add_argument(option, type=Path, metavar="FILE", help=what)
-    serve.add_argument(
-        "--log-level", default="info", choices=["debug", "info", "warning"], help="log detail"
-    )
+    add_serve_flags(serve)  # the operator writes them too (ServeCommand)
     add_orderer_flags(serve, config_file=True)
 
 
@@ -437,22 +396,7 @@ def _add_forward(commands: Any) -> None:
         "was forwarded, ends the sources at --to (unless --no-end), prints a JSON summary and "
         "exits. The same TLS and token flags serve both orderers.",
     )
-    forward.add_argument(
-        "--from", dest="upstream", required=True, metavar="HOST:PORT", help="the lower orderer"
-    )
-    forward.add_argument(
-        "--to", dest="downstream", required=True, metavar="HOST:PORT", help="the upper orderer"
-    )
-    forward.add_argument(
-        "--as-source",
-        type=SOURCE_ID,
-        metavar="ID",
-        help="send everything as this one source (a group of barriers becomes one barrier)",
-    )
-    forward.add_argument(
-        "--consumer", metavar="NAME", help="consumer name at --from (default: forward-to-<--to>)"
-    )
-    forward.add_argument("--no-end", action="store_true", help="do not end the sources at --to")
+    add_forward_flags(forward)  # the operator writes them too (ForwardCommand)
     add_connection(forward)
 
 
