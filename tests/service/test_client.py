@@ -67,10 +67,10 @@ def test_fragments_travel_in_batches_with_consecutive_sequences(tmp_path: Path) 
                 await client.wait_acked()
                 assert client.acked(1) == client.acked(2) == 250
                 assert client.unacked() == 0
-                open_streams = (await get_stats_async(target(running)))["connections"]
+                open_streams = (await get_stats_async(target(running))).connections
                 # a hello (an empty batch) per source, then batch_size per message: 100,
                 # 100, 50 for each source
-                assert sum(c["messages"] for c in open_streams) == 2 + 6
+                assert sum(c.messages for c in open_streams) == 2 + 6
             records = [
                 rows
                 for rows in running.service.arrivals.read_records()
@@ -81,8 +81,8 @@ def test_fragments_travel_in_batches_with_consecutive_sequences(tmp_path: Path) 
             for s in (1, 2):
                 assert sequence[source == s].tolist() == list(range(250))
             stats = await get_stats_async(target(running))
-            assert stats["sources"]["1"]["received"] == stats["sources"]["2"]["received"] == 250
-            assert stats["sources"]["1"]["duplicates"] == 0
+            assert stats.sources[1].received == stats.sources[2].received == 250
+            assert stats.sources[1].duplicates == 0
 
     run(body())
 
@@ -111,7 +111,7 @@ def test_a_new_client_continues_the_sequence_of_its_source(tmp_path: Path) -> No
                 await second.wait_acked()
                 assert second.acked(1) == 15
             stats = await get_stats_async(target(running))
-            assert stats["sources"]["1"]["received"] == 15
+            assert stats.sources[1].received == 15
 
     run(body())
 
@@ -170,7 +170,7 @@ def test_a_restarted_server_gets_every_fragment_exactly_once(tmp_path: Path) -> 
                 got.update(zip(batch.source.tolist(), batch.timestamp.tolist(), strict=True))
             assert got == collections.Counter((1 + k % 2, k) for k in range(500))
             stats = await get_stats_async(target(second))
-            assert stats["sources"]["1"]["ended"] and stats["sources"]["2"]["ended"]
+            assert stats.sources[1].ended and stats.sources[2].ended
 
     run(body())
 
@@ -190,10 +190,10 @@ def test_the_blocking_client_and_readers(tmp_path: Path) -> None:
                     client.end_source(2)
                     client.wait_acked()
                     assert client.acked(1) == 100 and client.acked(2) == 101
-                assert configure(address, buildWindow=1.5)["build_window"] == 1.5
+                assert configure(address, buildWindow=1.5).build_window == 1.5
                 stats = get_stats(address)
-                assert stats["sources"]["1"]["watermark"] == 300
-                assert stats["sources"]["2"]["ended"]
+                assert stats.sources[1].watermark == 300
+                assert stats.sources[2].ended
                 end = end_run(address)
                 assert end == 201
                 reader = OrderedStreamReader(address, 50, until=end, max_fragments=40)
@@ -249,7 +249,7 @@ def test_refused_input_stops_the_client_with_the_servers_reason(tmp_path: Path) 
                     good.send(1, 5)
 
             await asyncio.to_thread(blocking)
-            assert (await get_stats_async(address))["sources"]["1"]["received"] == 1
+            assert (await get_stats_async(address)).sources[1].received == 1
 
     run(body())
 
@@ -286,9 +286,9 @@ def test_large_sends_are_split_into_messages(tmp_path: Path) -> None:
             await client.send_batch(1, np.arange(1200), payloads=[b"z" * 100] * 1200)
             await client.wait_acked()
             assert client.acked(1) == 1200
-            open_streams = (await get_stats_async(target(running)))["connections"]
+            open_streams = (await get_stats_async(target(running))).connections
             # 10 kB of payload per message: at least 12 messages after the hello
-            assert sum(c["messages"] for c in open_streams) >= 1 + 12
+            assert sum(c.messages for c in open_streams) >= 1 + 12
         assert sum(len(rows) for rows in running.service.arrivals.read_records()) == 1200
 
     run(body())

@@ -32,8 +32,8 @@ async def _send(channel, n_steps: int, start: int = 0) -> None:  # type: ignore[
 
 async def _committed(address: str) -> dict[str, int]:
     """Each consumer's committed offset, as ``GetStats`` shows it."""
-    consumers = (await get_stats_async(address))["consumers"]
-    return {name: entry["committed"] for name, entry in consumers.items()}
+    consumers = (await get_stats_async(address)).consumers
+    return {name: entry.committed for name, entry in consumers.items()}
 
 
 def _small_segments(tmp_path: Path) -> Any:
@@ -53,7 +53,7 @@ def test_retention_spares_output_a_consumer_has_not_committed(tmp_path: Path) ->
             await _send(channel, 20)
             assert await commit_async(address, "spark", 300) == (300, 300)
             await _send(channel, 20, start=20)
-            assert (await get_stats_async(address))["next_offset"] == 2000
+            assert (await get_stats_async(address)).next_offset == 2000
             first = _segments(tmp_path)[0]
             assert 0 < first <= 300  # older segments went, the uncommitted output stayed
             batches = [b async for b in subscribe(address, 300, until=2000)]

@@ -13,7 +13,13 @@ import pytest
 from orderer import OrdererConfig
 from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
-from orderer.client import commit_async, delete_consumer_async, get_committed_async, get_stats_async
+from orderer.client import (
+    Committed,
+    commit_async,
+    delete_consumer_async,
+    get_committed_async,
+    get_stats_async,
+)
 from orderer.errors import InterfaceError
 from orderer.service.consumers import ConsumerOffsets
 from tests.service.harness import run, serving, serving_channel, target
@@ -48,20 +54,18 @@ def test_metadata_describes_the_committed_offset(tmp_path: Path) -> None:
             assert (await commit(60)).metadata == b""  # moved without any: none
             assert (await commit(70, b"\x00\xff" * 10)).metadata == b"\x00\xff" * 10
             read = await get_committed_async(address, "f")
-            assert read == {"known": True, "offset": 70, "metadata": b"\x00\xff" * 10}
+            assert read == Committed(known=True, offset=70, metadata=b"\x00\xff" * 10)
             # the client's commit carries it too
             assert await commit_async(address, "g", 80, metadata=b"{}") == (80, 70)
-            assert (await get_committed_async(address, "g"))["metadata"] == b"{}"
+            assert (await get_committed_async(address, "g")).metadata == b"{}"
         # durable: a restarted orderer returns it
         async with serving(tmp_path, CONFIG) as running:
             read = await get_committed_async(target(running), "f")
-            assert read == {"known": True, "offset": 70, "metadata": b"\x00\xff" * 10}
+            assert read == Committed(known=True, offset=70, metadata=b"\x00\xff" * 10)
             assert await delete_consumer_async(target(running), "g") == (True, 70)
-            assert await get_committed_async(target(running), "g") == {
-                "known": False,
-                "offset": 0,
-                "metadata": b"",
-            }
+            assert await get_committed_async(target(running), "g") == Committed(
+                known=False, offset=0, metadata=b""
+            )
         again = ConsumerOffsets(tmp_path / "consumers.json")
         assert again.metadata("f") == b"\x00\xff" * 10 and again.metadata("g") == b""
 
@@ -76,12 +80,12 @@ def test_get_committed_reads_without_registering(tmp_path: Path) -> None:
         async with serving(tmp_path, CONFIG) as running:
             address = target(running)
             read = await get_committed_async(address, "nobody")
-            assert read == {"known": False, "offset": 0, "metadata": b""}
-            assert (await get_stats_async(address))["consumers"] == {}
+            assert read == Committed(known=False, offset=0, metadata=b"")
+            assert (await get_stats_async(address)).consumers == {}
             await commit_async(address, "spark", 0)
-            before = (await get_stats_async(address))["consumers"]["spark"]["last_commit"]
-            assert (await get_committed_async(address, "spark"))["known"]
-            after = (await get_stats_async(address))["consumers"]["spark"]["last_commit"]
+            before = (await get_stats_async(address)).consumers["spark"].last_commit
+            assert (await get_committed_async(address, "spark")).known
+            after = (await get_stats_async(address)).consumers["spark"].last_commit
             assert before == after
 
     run(body())
@@ -102,11 +106,9 @@ def test_metadata_above_64_kib_is_refused_naming_its_size(tmp_path: Path) -> Non
                 await stub.Commit(too_big)
             assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             # nothing moved
-            assert await get_committed_async(address, "f") == {
-                "known": True,
-                "offset": 10,
-                "metadata": largest,
-            }
+            assert await get_committed_async(address, "f") == Committed(
+                known=True, offset=10, metadata=largest
+            )
             with pytest.raises(InterfaceError, match="metadata: must be bytes, got str"):
                 await commit_async(address, "f", 20, metadata="text")  # type: ignore[arg-type]
 

@@ -264,7 +264,7 @@ def test_a_refused_handshake_is_named_at_once_whatever_address_grpc_tried_last(
                 assert running.service.orderer.counters()["totals"]["received"] == 0
             # the right client certificate on the same server and name connects
             stats = await lib.get_stats_async(f"localhost:{mutual.port}", security=client)
-            assert stats["next_offset"] == 0
+            assert stats.next_offset == 0
 
     run(body())
 
@@ -307,7 +307,7 @@ def test_a_server_starting_within_the_connect_timeout_is_waited_for(tmp_path: Pa
         assert not asked.done()
         async with serving(tmp_path / "data", CONFIG, listen=address):
             stats = await asyncio.wait_for(asked, 30)
-        assert stats["next_offset"] == 0
+        assert stats.next_offset == 0
 
     run(body())
 
@@ -331,7 +331,7 @@ def test_only_the_first_connection_is_bounded(tmp_path: Path) -> None:
             await client.close(timeout=30)
             assert client.reconnects >= 1 and client.acked(1) == 30
             stats = await lib.get_stats_async(address)
-            assert stats["sources"]["1"]["ended"]
+            assert stats.sources[1].ended
 
     run(body())
 

@@ -28,5 +28,5 @@ def test_blocking_calls_pay_no_fixed_connect_delay(tmp_path: Path) -> None:
         seconds = time.monotonic() - started
     finally:
         server.stop()
-    assert stats["next_offset"] == 0
+    assert stats.next_offset == 0
     assert seconds < BOUND, f"{CALLS} get_stats took {seconds:.3f} s"

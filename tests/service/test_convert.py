@@ -3,6 +3,8 @@ refused with an ``InterfaceError`` that names it (what the service sends as INVA
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -10,6 +12,15 @@ from hypothesis import strategies as st
 
 from orderer import ConfigError, EmittedBatch, FragmentBatch, InterfaceError, OrdererConfig
 from orderer._proto.evb.v1 import orderer_pb2 as pb
+from orderer.stats import (
+    BarrierCounts,
+    BarrierRecord,
+    Connection,
+    ConsumerState,
+    OutOfOrder,
+    SourceStats,
+    Stats,
+)
 from orderer.wire import convert
 
 LIMITS = convert.BatchLimits(max_payload_bytes=16, sources=frozenset({1, 2}))
@@ -169,21 +180,45 @@ def test_configure_with_both_timeouts_is_refused() -> None:
         convert.configure_changes_from_pb(request)
 
 
-def test_stats_in_the_replay_layout() -> None:
-    counters = {
-        "totals": {},
-        "barriers": {"complete": 1, "incomplete": 2, "homogeneous": 3, "heterogeneous": 0},
-        "missing": {"2": 2},
-        "sources": {
-            "1": {"received": 5, "emitted": 4, "late": 1, "max_lateness": 9, "barriers": 1},
-            "2": {"received": 3, "emitted": 3},
-        },
+def _over_the_wire(stats: Stats) -> Stats:
+    """``stats`` sent as ``GetStats`` sends it, and read back as a client reads it."""
+    message = pb.Stats.FromString(convert.stats_to_pb(stats).SerializeToString())
+    return convert.stats_from_pb(message)
+
+
+def _stats(**fields: Any) -> Stats:
+    base: dict[str, Any] = {
+        "barriers": BarrierCounts(by_type={}),
+        "wall_time": 0.0,
+        "run": 0,
+        "run_start_offset": 0,
+        "runs": (),
+        "consumers": {},
     }
-    states = {1: {"queued": 1, "watermark": 77, "paused": True}, 2: {"ended": True}}
+    base.update(fields)
+    return Stats(**base)
+
+
+def test_stats_in_the_replay_layout() -> None:
     config = OrdererConfig(build_window=3, source_timeout=None, sources=(1, 2))
-    stats = convert.stats_to_pb(
-        counters=counters,
-        states=states,
+    stats = _stats(
+        sources={
+            1: SourceStats(
+                source=1,
+                received=5,
+                emitted=4,
+                late=1,
+                max_lateness=9,
+                barriers=1,
+                queued=1,
+                watermark=77,
+                paused=True,
+            ),
+            2: SourceStats(source=2, received=3, emitted=3, missing=2, ended=True),
+        },
+        barriers=BarrierCounts(
+            complete=1, incomplete=2, homogeneous=3, heterogeneous=0, by_type={}
+        ),
         next_offset=7,
         high_water_mark=None,
         queued=1,
@@ -191,7 +226,12 @@ def test_stats_in_the_replay_layout() -> None:
         run_ended=False,
         config=config,
     )
-    mapping = convert.stats_to_mapping(pb.Stats.FromString(stats.SerializeToString()))
+    back = _over_the_wire(stats)
+    assert back == stats
+    assert back.totals.received == 8 and back.totals.late == 1
+    assert back.missing == {2: 2}
+    assert back.config == config
+    mapping = back.to_json()
     assert mapping["totals"]["received"] == 8 and mapping["totals"]["late"] == 1
     assert mapping["missing"] == {"2": 2}
     assert mapping["sources"]["1"]["watermark"] == 77 and mapping["sources"]["1"]["paused"]
@@ -206,22 +246,23 @@ def test_stats_carry_the_diagnostics_in_the_stats_json_layout() -> None:
     """Every key of the ``evb stats --json`` layout of the diagnostics survives the wire: the
     barrier log, the queue state and out-of-order offenders per source, the connections, the
     consumers with their lag, the barrier fragments by type and the wall time."""
-    states = {
-        1: {
-            "queued": 2,
-            "queued_bytes": 30,
-            "oldest_ts": 5,
-            "newest_ts": 9,
-            "last_arrival": 1.25,
-            "marked_dead": True,
-            "dead": True,
-            "out_of_order_last": [{"previous": 8, "timestamp": 3, "t": 1.0}],
+    stats = _stats(
+        sources={
+            1: SourceStats(
+                source=1,
+                received=4,
+                queued=2,
+                queued_bytes=30,
+                oldest_ts=5,
+                newest_ts=9,
+                last_arrival=1.25,
+                marked_dead=True,
+                dead=True,
+                out_of_order_last=(OutOfOrder(previous=8, timestamp=3, t=1.0),),
+            ),
+            2: SourceStats(source=2, queued=0),
         },
-        2: {"queued": 0},
-    }
-    stats = convert.stats_to_pb(
-        counters={"sources": {"1": {"received": 4}, "2": {}}},
-        states=states,
+        barriers=BarrierCounts(by_type={7: 1}),
         next_offset=10,
         high_water_mark=9,
         queued=2,
@@ -229,33 +270,33 @@ def test_stats_carry_the_diagnostics_in_the_stats_json_layout() -> None:
         run_ended=False,
         config=OrdererConfig(),
         consumers={
-            "spark": {"offset": 4, "last_commit": 1.7e9, "lag_seconds": 0.5},
-            "old": {"offset": 10, "last_commit": None, "lag_seconds": 0.0},
+            "old": ConsumerState(
+                name="old", committed=10, lag=0, lag_seconds=0.0, last_commit=None
+            ),
+            "spark": ConsumerState(
+                name="spark", committed=4, lag=6, lag_seconds=0.5, last_commit=1.7e9
+            ),
         },
-        barrier_log=[
-            {
-                "offset": 3,
-                "t": 1.5,
-                "complete": False,
-                "homogeneous": True,
-                "types": {1: 7},
-                "missing": [2],
-            }
-        ],
-        barriers_by_type={7: 1},
-        connections=[
-            {
-                "peer": "ipv4:127.0.0.1:5",
-                "sources": [1],
-                "since": 1.6e9,
-                "messages": 3,
-                "bytes": 99,
-                "acked": {1: 4},
-            }
-        ],
+        barrier_log=(
+            BarrierRecord(
+                offset=3, t=1.5, complete=False, homogeneous=True, types={1: 7}, missing=(2,)
+            ),
+        ),
+        connections=(
+            Connection(
+                peer="ipv4:127.0.0.1:5",
+                sources=(1,),
+                since=1.6e9,
+                messages=3,
+                bytes=99,
+                acked={1: 4},
+            ),
+        ),
         wall_time=1.8e9,
     )
-    mapping = convert.stats_to_mapping(pb.Stats.FromString(stats.SerializeToString()))
+    back = _over_the_wire(stats)
+    assert back == stats
+    mapping = back.to_json()
     one, two = mapping["sources"]["1"], mapping["sources"]["2"]
     assert (one["queued_bytes"], one["oldest_ts"], one["newest_ts"]) == (30, 5, 9)
     assert one["last_arrival"] == 1.25 and one["marked_dead"] and one["dead"]

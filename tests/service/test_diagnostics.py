@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
 from orderer.client import commit_async, subscribe
 from orderer.service.consumers import ConsumerOffsets
 from orderer.service.server import RunningServer
+from orderer.stats import BarrierRecord, Stats
 from orderer.wire import convert
 from tests.service.harness import run, serving_channel, target
 from tests.service.test_server import _Stream
@@ -36,11 +38,11 @@ def _request(source: int, first: int, timestamps: list[int], barriers: list[int]
     return pb.SubmitRequest(batch=convert.batch_to_pb(batch, first))
 
 
-async def _stats(channel: grpc.aio.Channel, limit: int = 0) -> dict[str, Any]:
+async def _stats(channel: grpc.aio.Channel, limit: int = 0) -> Stats:
     reply = await pb_grpc.OrdererStub(channel).GetStats(
         pb.GetStatsRequest(barrier_log_limit=limit), timeout=30
     )
-    return convert.stats_to_mapping(reply)
+    return convert.stats_from_pb(reply)
 
 
 async def _set_source_state(channel: grpc.aio.Channel, source: int, dead: bool) -> Any:
@@ -48,14 +50,14 @@ async def _set_source_state(channel: grpc.aio.Channel, source: int, dead: bool) 
     return await pb_grpc.OrdererStub(channel).SetSourceState(request, timeout=30)
 
 
-async def _until(channel: grpc.aio.Channel, done: Any, what: str) -> dict[str, Any]:
+async def _until(channel: grpc.aio.Channel, done: Any, what: str) -> Stats:
     """GetStats until ``done(stats)`` holds (the orderer flushes on its own timer)."""
     deadline = time.monotonic() + 20
     while True:
         stats = await _stats(channel)
         if done(stats):
             return stats
-        assert time.monotonic() < deadline, f"{what}: {json.dumps(stats)[:2000]}"
+        assert time.monotonic() < deadline, f"{what}: {json.dumps(stats.to_json())[:2000]}"
         await asyncio.sleep(0.02)
 
 
@@ -72,12 +74,12 @@ def _barrier_fragments(output: EmittedBatch) -> dict[int, tuple[int, int]]:
     }
 
 
-def _listed(barrier_log: list[dict[str, Any]]) -> dict[int, tuple[int, int]]:
+def _listed(barrier_log: Sequence[BarrierRecord]) -> dict[int, tuple[int, int]]:
     """The same, from the barrier log: each resolution emits its barriers in source order."""
     listed = {}
     for entry in barrier_log:
-        for k, (source, kind) in enumerate(sorted(entry["types"].items(), key=lambda i: int(i[0]))):
-            listed[entry["offset"] + k] = (int(source), kind)
+        for k, (source, kind) in enumerate(sorted(entry.types.items())):
+            listed[entry.offset + k] = (source, kind)
     return listed
 
 
@@ -113,38 +115,38 @@ def test_set_source_state_releases_a_barrier_and_the_barrier_log_matches_the_out
     async def body() -> None:
         async with serving_channel(tmp_path, CONFIG) as (running, channel):
             await _three_barriers(channel)
-            stats = await _until(channel, lambda s: len(s["barrier_log"]) == 2, "two barriers")
-            assert stats["barriers"]["by_type"] == {"1": 2, "2": 1, "3": 1}
+            stats = await _until(channel, lambda s: len(s.barrier_log) == 2, "two barriers")
+            assert stats.barriers.by_type == {1: 2, 2: 1, 3: 1}
             await asyncio.sleep(0.2)  # the third waits for source 2 (no timeout soon)
-            assert len((await _stats(channel))["barrier_log"]) == 2
+            assert len((await _stats(channel)).barrier_log) == 2
 
             reply = await _set_source_state(channel, 2, True)
             assert (reply.was_known, reply.dead) == (True, True)
             stats = await _stats(channel)
-            first, second, third = stats["barrier_log"]
-            assert (first["complete"], first["homogeneous"], first["missing"]) == (True, True, [])
-            assert (second["complete"], second["homogeneous"]) == (True, False)
-            assert second["types"] == {"1": 2, "2": 3}
-            assert (third["complete"], third["types"], third["missing"]) == (False, {"1": 2}, [2])
-            assert stats["sources"]["2"]["marked_dead"] and stats["sources"]["2"]["dead"]
-            assert stats["barriers"]["by_type"] == {"1": 2, "2": 2, "3": 1}
-            assert [b["offset"] for b in (await _stats(channel, limit=2))["barrier_log"]] == [
-                second["offset"],
-                third["offset"],
+            first, second, third = stats.barrier_log
+            assert (first.complete, first.homogeneous, first.missing) == (True, True, ())
+            assert (second.complete, second.homogeneous) == (True, False)
+            assert second.types == {1: 2, 2: 3}
+            assert (third.complete, third.types, third.missing) == (False, {1: 2}, (2,))
+            assert stats.sources[2].marked_dead and stats.sources[2].dead
+            assert stats.barriers.by_type == {1: 2, 2: 2, 3: 1}
+            assert [b.offset for b in (await _stats(channel, limit=2)).barrier_log] == [
+                second.offset,
+                third.offset,
             ]
 
-            end = stats["next_offset"]
+            end = stats.next_offset
             output = await _output(running, end)
-            assert _barrier_fragments(output) == _listed(stats["barrier_log"])
-            assert [float(output.t[b["offset"]]) for b in stats["barrier_log"]] == [
-                b["t"] for b in stats["barrier_log"]
+            assert _barrier_fragments(output) == _listed(stats.barrier_log)
+            assert [float(output.t[b.offset]) for b in stats.barrier_log] == [
+                b.t for b in stats.barrier_log
             ]
-            before = stats["barrier_log"]
+            before = stats.barrier_log
         async with serving_channel(tmp_path, CONFIG) as (running, channel):
             stats = await _stats(channel)
-            assert stats["barrier_log"] == before  # the mark replayed; each barrier once
-            assert stats["barriers"]["by_type"] == {"1": 2, "2": 2, "3": 1}
-            assert stats["sources"]["2"]["marked_dead"]
+            assert stats.barrier_log == before  # the mark replayed; each barrier once
+            assert stats.barriers.by_type == {1: 2, 2: 2, 3: 1}
+            assert stats.sources[2].marked_dead
             reply = await _set_source_state(channel, 2, False)
             assert (reply.was_known, reply.dead) == (True, False)
 
@@ -165,14 +167,14 @@ def test_source_state_of_unknown_and_undeclared_sources(tmp_path: Path) -> None:
             assert f"source: 7 is not known to this orderer (known: {known})" in (
                 refused.value.details() or ""
             )
-            assert "7" not in (await _stats(channel))["sources"]
+            assert 7 not in (await _stats(channel)).sources
         strict = serving_channel(tmp_path / "strict", CONFIG, strict_sources=True)
         async with strict as (_, channel):
             with pytest.raises(grpc.aio.AioRpcError) as refused:
                 await _set_source_state(channel, 7, True)
             assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert "source: 7 is not a declared source" in (refused.value.details() or "")
-            assert "7" not in (await _stats(channel))["sources"]
+            assert 7 not in (await _stats(channel)).sources
             reply = await _set_source_state(channel, 1, True)
             assert (reply.was_known, reply.dead) == (True, True)
 
@@ -187,19 +189,19 @@ def test_connections_are_listed_while_a_stream_is_open(tmp_path: Path) -> None:
             request = _request(1, 0, [10, 11, 12], [0, 0, 0])
             await stream.write(request)
             assert await stream.ack() == (1, 3)
-            (connection,) = (await _stats(channel))["connections"]
-            assert connection["peer"].startswith("ipv4:127.0.0.1:")
-            assert connection["sources"] == [1] and connection["acked"] == {"1": 3}
-            assert (connection["messages"], connection["bytes"]) == (1, request.ByteSize())
-            assert opened - 1 <= connection["since"] <= time.time()
+            (connection,) = (await _stats(channel)).connections
+            assert connection.peer.startswith("ipv4:127.0.0.1:")
+            assert connection.sources == (1,) and connection.acked == {1: 3}
+            assert (connection.messages, connection.bytes) == (1, request.ByteSize())
+            assert opened - 1 <= connection.since <= time.time()
             other = _Stream(channel)
             await other.write(_request(2, 0, [5], [0]))
             await other.ack()
-            listed = (await _stats(channel))["connections"]
-            assert sorted(c["sources"] for c in listed) == [[1], [2]]
+            listed = (await _stats(channel)).connections
+            assert sorted(c.sources for c in listed) == [(1,), (2,)]
             assert await stream.close() == grpc.StatusCode.OK
             other.cancel()
-            await _until(channel, lambda s: s["connections"] == [], "the streams ended")
+            await _until(channel, lambda s: s.connections == (), "the streams ended")
 
     run(body())
 
@@ -219,23 +221,24 @@ def test_consumers_show_last_commit_and_lag_in_seconds(tmp_path: Path) -> None:
                 await asyncio.sleep(0.05)
             await stream.write(_request(2, 0, [100], [0]))  # releases source 1's data
             await stream.ack()
-            stats = await _until(channel, lambda s: s["next_offset"] >= 20, "output")
-            output = await _output(running, stats["next_offset"])
+            # all 21 out: one emitted after the commit would be lag of "done"
+            stats = await _until(channel, lambda s: s.next_offset >= 21, "output")
+            output = await _output(running, stats.next_offset)
             before = time.time()
             await commit_async(target(running), "slow", 7)
-            await commit_async(target(running), "done", stats["next_offset"])
+            await commit_async(target(running), "done", stats.next_offset)
             stats = await _stats(channel)
-            slow, done = stats["consumers"]["slow"], stats["consumers"]["done"]
-            assert before <= slow["last_commit"] <= time.time()
-            assert slow["committed"] == 7 and slow["lag"] == stats["next_offset"] - 7
-            assert slow["lag_seconds"] == pytest.approx(stats["now"] - float(output.t[7]))
-            assert slow["lag_seconds"] > 0
-            assert (done["lag"], done["lag_seconds"]) == (0, 0.0)
+            slow, done = stats.consumers["slow"], stats.consumers["done"]
+            assert before <= slow.last_commit <= time.time()
+            assert slow.committed == 7 and slow.lag == stats.next_offset - 7
+            assert slow.lag_seconds == pytest.approx(stats.now - float(output.t[7]))
+            assert slow.lag_seconds > 0
+            assert (done.lag, done.lag_seconds) == (0, 0.0)
             stream.cancel()
-            committed = slow["last_commit"]
+            committed = slow.last_commit
         async with serving_channel(tmp_path, CONFIG) as (_, channel):
-            slow = (await _stats(channel))["consumers"]["slow"]
-            assert slow["last_commit"] == committed and slow["lag_seconds"] > 0
+            slow = (await _stats(channel)).consumers["slow"]
+            assert slow.last_commit == committed and slow.lag_seconds > 0
 
     run(body())
 

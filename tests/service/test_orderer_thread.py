@@ -78,7 +78,7 @@ def test_the_orderer_thread_takes_in_no_more_than_the_writes_allow(
                 with ingest.lock:  # all 40 received before the thread takes any
                     await _queue(call, ingest, 40)
                 await asyncio.sleep(1.0)
-                taken = sum(source.received for source in service.stats().sources)
+                taken = sum(source.received for source in service.stats().sources.values())
                 assert 5000 <= taken < 5000 + FRAGMENTS
             while (await call.ack()) != (1, 40 * FRAGMENTS):
                 pass

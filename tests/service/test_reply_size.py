@@ -2,7 +2,7 @@
 on a channel without options, whose receive limit is 4 MiB. Replies were cut at 65,536
 fragments or 4 MiB of payload, and the per-fragment columns (25-33 bytes each) took them past
 4 MiB: RESOURCE_EXHAUSTED. Now each is cut by its encoded size
-(:func:`orderer.wire.convert.ordered_batch_bytes`, at most 3.5 MiB), whatever the payload
+(:func:`orderer.wire.limits.ordered_batch_bytes`, at most 3.5 MiB), whatever the payload
 sizes, and the largest payload the service accepts still fits a reply of one fragment.
 """
 
@@ -21,7 +21,7 @@ from orderer.batch import EmittedBatch
 from orderer.errors import ConfigError
 from orderer.service.server import RunningServer
 from orderer.service.settings import ServiceConfig
-from orderer.wire import convert
+from orderer.wire import convert, limits
 from tests.service.harness import run, serving, target
 
 CONFIG = OrdererConfig(build_window=0.05, startup_delay=0.0, sources=(1,))
@@ -116,7 +116,7 @@ def test_a_default_reader_reads_every_reply(kind: str, tmp_path: Path) -> None:
                 assert all(len(reply.payload) < 4 << 20 for reply in replies)
             else:  # within the bound, and not cut more than it asks
                 largest = max(reply.ByteSize() for reply in replies)
-                assert convert.REPLY_MAX_BYTES - 2000 < largest <= convert.REPLY_MAX_BYTES
+                assert limits.REPLY_MAX_BYTES - 2000 < largest <= limits.REPLY_MAX_BYTES
 
     run(body())
 
@@ -135,7 +135,7 @@ def test_replies_without_payload_hold_65536_fragments(tmp_path: Path) -> None:
 
 
 def test_the_largest_payload_accepted_fits_a_reply_for_a_default_reader(tmp_path: Path) -> None:
-    largest = convert.MAX_PAYLOAD_BYTES
+    largest = limits.MAX_PAYLOAD_BYTES
     assert largest > 4_000_000
     with pytest.raises(ConfigError, match="max_payload_bytes: must be at most 4194188"):
         ServiceConfig(max_payload_bytes=largest + 1)
@@ -153,7 +153,7 @@ def test_the_largest_payload_accepted_fits_a_reply_for_a_default_reader(tmp_path
 
 
 def test_the_size_bound_covers_every_encoded_reply() -> None:
-    """:func:`convert.ordered_batch_bytes` is an upper bound, within 100 bytes, of what
+    """:func:`limits.ordered_batch_bytes` is an upper bound, within 100 bytes, of what
     :func:`convert.emitted_to_pb` encodes, for any sizes, offsets and marks."""
     rng = np.random.default_rng(5)
     for n in [0, 1, 2, 7, 1000, 65536]:
@@ -173,5 +173,5 @@ def test_the_size_bound_covers_every_encoded_reply() -> None:
             message = convert.emitted_to_pb(
                 batch, next_offset=2**64 - 1, high_water_mark=2**64 - 2, payload=payload
             )
-            bound = convert.ordered_batch_bytes(n, int(sizes.sum()), payload=payload)
+            bound = limits.ordered_batch_bytes(n, int(sizes.sum()), payload=payload)
             assert bound - 100 <= message.ByteSize() <= bound, (n, payload)

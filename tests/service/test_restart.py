@@ -150,7 +150,7 @@ def test_a_restart_without_a_flag_keeps_the_runs_value(tmp_path: Path, name: str
                 assert running.service.orderer.config == config
                 assert _output(running).equals(before)
                 stats = await get_stats_async(target(running))
-                assert stats["next_offset"] == 6
+                assert stats.next_offset == 6
             finally:
                 await running.stop(grace=1.0)
 
@@ -193,7 +193,7 @@ def test_a_restart_with_another_value_changes_it_live_or_is_refused(
             assert running.service.orderer.config == _with(config, name, asked)
             assert _output(running).equals(before)
             stats = await get_stats_async(target(running))
-            assert stats["config"][name] == asked
+            assert parameter_value(stats.config, name) == asked
             last = list(running.service.arrivals.read_records())[-1]
             assert int(last.kind[-1]) == ArrivalKind.CONFIGURE
             assert json.loads(last.payload_of(len(last) - 1)) == {name: asked}

@@ -72,7 +72,8 @@ class _Stream:
 
 async def _received(running: RunningServer, source: int) -> int:
     stats = await get_stats_async(target(running))
-    return int(stats["sources"].get(str(source), {}).get("received", 0))
+    entry = stats.sources.get(source)
+    return 0 if entry is None else entry.received
 
 
 def test_resends_are_deduplicated_by_sequence(tmp_path: Path) -> None:
@@ -151,7 +152,7 @@ def test_the_deadline_timer_emits_without_further_input(tmp_path: Path) -> None:
             call = _Stream(channel)
             await call.write(_request(1, 0, [100, 200]))  # source 2 is silent
             await call.ack()
-            arrived = (await get_stats_async(target(running)))["now"]
+            arrived = (await get_stats_async(target(running))).now
             got = []
             async for batch in subscribe(target(running), 0, until=2):
                 got.append(batch)
@@ -179,7 +180,7 @@ def test_live_configuration_is_checked_recorded_and_recovered(tmp_path: Path) ->
             assert caught.value.details().startswith("late_policy:")
         async with serving(tmp_path, CONFIG) as running:
             stats = await get_stats_async(target(running))
-            assert stats["config"]["build_window"] == 2.5
+            assert stats.config.build_window == 2.5
 
     run(body())
 
@@ -196,7 +197,7 @@ def test_end_run_drains_and_subscribers_read_from_any_offset(tmp_path: Path) -> 
             end = await end_run_async(target(running))
             assert end == 50
             stats = await get_stats_async(target(running))
-            assert stats["run_ended"] and stats["queued"] == 0
+            assert stats.run_ended and stats.queued == 0
             for start in (0, 13, 49):
                 offsets: list[int] = []
                 async for batch in subscribe(target(running), start, until=end):
@@ -224,8 +225,8 @@ def test_a_restart_continues_time_sequences_and_offsets(tmp_path: Path) -> None:
             before = await get_stats_async(target(running))
         async with serving(tmp_path, CONFIG) as running:
             after = await get_stats_async(target(running))
-            assert after["next_offset"] == before["next_offset"] == 5
-            assert after["totals"] == before["totals"]
+            assert after.next_offset == before.next_offset == 5
+            assert after.totals == before.totals
             assert running.service.next_sequence(1) == 3
             assert running.service.next_sequence(2) == 2
             async with grpc.aio.insecure_channel(target(running)) as channel:
@@ -295,7 +296,7 @@ def test_a_storage_failure_stops_input_but_not_the_server(tmp_path: Path) -> Non
                         break
                     await asyncio.sleep(0.01)
                 assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
-                assert (await get_stats_async(target(running)))["next_offset"] == 0
+                assert (await get_stats_async(target(running))).next_offset == 0
 
     run(body())
 
@@ -354,7 +355,7 @@ def test_retention_drops_old_sealed_segments_of_the_ordered_log(tmp_path: Path) 
                 await call.write(_request(1, step * 50, list(range(step * 50, step * 50 + 50))))
                 await call.ack()
             stats = await get_stats_async(target(running))
-            assert stats["next_offset"] == 2000
+            assert stats.next_offset == 2000
             segments = sorted((tmp_path / "ordered").glob("*.arrow"))
             assert 1 <= len(segments) <= 4
             first = int(segments[0].stem.rsplit("-", 1)[1])
