@@ -38,6 +38,14 @@ def load_stages(path: Path | str) -> tuple[Stage, ...]:
     name = module_name(path)
     if not name.isidentifier():
         raise ConfigError("--stages", str(path), "the file's name must be a Python identifier")
+    taken = sys.modules.get(name)
+    if taken is not None and getattr(taken, "__file__", None) != str(path):
+        raise ConfigError(
+            "--stages",
+            str(path),
+            f"its name {name!r} is the name of a module in use ({getattr(taken, '__file__', '')})"
+            ": rename the file",
+        )
     module = _import(path, name)
     listed = getattr(module, "STAGES", None)
     if listed is not None:
@@ -46,7 +54,8 @@ def load_stages(path: Path | str) -> tuple[Stage, ...]:
         if wrong:
             raise ConfigError("--stages", str(path), f"STAGES holds non-stages: {wrong!r}")
     else:
-        stages = tuple(value for value in vars(module).values() if isinstance(value, Stage))
+        found = [value for value in vars(module).values() if isinstance(value, Stage)]
+        stages = tuple({id(stage): stage for stage in found}.values())  # one stage, two names
     if not stages:
         raise ConfigError(
             "--stages",
