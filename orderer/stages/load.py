@@ -39,7 +39,7 @@ def load_stages(path: Path | str) -> tuple[Stage, ...]:
     if not name.isidentifier():
         raise ConfigError("--stages", str(path), "the file's name must be a Python identifier")
     taken = sys.modules.get(name)
-    if taken is not None and getattr(taken, "__file__", None) != str(path):
+    if taken is not None and not _same_file(getattr(taken, "__file__", None), path):
         raise ConfigError(
             "--stages",
             str(path),
@@ -64,6 +64,11 @@ def load_stages(path: Path | str) -> tuple[Stage, ...]:
             " sequencer from orderer.stages)",
         )
     return stages
+
+
+def _same_file(loaded: str | None, path: Path) -> bool:
+    """The module in use was loaded from ``path`` (a second load of the same stages)."""
+    return loaded is not None and Path(loaded).resolve() == path.resolve()
 
 
 def _import(path: Path, name: str) -> ModuleType:
