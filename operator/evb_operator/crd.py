@@ -269,7 +269,7 @@ def _orderer_pod() -> dict[str, Any]:
                 " a reply's framing, so that a reader with gRPC's default 4 MiB message limit"
                 " can read any fragment.",
                 minimum=1,
-                maximum=4_194_188,  # orderer.wire.convert.MAX_PAYLOAD_BYTES (a test checks)
+                maximum=4_194_188,  # orderer.wire.limits.MAX_PAYLOAD_BYTES (a test checks)
                 default=1 << 20,
             ),
             "strictSources": {

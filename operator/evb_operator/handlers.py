@@ -51,6 +51,7 @@ from evb_operator.phases import RunPhase
 from orderer import client as orderer_client
 from orderer.config import LIVE_PARAMETERS, camel_case
 from orderer.errors import ConfigError, EvbError, InterfaceError
+from orderer.stats import Stats
 
 RESOURCE = (crd.GROUP, crd.VERSION, crd.PLURAL)
 STATS_INTERVAL = float(os.environ.get(c.ENV_STATS_INTERVAL, "10"))
@@ -332,7 +333,7 @@ async def configure_live(
         value = orderer.valid.orderer.effective_barrier_timeout
     config = await _control(orderer_client.configure_async, orderer, {param: value})
     logger.info("configured %s=%r live at %s", param, value, orderer.endpoint)
-    patch.status["window"] = float(config["build_window"])
+    patch.status["window"] = float(config.build_window)
 
 
 for _name in LIVE_PARAMETERS:  # one handler per live parameter, each on its own spec field
@@ -448,18 +449,16 @@ async def begin_run(
             " and begins no more runs; create a new EventBuilder"
         )
     stats = await _control(orderer_client.get_stats_async, orderer)
-    if int(stats["run"]) >= after:
-        logger.info("the orderer at %s is at run %s already", orderer.endpoint, stats["run"])
+    if stats.run >= after:
+        logger.info("the orderer at %s is at run %s already", orderer.endpoint, stats.run)
         return
-    if not stats["run_ended"]:
+    if not stats.run_ended:
         last = await _control(orderer_client.end_run_async, orderer)
-        logger.info(
-            "ended run %s at %s: %d fragments in order", stats["run"], orderer.endpoint, last
-        )
+        logger.info("ended run %s at %s: %d fragments in order", stats.run, orderer.endpoint, last)
     begun = await _control(orderer_client.begin_run_async, orderer, after)
-    logger.info("began run %d at output offset %d", begun["run"], begun["start_offset"])
+    logger.info("began run %d at output offset %d", begun.run, begun.start_offset)
     patch.status.update(
-        evb_status.begun(begun["run"], begun["start_offset"], generation=_generation(body))
+        evb_status.begun(begun.run, begun.start_offset, generation=_generation(body))
     )
 
 
@@ -515,7 +514,7 @@ async def refresh_status(
     valid = orderer.valid
     if valid is None:
         return
-    stats: dict[str, Any] | None = None
+    stats: Stats | None = None
     error: str | None = None
     try:
         stats = await orderer_client.get_stats_async(

@@ -1,7 +1,7 @@
 """An EventBuilder's status, and the Events worth posting, from what the operator observed.
 
 Called by the status timer in :mod:`evb_operator.handlers` with the orderer's ``GetStats`` answer
-(:func:`orderer.client.get_stats_async`, the ``evb replay --stats`` layout), the orderer's
+(:func:`orderer.client.get_stats_async`, a :class:`orderer.stats.Stats`), the orderer's
 StatefulSet and the SparkApplication. Pure: the previous status comes in (counters from one update
 to the next are compared through it, so the operator keeps no memory of its own and survives
 restarts), the new status fields and the :class:`Notice` list go out; the caller patches and posts.
@@ -23,7 +23,8 @@ from typing import Any
 
 from evb_operator.phases import FINAL_PHASES, ConditionType, RunPhase
 from evb_operator.validation import ValidSpec
-from orderer.config import LIVE_PARAMETERS
+from orderer.config import LIVE_PARAMETERS, OrdererConfig
+from orderer.stats import BarrierRecord, Stats
 
 __all__ = [
     "Notice",
@@ -253,13 +254,14 @@ def _count(mapping: Mapping[str, Any] | None, *path: str) -> int:
     return int(node or 0)
 
 
-def _drift(valid: ValidSpec, reported: Mapping[str, Any]) -> list[str]:
-    """Live parameters whose value in the orderer differs from the spec's."""
-    wanted = valid.orderer.to_mapping()
+def _drift(valid: ValidSpec, config: OrdererConfig) -> list[str]:
+    """Live parameters whose value in the orderer differs from the spec's, both read the same
+    way (:meth:`OrdererConfig.to_mapping`: ``source_timeout`` ``off`` when disabled)."""
+    wanted, reported = valid.orderer.to_mapping(), config.to_mapping()
     return [
-        f"{name}: spec {wanted[name]!r}, orderer {reported.get(name)!r}"
+        f"{name}: spec {wanted[name]!r}, orderer {reported[name]!r}"
         for name in LIVE_PARAMETERS
-        if wanted[name] != reported.get(name)
+        if wanted[name] != reported[name]
     ]
 
 
@@ -268,7 +270,7 @@ def observe(
     *,
     valid: ValidSpec,
     endpoint: str,
-    stats: Mapping[str, Any] | None,
+    stats: Stats | None,
     error: str | None,
     spark: Mapping[str, Any] | None,
     statefulset: Mapping[str, Any] | None,
@@ -301,7 +303,7 @@ def observe(
             True, "GetStats", f"the orderer answers at {endpoint}"
         )
         new.update(_counters(stats))
-        drift = _drift(valid, stats["config"])
+        drift = _drift(valid, stats.config)
         verdicts[ConditionType.CONFIGURED] = (
             Verdict(False, "Drift", "; ".join(drift))
             if drift
@@ -353,36 +355,36 @@ def observe(
     return new, notices
 
 
-def _counters(stats: Mapping[str, Any]) -> dict[str, Any]:
+def _counters(stats: Stats) -> dict[str, Any]:
     """The status fields a ``GetStats`` answer fills."""
-    totals = stats.get("totals", {})
-    sources = stats.get("sources", {})
+    totals = stats.totals
+    sources = stats.sources.values()
     new: dict[str, Any] = {
-        "window": float(stats["config"]["build_window"]),
-        "fragments": _count(totals, "received"),
-        "emitted": _count(totals, "emitted"),
-        "late": _count(totals, "late"),
-        "dropped": _count(totals, "dropped"),
-        "queued": _count(stats, "queued"),
-        "nextOffset": _count(stats, "next_offset"),
-        "sources": len(sources),
-        "deadSources": sum(1 for s in sources.values() if s.get("dead")),
-        "pausedSources": sum(1 for s in sources.values() if s.get("paused")),
+        "window": float(stats.config.build_window),
+        "fragments": totals.received,
+        "emitted": totals.emitted,
+        "late": totals.late,
+        "dropped": totals.dropped,
+        "queued": stats.queued,
+        "nextOffset": stats.next_offset,
+        "sources": len(stats.sources),
+        "deadSources": sum(1 for s in sources if s.dead),
+        "pausedSources": sum(1 for s in sources if s.paused),
         "barriers": {
-            k: _count(stats, "barriers", k)
+            k: getattr(stats.barriers, k)
             for k in ("complete", "incomplete", "homogeneous", "heterogeneous")
         },
-        "missing": {str(k): int(v) for k, v in (stats.get("missing") or {}).items()},
-        "runEnded": bool(stats.get("run_ended")),
-        "run": _count(stats, "run"),
-        "runStartOffset": _count(stats, "run_start_offset"),
+        "missing": {str(k): v for k, v in stats.missing.items()},
+        "runEnded": stats.run_ended,
+        "run": stats.run,
+        "runStartOffset": stats.run_start_offset,
     }
-    if stats.get("high_water_mark") is not None:
-        new["highWaterMark"] = str(stats["high_water_mark"])
-    consumers = (stats.get("consumers") or {}).values()
+    if stats.high_water_mark is not None:
+        new["highWaterMark"] = str(stats.high_water_mark)
+    consumers = stats.consumers.values()
     if consumers:  # the slowest consumer's, in fragments and in seconds
-        new["consumerLag"] = max(int(c.get("lag") or 0) for c in consumers)
-        new["consumerLagSeconds"] = max(float(c.get("lag_seconds") or 0.0) for c in consumers)
+        new["consumerLag"] = max(c.lag for c in consumers)
+        new["consumerLagSeconds"] = max(float(c.lag_seconds) for c in consumers)
     return new
 
 
@@ -428,14 +430,14 @@ BARRIER_EVENTS_PER_UPDATE = 5
 A run whose sources keep missing barriers must not flood the namespace's Events."""
 
 _FLAGS = (("incomplete", "complete"), ("heterogeneous", "homogeneous"))
-"""Each counter of ``stats["barriers"]`` worth reporting and the barrier log's flag it counts
-the absence of."""
+"""Each counter of ``stats.barriers`` worth reporting and the barrier log's flag it counts the
+absence of."""
 
 
 def _barrier_report(
-    previous: Mapping[str, Any], stats: Mapping[str, Any], counters: Mapping[str, int]
+    previous: Mapping[str, Any], stats: Stats, counters: Mapping[str, int]
 ) -> tuple[dict[str, Any], list[Notice]]:
-    """What the orderer's barrier log (``stats["barrier_log"]``, oldest first) adds since the
+    """What the orderer's barrier log (``stats.barrier_log``, oldest first) adds since the
     last update: the status fields under ``barriers`` besides the ``counters`` (of this answer),
     and the Events.
 
@@ -453,32 +455,30 @@ def _barrier_report(
     before: Mapping[str, Any] = previous.get("barriers") or {}
     cursor = before.get("lastReportedOffset")
     out: dict[str, Any] = {}
-    if cursor is not None and int(cursor) >= _count(stats, "next_offset"):  # a new log
+    if cursor is not None and int(cursor) >= stats.next_offset:  # a new log
         cursor, before = None, {}
         if "lastIncomplete" in (previous.get("barriers") or {}):
             out["lastIncomplete"] = None  # a merge patch deletes it: it names the old log
-    log = [
-        entry
-        for entry in stats.get("barrier_log") or ()
-        if cursor is None or int(entry["offset"]) > int(cursor)
-    ]
-    notable = [entry for entry in log if not entry["complete"] or not entry["homogeneous"]]
+    log = [entry for entry in stats.barrier_log if cursor is None or entry.offset > int(cursor)]
+    notable = [entry for entry in log if not entry.complete or not entry.homogeneous]
     shown = BARRIER_EVENTS_PER_UPDATE
     at = _wall_clock(stats)
     notices = [_barrier_notice(entry, at) for entry in notable[:shown]]
     unlisted = {
-        counter: max(0, counters[counter] - _count(before, counter) - sum(not e[flag] for e in log))
+        counter: max(
+            0, counters[counter] - _count(before, counter) - sum(not getattr(e, flag) for e in log)
+        )
         for counter, flag in _FLAGS
     }
     if notable[shown:] or any(unlisted.values()):
         start = int(cursor) + 1 if cursor is not None else 0
-        returned = len(stats.get("barrier_log") or ())
+        returned = len(stats.barrier_log)
         notices.append(_barrier_summary(notable[shown:], unlisted, start, returned))
     if log:
-        out["lastReportedOffset"] = int(log[-1]["offset"])
+        out["lastReportedOffset"] = log[-1].offset
     elif cursor is not None:
         out["lastReportedOffset"] = int(cursor)
-    incomplete = [entry for entry in log if not entry["complete"]]
+    incomplete = [entry for entry in log if not entry.complete]
     if incomplete:
         out["lastIncomplete"] = _incomplete(incomplete[-1], at)
     elif before.get("lastIncomplete"):
@@ -489,13 +489,14 @@ def _barrier_report(
 _Clock = Callable[[float], str | None]
 
 
-def _wall_clock(stats: Mapping[str, Any]) -> _Clock:
+def _wall_clock(stats: Stats) -> _Clock:
     """Orderer time -> ``YYYY-MM-DDTHH:MM:SSZ`` (the answer's ``wall_time`` is the Unix time at
-    its orderer time ``now``); None for every time when the answer has no ``wall_time``."""
-    wall, now = stats.get("wall_time"), stats.get("now")
+    its orderer time ``now``); None for every time when the answer has no ``wall_time`` (0: an
+    orderer from before it)."""
+    wall, now = stats.wall_time, stats.now
 
     def clock(t: float) -> str | None:
-        if not wall or now is None:
+        if not wall:
             return None
         unix = float(wall) - (float(now) - float(t))
         return datetime.datetime.fromtimestamp(unix, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -503,8 +504,8 @@ def _wall_clock(stats: Mapping[str, Any]) -> _Clock:
     return clock
 
 
-def _types(entry: Mapping[str, Any]) -> str:
-    types = sorted((int(source), int(kind)) for source, kind in entry["types"].items())
+def _types(entry: BarrierRecord) -> str:
+    types = sorted(entry.types.items())
     return ", ".join(f"source {source}: type {kind}" for source, kind in types) or "none"
 
 
@@ -512,41 +513,42 @@ def _sources(ids: Sequence[int]) -> str:
     return ", ".join(str(source) for source in ids)
 
 
-def _barrier_notice(entry: Mapping[str, Any], at: _Clock) -> Notice:
+def _barrier_notice(entry: BarrierRecord, at: _Clock) -> Notice:
     """One barrier's Event: a Warning for an incomplete one (the sources that sent no barrier
     fragment), Normal for a complete heterogeneous one (every source's fragment is in the output,
     the sources disagree on the type)."""
-    when = at(entry["t"])
-    where = f"barrier at output offset {entry['offset']}" + (f" (resolved {when})" if when else "")
-    mixed = "" if entry["homogeneous"] else "heterogeneous "
-    if not entry["complete"]:
+    when = at(entry.t)
+    where = f"barrier at output offset {entry.offset}" + (f" (resolved {when})" if when else "")
+    mixed = "" if entry.homogeneous else "heterogeneous "
+    if not entry.complete:
         return Notice(
             "Warning",
             "IncompleteBarrier",
-            f"incomplete {mixed}{where}: no barrier from source(s) {_sources(entry['missing'])};"
+            f"incomplete {mixed}{where}: no barrier from source(s) {_sources(entry.missing)};"
             f" sent {_types(entry)}",
         )
     return Notice("Normal", "HeterogeneousBarrier", f"heterogeneous {where}: {_types(entry)}")
 
 
 def _barrier_summary(
-    rest: Sequence[Mapping[str, Any]], unlisted: Mapping[str, int], start: int, returned: int
+    rest: Sequence[BarrierRecord], unlisted: Mapping[str, int], start: int, returned: int
 ) -> Notice:
     """The barriers beyond the Events of this update, in one Event: how many incomplete and
     heterogeneous since which output offset, and which sources missed them."""
     counts = {
-        counter: unlisted[counter] + sum(not e[flag] for e in rest) for counter, flag in _FLAGS
+        counter: unlisted[counter] + sum(not getattr(e, flag) for e in rest)
+        for counter, flag in _FLAGS
     }
     if rest and not any(unlisted.values()):
-        start = int(rest[0]["offset"])
+        start = rest[0].offset
     what = " and ".join(f"{n} more {counter}" for counter, n in counts.items() if n)
     message = f"and {what} barrier(s) since output offset {start}"
     if rest:
-        message += f", the newest at {rest[-1]['offset']}"
+        message += f", the newest at {rest[-1].offset}"
     missed: dict[int, int] = {}
     for entry in rest:
-        for source in entry["missing"]:
-            missed[int(source)] = missed.get(int(source), 0) + 1
+        for source in entry.missing:
+            missed[source] = missed.get(source, 0) + 1
     if missed:
         message += "; missed by " + ", ".join(
             f"source {source}: {n}" for source, n in sorted(missed.items())
@@ -567,14 +569,14 @@ def _barrier_summary(
     )
 
 
-def _incomplete(entry: Mapping[str, Any], at: _Clock) -> dict[str, Any]:
+def _incomplete(entry: BarrierRecord, at: _Clock) -> dict[str, Any]:
     """``status.barriers.lastIncomplete``: the newest incomplete barrier."""
     last: dict[str, Any] = {
-        "offset": int(entry["offset"]),
-        "missing": [int(source) for source in entry["missing"]],
-        "types": {str(source): int(kind) for source, kind in entry["types"].items()},
+        "offset": entry.offset,
+        "missing": list(entry.missing),
+        "types": {str(source): kind for source, kind in sorted(entry.types.items())},
     }
-    when = at(entry["t"])
+    when = at(entry.t)
     if when:
         last["resolved"] = when
     return last

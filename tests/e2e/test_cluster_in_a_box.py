@@ -206,10 +206,10 @@ async def _run(
         {"applicationState": {"state": "COMPLETED"}},
     )
     stats = await asyncio.to_thread(get_stats, target, security=security)
-    assert stats["run_ended"] and stats["config"]["build_window"] == 0.3
+    assert stats.run_ended and stats.config.build_window == 0.3
 
     # the events written equal a sequential glom of the ordered log
-    emitted = int(stats["totals"]["emitted"])
+    emitted = stats.totals.emitted
     assert emitted == 4 * PAIRS
     log = await asyncio.to_thread(_ordered_log, target, security, emitted)
     args = children["SparkApplication"]["spec"]["arguments"]
@@ -265,7 +265,7 @@ def _scrape(address: str) -> str:
 
 
 def _window(target: str, security: ChannelSecurity, window: float) -> bool:
-    return bool(get_stats(target, security=security)["config"]["build_window"] == window)
+    return bool(get_stats(target, security=security).config.build_window == window)
 
 
 def _ordered_log(target: str, security: ChannelSecurity, until_offset: int) -> pa.Table:

@@ -42,6 +42,7 @@ import pytest_asyncio
 import yaml
 
 from orderer.client import AsyncSourceClient, get_stats_async
+from orderer.stats import Stats
 from tests.e2e.conftest import REPO, ServerProcess, environment
 from tests.operator.kubernetes_api import kubeconfig as api_config
 
@@ -358,7 +359,7 @@ async def _scenario(api: KubernetesAPI, operator: Operator, orderer: ServerProce
 
     status = await until(status_matches, "the status to show the orderer's counters")
     assert status["phase"] == "Running"
-    assert status["emitted"] == stats["totals"]["emitted"]
+    assert status["emitted"] == stats.totals.emitted
     assert status["window"] == 5.0
     assert status["endpoint"] == orderer.target
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
@@ -449,7 +450,7 @@ async def _scenario(api: KubernetesAPI, operator: Operator, orderer: ServerProce
     # state Ended -> EndRun
     await _merge_patch(api, name, {"spec": {"state": "Ended"}})
     stats = await until(lambda: _run_ended(orderer.target), "the orderer to end the run")
-    assert stats["queued"] == 0
+    assert stats.queued == 0
 
     def ended() -> bool:
         status = (_object(api, "evb.io/v1alpha1/eventbuilders", name) or {}).get("status", {})
@@ -508,21 +509,21 @@ def _ready(api: KubernetesAPI, name: str, *, generation: int) -> dict[str, Any] 
 
 
 async def _stats_received(target: str, count: int) -> bool:
-    return (await get_stats_async(target))["totals"]["received"] >= count
+    return (await get_stats_async(target)).totals.received >= count
 
 
-async def _late_stats(target: str) -> dict[str, Any] | None:
+async def _late_stats(target: str) -> Stats | None:
     stats = await get_stats_async(target)
-    return stats if stats["totals"]["late"] >= 1 else None
+    return stats if stats.totals.late >= 1 else None
 
 
 async def _window_is(target: str, window: float) -> bool:
-    return (await get_stats_async(target))["config"]["build_window"] == window
+    return (await get_stats_async(target)).config.build_window == window
 
 
-async def _run_ended(target: str) -> dict[str, Any] | None:
+async def _run_ended(target: str) -> Stats | None:
     stats = await get_stats_async(target)
-    return stats if stats["run_ended"] else None
+    return stats if stats.run_ended else None
 
 
 def _events(api: KubernetesAPI, name: str, reason: str) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from orderer.client import AsyncSourceClient, get_stats_async
+from orderer.stats import BarrierRecord
 from tests.e2e import test_operator as e2e
 from tests.e2e.conftest import ServerProcess
 
@@ -48,15 +49,15 @@ async def test_an_incomplete_barrier_is_one_event_naming_the_missing_source(
             await source.flush()
             await source.wait_acked(timeout=e2e.TIMEOUT)
         record = await e2e.until(lambda: _incomplete(orderer.target), "an incomplete barrier")
-        assert record["missing"] == [2] and record["types"] == {"1": 7}
+        assert record.missing == (2,) and record.types == {1: 7}
 
         (event,) = await e2e.until(
             lambda: e2e._events(api, NAME, "IncompleteBarrier"), "an IncompleteBarrier Event"
         )
         assert event["type"] == "Warning"
-        assert f"barrier at output offset {record['offset']} " in event["message"]
+        assert f"barrier at output offset {record.offset} " in event["message"]
         assert "no barrier from source(s) 2; sent source 1: type 7" in event["message"]
-        barriers = await e2e.until(lambda: _reported(api, record["offset"]), "the status")
+        barriers = await e2e.until(lambda: _reported(api, record.offset), "the status")
         assert barriers["lastIncomplete"]["missing"] == [2]
         assert barriers["lastIncomplete"]["types"] == {"1": 7}
         assert barriers["incomplete"] == 1
@@ -76,9 +77,9 @@ async def test_an_incomplete_barrier_is_one_event_naming_the_missing_source(
         orderer.stop()
 
 
-async def _incomplete(target: str) -> dict[str, Any] | None:
+async def _incomplete(target: str) -> BarrierRecord | None:
     stats = await get_stats_async(target)
-    return next((b for b in stats["barrier_log"] if not b["complete"]), None)
+    return next((b for b in stats.barrier_log if not b.complete), None)
 
 
 def _reported(api: e2e.KubernetesAPI, offset: int) -> dict[str, Any] | None:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from orderer.client import AsyncSourceClient, get_stats_async
+from orderer.stats import Stats
 from tests.e2e import test_operator as e2e
 from tests.e2e.conftest import ServerProcess
 
@@ -33,9 +34,9 @@ FORWARD = "apps/v1/deployments"
 UPSTREAM: dict[str, Any] = {"target": "lower-orderer.daq.svc:50051", "asSource": 4}
 
 
-async def _at_run(target: str, run: int) -> dict[str, Any] | None:
+async def _at_run(target: str, run: int) -> Stats | None:
     stats = await get_stats_async(target)
-    return stats if stats["run"] == run else None
+    return stats if stats.run == run else None
 
 
 def _status(api: e2e.KubernetesAPI) -> dict[str, Any]:
@@ -82,14 +83,12 @@ async def test_raising_spec_run_ends_the_run_and_begins_the_next(
             await source.flush()
             await source.wait_acked(timeout=e2e.TIMEOUT)
         first = await get_stats_async(orderer.target)
-        assert (first["run"], first["run_ended"]) == (1, False)
+        assert (first.run, first.run_ended) == (1, False)
 
         await e2e._merge_patch(api, NAME, {"spec": {"run": 2}})
-        stats: dict[str, Any] = await e2e.until(
-            lambda: _at_run(orderer.target, 2), "the orderer at run 2"
-        )
-        assert stats["run_start_offset"] == 100  # run 1 was ended: all of it in order
-        assert stats["run_ended"] is False
+        stats: Stats = await e2e.until(lambda: _at_run(orderer.target, 2), "the orderer at run 2")
+        assert stats.run_start_offset == 100  # run 1 was ended: all of it in order
+        assert stats.run_ended is False
         await e2e.until(
             lambda: _status(api).get("run") == 2 and _status(api).get("runStartOffset") == 100,
             "status.run 2 from offset 100",
@@ -101,7 +100,7 @@ async def test_raising_spec_run_ends_the_run_and_begins_the_next(
             lambda: "spec.run: cannot be lowered from 2 to 1" in operator.text(),
             "the operator refusing to lower spec.run",
         )
-        assert (await get_stats_async(orderer.target))["run"] == 2
+        assert (await get_stats_async(orderer.target)).run == 2
 
         await e2e._merge_patch(api, NAME, {"spec": {"upstreams": []}})
         await e2e.until(

@@ -6,12 +6,16 @@ SparkApplication CRD of the Kubeflow Spark operator, kept with its descriptions 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from orderer.config import OrdererConfig
+from orderer.stats import BarrierCounts, RunSpan, SourceStats, Stats
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO / "operator") not in sys.path:  # installed packages win; a plain checkout works too
@@ -38,6 +42,44 @@ def load_example(path: Path) -> dict[str, Any]:
 def example_companions(path: Path) -> list[dict[str, Any]]:
     """The other objects of an example file (built-in kinds)."""
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc["kind"] != "EventBuilder"]
+
+
+def stats_answer(
+    *,
+    totals: Mapping[str, int] | None = None,
+    missing: Mapping[int, int] | None = None,
+    **changes: Any,
+) -> Stats:
+    """A GetStats answer (:class:`orderer.stats.Stats`, as ``orderer.client.get_stats``
+    returns it): sources 1 (alive) and 2 (dead and paused), 100 fragments received, 90
+    emitted, 3 late, 2 complete homogeneous barriers, ``build_window`` 5 s, no wall time.
+
+    ``totals`` are the counters of source 1 (the totals sum the sources); ``missing`` the
+    barriers each source missed (a source not there yet is added); the other ``changes``
+    replace fields of the answer."""
+    counters = {"received": 100, "emitted": 90, "late": 3} if totals is None else totals
+    sources = {
+        1: replace(SourceStats(source=1), **counters),
+        2: SourceStats(source=2, dead=True, paused=True),
+    }
+    for source, count in (missing or {}).items():
+        sources[source] = replace(sources.get(source, SourceStats(source=source)), missing=count)
+    stats = Stats(
+        sources=dict(sorted(sources.items())),
+        barriers=BarrierCounts(complete=2, homogeneous=2, by_type={}),
+        next_offset=90,
+        high_water_mark=2**63 + 5,
+        queued=10,
+        now=0.0,
+        wall_time=0.0,
+        run_ended=False,
+        run=1,
+        run_start_offset=0,
+        runs=(RunSpan(1, 0),),
+        config=OrdererConfig(build_window=5.0),
+        consumers={},
+    )
+    return replace(stats, **changes)
 
 
 def validate_builtin(obj: dict[str, Any]) -> None:

@@ -17,7 +17,8 @@ import yaml
 from evb_operator import crd, status, validation
 from orderer.config import LIVE_PARAMETERS, FlowControl, OrdererConfig, camel_case, spec_field
 from orderer.errors import ConfigError
-from tests.operator.conftest import REPO
+from orderer.stats import BarrierCounts
+from tests.operator.conftest import REPO, stats_answer
 
 
 def _generator() -> Any:
@@ -51,7 +52,7 @@ def test_every_orderer_parameter_is_a_spec_field_with_the_same_default() -> None
 def test_max_payload_bytes_is_bounded_as_the_orderer_bounds_it() -> None:
     # a larger value would pass the API server and give a pod that refuses to start
     from orderer.service.settings import ServiceConfig
-    from orderer.wire.convert import MAX_PAYLOAD_BYTES
+    from orderer.wire.limits import MAX_PAYLOAD_BYTES
 
     orderer = crd.SPEC_SCHEMA["properties"]["orderer"]["properties"]["maxPayloadBytes"]
     assert orderer["maximum"] == MAX_PAYLOAD_BYTES
@@ -169,17 +170,18 @@ def test_the_status_the_operator_writes_validates_against_the_status_schema() ->
     """The API server drops what the schema does not declare and refuses what breaks it: every
     status :mod:`evb_operator.status` computes must pass, or Ready would never reach kubectl."""
     valid = validation.validate({"spark": {"dt": 100, "output": {"path": "s3a://daq/e"}}})
-    stats = {
-        "totals": {"received": 10, "emitted": 9, "late": 1, "dropped": 0},
-        "barriers": {"complete": 1, "incomplete": 1, "homogeneous": 1, "heterogeneous": 1},
-        "missing": {"2": 1},
-        "sources": {"1": {"dead": False, "paused": False}, "2": {"dead": True, "paused": True}},
-        "next_offset": 9,
-        "high_water_mark": 2**64 - 1,
-        "queued": 1,
-        "run_ended": True,
-        "config": {"build_window": 9.0},  # drift: the Configured condition is False
-    }
+    stats = stats_answer(
+        totals={"received": 10, "emitted": 9, "late": 1, "dropped": 0},
+        barriers=BarrierCounts(
+            complete=1, incomplete=1, homogeneous=1, heterogeneous=1, by_type={}
+        ),
+        missing={2: 1},
+        next_offset=9,
+        high_water_mark=2**64 - 1,
+        queued=1,
+        run_ended=True,
+        config=OrdererConfig(build_window=9.0),  # drift: the Configured condition is False
+    )
     statefulset = {"metadata": {"name": "r-orderer"}, "spec": {}, "status": {"readyReplicas": 1}}
     app = {"metadata": {"name": "r-spark"}, "status": {"applicationState": {"state": "RUNNING"}}}
     now = "2026-01-01T00:00:00Z"

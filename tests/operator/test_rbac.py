@@ -22,6 +22,9 @@ import kopf
 import pytest
 
 from evb_operator import handlers
+from orderer.config import OrdererConfig
+from orderer.stats import BarrierCounts, RunSpan, Stats
+from tests.operator.conftest import stats_answer
 from tests.operator.kubernetes_api import calls, emulated, put_secret
 from tests.operator.test_chart import GENERATOR, WATCHED
 
@@ -50,24 +53,23 @@ KOPF_WATCHING_NAMESPACES = {("", "namespaces", "list"), ("", "namespaces", "watc
 
 
 def _used_by_the_handlers(monkeypatch: pytest.MonkeyPatch) -> set[tuple[str, str, str]]:
-    async def stats(*_: Any, **__: Any) -> dict[str, Any]:
-        return {
-            "totals": {},
-            "config": {"build_window": 20.0},
-            "sources": {},
-            "barriers": {},
-            "run_ended": False,
-            "run": 1,
-        }
+    async def stats(*_: Any, **__: Any) -> Stats:
+        return stats_answer(
+            sources={},
+            barriers=BarrierCounts(by_type={}),
+            config=OrdererConfig(build_window=20.0),
+            run_ended=False,
+            run=1,
+        )
 
     async def control(*_: Any, **__: Any) -> Any:
-        return {"build_window": 20.0}
+        return OrdererConfig(build_window=20.0)
 
     async def end(*_: Any, **__: Any) -> int:
         return 0
 
-    async def begin(*_: Any, **__: Any) -> dict[str, int]:
-        return {"run": 2, "start_offset": 0}
+    async def begin(*_: Any, **__: Any) -> RunSpan:
+        return RunSpan(2, 0)
 
     monkeypatch.setattr(handlers.orderer_client, "get_stats_async", stats)
     monkeypatch.setattr(handlers.orderer_client, "configure_async", control)

@@ -60,7 +60,7 @@ def test_the_operator_reaches_a_mutual_tls_server_with_a_token(tmp_path: Path) -
         }
         async with serving(tmp_path / "data", OrdererConfig(), **settings) as running:
             stats = await get_stats_async(f"127.0.0.1:{running.port}", security=reach)
-            assert stats["next_offset"] == 0
+            assert stats.next_offset == 0
 
     run(body())
 

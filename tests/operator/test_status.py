@@ -2,39 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from evb_operator import status, validation
+from orderer.stats import ConsumerState, Stats
+from tests.operator.conftest import stats_answer as _stats
 
 VALID = validation.validate({"buildWindow": 5, "alerts": {"lateBurst": 10}})
 NOW, LATER = "2026-01-01T00:00:00Z", "2026-01-01T00:00:10Z"
-
-
-def _stats(**changes: Any) -> dict[str, Any]:
-    """A GetStats answer in ``orderer.client.get_stats`` layout."""
-    stats: dict[str, Any] = {
-        "totals": {"received": 100, "emitted": 90, "late": 3, "dropped": 0},
-        "barriers": {"complete": 2, "incomplete": 0, "homogeneous": 2, "heterogeneous": 0},
-        "missing": {},
-        "sources": {
-            "1": {"dead": False, "paused": False},
-            "2": {"dead": True, "paused": True},
-        },
-        "next_offset": 90,
-        "high_water_mark": 2**63 + 5,
-        "queued": 10,
-        "run_ended": False,
-        "config": {
-            "build_window": 5.0,
-            "startup_delay": 2.0,
-            "barrier_timeout": None,
-            "source_timeout": 60.0,
-            "late_policy": "emit",
-            "sources": [],
-        },
-    }
-    stats.update(changes)
-    return stats
 
 
 def _statefulset(ready: int = 1, replicas: int = 1) -> dict[str, Any]:
@@ -57,7 +33,7 @@ def _spark(state: str | None) -> dict[str, Any]:
     return app
 
 
-def _observe(previous: dict[str, Any], stats: dict[str, Any] | None, **more: Any) -> Any:
+def _observe(previous: dict[str, Any], stats: Stats | None, **more: Any) -> Any:
     return status.observe(
         {"observedGeneration": 1, **previous},
         valid=more.pop("valid", VALID),
@@ -96,20 +72,21 @@ def test_the_counters_come_from_the_orderer() -> None:
     assert notices == []
 
 
-def _consumer(committed: int, lag_seconds: float) -> dict[str, Any]:
-    """A consumer as ``GetStats`` reports it (``evb stats --json`` layout)."""
-    return {
-        "committed": committed,
-        "lag": 90 - committed,
-        "lag_seconds": lag_seconds,
-        "last_commit": 1.7e9,
-    }
+def _consumer(name: str, committed: int, lag_seconds: float) -> ConsumerState:
+    """A consumer as ``GetStats`` reports it."""
+    return ConsumerState(
+        name=name,
+        committed=committed,
+        lag=90 - committed,
+        lag_seconds=lag_seconds,
+        last_commit=1.7e9,
+    )
 
 
 def test_the_consumer_lag_is_what_the_slowest_consumer_has_not_committed() -> None:
     new, _ = _observe({}, _stats())
     assert "consumerLag" not in new and "consumerLagSeconds" not in new  # none committed yet
-    consumers = {"spark": _consumer(60, 2.5), "tail": _consumer(85, 4.0)}
+    consumers = {"spark": _consumer("spark", 60, 2.5), "tail": _consumer("tail", 85, 4.0)}
     new, _ = _observe({}, _stats(consumers=consumers))
     assert new["consumerLag"] == 90 - 60
     assert new["consumerLagSeconds"] == 4.0  # in seconds, the slowest may be another one
@@ -141,7 +118,7 @@ def test_late_bursts_are_events() -> None:
     previous, _ = _observe({}, _stats())
     stats = _stats(
         totals={"received": 200, "emitted": 150, "late": 13, "dropped": 2},
-        missing={"2": 2, "10": 1},
+        missing={2: 2, 10: 1},
     )
     new, notices = _observe(previous, stats)
     assert new["missing"] == {"2": 2, "10": 1}
@@ -158,7 +135,7 @@ def test_a_small_late_count_is_no_burst() -> None:
 
 
 def test_drift_between_spec_and_orderer_is_a_condition() -> None:
-    config = {**_stats()["config"], "build_window": 7.0}
+    config = replace(_stats().config, build_window=7.0)
     new, _ = _observe({}, _stats(config=config))
     (configured,) = [c for c in new["conditions"] if c["type"] == "Configured"]
     assert configured["status"] == "False" and "build_window" in configured["message"]

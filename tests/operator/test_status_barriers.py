@@ -1,17 +1,19 @@
 """``evb_operator/status.py``: the Events and status fields of the orderer's barrier log, pure.
 
-A GetStats answer is built by hand in the ``evb stats --json`` layout (``barrier_log`` oldest
-first); the previous status is the operator's only memory, so each call here is also what an
-operator restarted with that status would do."""
+A GetStats answer is built by hand (``barrier_log`` oldest first); the previous status is the
+operator's only memory, so each call here is also what an operator restarted with that status
+would do."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import jsonschema
 
 from evb_operator import crd, status
+from orderer.stats import BarrierCounts, BarrierRecord, ConsumerState, Stats
 from tests.operator.conftest import unknown_fields
 from tests.operator.test_status import _observe, _stats
 
@@ -26,31 +28,31 @@ def _barrier(
     missing: tuple[int, ...] = (),
     types: dict[int, int] | None = None,
     t: float = NOW_T - 3,
-) -> dict[str, Any]:
+) -> BarrierRecord:
     """One entry of ``barrier_log``; sources 1 and 2 are known, each sends type 3 by default."""
     sent = {source: 3 for source in (1, 2) if source not in missing} if types is None else types
-    return {
-        "offset": offset,
-        "t": t,
-        "complete": not missing,
-        "homogeneous": len(set(sent.values())) <= 1,
-        "types": {str(source): kind for source, kind in sent.items()},
-        "missing": list(missing),
-    }
+    return BarrierRecord(
+        offset=offset,
+        t=t,
+        complete=not missing,
+        homogeneous=len(set(sent.values())) <= 1,
+        types=sent,
+        missing=missing,
+    )
 
 
-def _answer(log: list[dict[str, Any]], *, next_offset: int = 10_000, **more: Any) -> Any:
+def _answer(log: list[BarrierRecord], *, next_offset: int = 10_000, **more: Any) -> Stats:
     """A GetStats answer whose barrier counters are those of ``log`` (plus ``more``'s)."""
     counters = {
-        "complete": sum(e["complete"] for e in log),
-        "incomplete": sum(not e["complete"] for e in log),
-        "homogeneous": sum(e["homogeneous"] for e in log),
-        "heterogeneous": sum(not e["homogeneous"] for e in log),
+        "complete": sum(e.complete for e in log),
+        "incomplete": sum(not e.complete for e in log),
+        "homogeneous": sum(e.homogeneous for e in log),
+        "heterogeneous": sum(not e.homogeneous for e in log),
     }
     counters.update(more.pop("barriers", {}))
     return _stats(
-        barrier_log=log,
-        barriers=counters,
+        barrier_log=tuple(log),
+        barriers=BarrierCounts(**counters, by_type={}),
         next_offset=next_offset,
         now=NOW_T,
         wall_time=WALL,
@@ -163,7 +165,9 @@ def test_barriers_older_than_the_answer_are_counted_from_the_totals() -> None:
     )
     assert new["barriers"]["lastReportedOffset"] == 510
     # an answer without the log at all (an orderer from before it): the totals still speak
-    _, notices = _observe(first, _stats(barriers={"complete": 1, "incomplete": 2}))
+    _, notices = _observe(
+        first, _stats(barriers=BarrierCounts(complete=1, incomplete=2, by_type={}))
+    )
     assert _events(notices) == [("Warning", "IncompleteBarriers")]
     assert notices[0].message == (
         "and 2 more incomplete barrier(s) since output offset 41; 2 of them not in the"
@@ -185,8 +189,7 @@ def test_a_new_orderer_log_is_reported_from_its_start() -> None:
 
 
 def test_an_answer_without_wall_time_names_no_time() -> None:
-    answer = _answer([_barrier(40, missing=(2,))])
-    del answer["wall_time"]
+    answer = replace(_answer([_barrier(40, missing=(2,))]), wall_time=0.0)  # none on the wire
     new, notices = _observe({}, answer)
     assert "resolved" not in notices[0].message
     assert "resolved" not in new["barriers"]["lastIncomplete"]
@@ -195,7 +198,9 @@ def test_an_answer_without_wall_time_names_no_time() -> None:
 def test_the_barrier_status_validates_against_the_status_schema() -> None:
     """The API server drops what the schema does not declare: every new field must be in it."""
     log = [_barrier(100 + i, missing=(2,), types={1: 3}) for i in range(7)]
-    consumers = {"spark": {"committed": 5, "lag": 10, "lag_seconds": 1.5, "last_commit": WALL}}
+    consumers = {
+        "spark": ConsumerState(name="spark", committed=5, lag=10, lag_seconds=1.5, last_commit=WALL)
+    }
     new, _ = _observe({}, _answer(log, consumers=consumers))
     assert new["consumerLagSeconds"] == 1.5
     written = json.loads(json.dumps(new))
