@@ -1,8 +1,8 @@
 """The orderer's statistics as a person reads them: the sections of ``evb stats`` and the frame
-of ``evb top``, drawn from the ``evb stats --json`` mapping (:func:`orderer.client.get_stats`).
+of ``evb top``, drawn from a :class:`~orderer.stats.Stats` (:func:`orderer.client.get_stats`).
 
 Why a module of its own: ``evb stats`` (once) and ``evb top`` (every second) show the same
-sections and must show them alike; drawing is pure (a mapping in, a rich renderable out), so
+sections and must show them alike; drawing is pure (statistics in, a rich renderable out), so
 tests draw hand-built statistics at 80 columns without a server. Every table fits the width it
 is given by splitting its columns over as many tables as needed, each repeating the first
 column, so that no number is ever broken over two lines; ``plain`` draws ASCII without styles,
@@ -10,15 +10,16 @@ for a pipe or a file (:func:`write`).
 
 Times: the orderer's own (a barrier's ``t``, a source's ``last_arrival``, an out-of-order
 arrival's ``t``) are shown as ages against the statistics' ``now``; Unix times (a connection's
-``since``, a consumer's ``last_commit``) as ages against ``wall_time``. Keys a server older
-than the barrier log does not send are shown as absent, not as an error.
+``since``, a consumer's ``last_commit``) as ages against ``wall_time``. What a server older
+than the barrier log does not send (its ``wall_time``, the log, the connections) is shown as
+absent, not as an error.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -28,6 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orderer.config import TOTAL_COUNTERS
+from orderer.stats import BarrierRecord, SourceStats, Stats
 
 __all__ = ["DEFAULT_RECENT", "consumers_tables", "stats_table", "top_frame", "write"]
 
@@ -101,9 +103,9 @@ def _bytes(value: int | None) -> str:
     raise AssertionError("unreachable")
 
 
-def _ids(sources: Iterable[int | str]) -> str:
+def _ids(sources: Iterable[int]) -> str:
     """Source ids as ranges: ``1-4,7`` (a barrier missing 30 of 64 sources stays one line)."""
-    ids = sorted({int(s) for s in sources})
+    ids = sorted(set(sources))
     parts: list[str] = []
     i = 0
     while i < len(ids):
@@ -119,9 +121,9 @@ def _ago(now: float, then: float | None) -> str:
     return "-" if then is None else _age(now - then)
 
 
-def _wall(stats: Mapping[str, Any]) -> float:
+def _wall(stats: Stats) -> float:
     """Unix time at the statistics' ``now`` (this machine's clock if the server sent none)."""
-    return float(stats.get("wall_time") or time.time())
+    return float(stats.wall_time or time.time())
 
 
 # ------------------------------------------------------------------------------ tables
@@ -173,14 +175,16 @@ def _section(title: str, style: _Style, *body: Any) -> list[Any]:
     return [Text(""), Text(title, style=style.of("bold underline")), *body]
 
 
-def _sources(stats: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    return sorted(stats.get("sources", {}).items(), key=lambda kv: int(kv[0]))
+def _sources(stats: Stats) -> list[tuple[str, SourceStats]]:
+    """The sources by ascending id, each with its id as shown."""
+    return [(str(source), values) for source, values in sorted(stats.sources.items())]
 
 
-def _state(values: Mapping[str, Any]) -> str:
-    if values.get("marked_dead"):
+def _state(values: SourceStats) -> str:
+    if values.marked_dead:
         return "dead (marked)"
-    return ", ".join(n for n in ("paused", "ended", "dead") if values.get(n)) or "live"
+    flags = (("paused", values.paused), ("ended", values.ended), ("dead", values.dead))
+    return ", ".join(name for name, on in flags if on) or "live"
 
 
 def _state_style(state: str) -> str:
@@ -190,57 +194,55 @@ def _state_style(state: str) -> str:
 # ------------------------------------------------------------------------------ sections
 
 
-def _summary(stats: Mapping[str, Any], style: _Style) -> Text:
-    hwm = stats.get("high_water_mark")
+def _summary(stats: Stats, style: _Style) -> Text:
+    hwm = stats.high_water_mark
     return Text(
-        f"evb orderer: {'run ended' if stats['run_ended'] else 'running'}, "
-        f"time {stats['now']:.3f} s\noutput offset {stats['next_offset']:,}, "
+        f"evb orderer: {'run ended' if stats.run_ended else 'running'}, "
+        f"time {stats.now:.3f} s\noutput offset {stats.next_offset:,}, "
         f"high-water mark {'-' if hwm is None else hwm}",
         style=style.of("bold"),
     )
 
 
-def _counters(stats: Mapping[str, Any], style: _Style) -> list[Any]:
+def _counters(stats: Stats, style: _Style) -> list[Any]:
     """The counters of the ordering contract, a row per source and a total."""
-    missing = stats.get("missing", {})
-    totals = stats.get("totals", {})
+    totals = stats.totals
     sources = _sources(stats)
     columns = [
-        _Column(name.replace("_", " "), [_count(v.get(name)) for _, v in sources],
-                _count(totals.get(name)))
+        _Column(name.replace("_", " "), [_count(getattr(v, name)) for _, v in sources],
+                _count(getattr(totals, name)))
         for name in TOTAL_COUNTERS
     ]
     columns += [
-        _Column("max lateness", [_count(v.get("max_lateness")) for _, v in sources]),
-        _Column("barriers", [_count(v.get("barriers")) for _, v in sources]),
-        _Column("missing", [_count(missing.get(s, 0)) for s, _ in sources]),
+        _Column("max lateness", [_count(v.max_lateness) for _, v in sources]),
+        _Column("barriers", [_count(v.barriers) for _, v in sources]),
+        _Column("missing", [_count(v.missing) for _, v in sources]),
     ]
     first = _Column("source", [s for s, _ in sources], "total")
     return _section("Counters", style, *_tables(first, columns, style))
 
 
-def _queues(stats: Mapping[str, Any], style: _Style, *, received: bool = False) -> list[Any]:
+def _queues(stats: Stats, style: _Style, *, received: bool = False) -> list[Any]:
     """What waits in each source's queue, when it last sent, and its state."""
-    now = float(stats["now"])
+    now = float(stats.now)
     sources = _sources(stats)
     columns = [
-        _Column("queued", [_count(v.get("queued")) for _, v in sources], _count(stats["queued"])),
+        _Column("queued", [_count(v.queued) for _, v in sources], _count(stats.queued)),
         _Column(
             "bytes",
-            [_bytes(v.get("queued_bytes")) for _, v in sources],
-            _bytes(sum(int(v.get("queued_bytes") or 0) for _, v in sources)),
+            [_bytes(v.queued_bytes) for _, v in sources],
+            _bytes(sum(v.queued_bytes for _, v in sources)),
         ),
-        _Column("oldest ts", [_text(v.get("oldest_ts")) for _, v in sources]),
-        _Column("newest ts", [_text(v.get("newest_ts")) for _, v in sources]),
-        _Column("watermark", [_text(v.get("watermark")) for _, v in sources]),
-        _Column("last arrival", [_ago(now, v.get("last_arrival")) for _, v in sources]),
+        _Column("oldest ts", [_text(v.oldest_ts) for _, v in sources]),
+        _Column("newest ts", [_text(v.newest_ts) for _, v in sources]),
+        _Column("watermark", [_text(v.watermark) for _, v in sources]),
+        _Column("last arrival", [_ago(now, v.last_arrival) for _, v in sources]),
         _Column("state", [_state(v) for _, v in sources], left=True),
     ]
     if received:  # evb top: one table of the sources, without what the counters say
-        totals = stats.get("totals", {})
         columns = [
-            _Column("received", [_count(v.get("received")) for _, v in sources],
-                    _count(totals.get("received"))),
+            _Column("received", [_count(v.received) for _, v in sources],
+                    _count(stats.totals.received)),
             *columns[:2],
             columns[3],
             *columns[5:],
@@ -250,110 +252,106 @@ def _queues(stats: Mapping[str, Any], style: _Style, *, received: bool = False) 
     return _section("Sources" if received else "Queues", style, *_tables(first, columns, rows))
 
 
-def _out_of_order(stats: Mapping[str, Any], style: _Style, recent: int) -> list[Any]:
+def _out_of_order(stats: Stats, style: _Style, recent: int) -> list[Any]:
     """The newest out-of-order arrivals over all sources (each source keeps its last ten)."""
-    now = float(stats["now"])
+    now = float(stats.now)
     offenders = sorted(
-        ((float(o["t"]), s, o) for s, v in _sources(stats) for o in v.get("out_of_order_last", [])),
+        ((float(o.t), s, o) for s, v in _sources(stats) for o in v.out_of_order_last),
         key=lambda entry: entry[0],
     )[-recent:]
     if not offenders:
         return []
     columns = [
-        _Column("previous ts", [str(o["previous"]) for _, _, o in offenders]),
-        _Column("timestamp", [str(o["timestamp"]) for _, _, o in offenders]),
-        _Column("back by", [str(o["previous"] - o["timestamp"]) for _, _, o in offenders]),
+        _Column("previous ts", [str(o.previous) for _, _, o in offenders]),
+        _Column("timestamp", [str(o.timestamp) for _, _, o in offenders]),
+        _Column("back by", [str(o.previous - o.timestamp) for _, _, o in offenders]),
         _Column("age", [_age(now - t) for t, _, _ in offenders]),
     ]
     first = _Column("source", [s for _, s, _ in offenders])
     return _section("Out of order (newest)", style, *_tables(first, columns, style))
 
 
-def _types(record: Mapping[str, Any]) -> str:
+def _types(record: BarrierRecord) -> str:
     """``type 1`` when every source sent the same type, else each type with its sources
     (``type 1 from 1-2, type 2 from 3``)."""
-    by_type: dict[int, list[str]] = {}
-    for source, kind in record.get("types", {}).items():
+    by_type: dict[int, list[int]] = {}
+    for source, kind in record.types.items():
         by_type.setdefault(int(kind), []).append(source)
     if len(by_type) == 1:
         return f"type {next(iter(by_type))}"
     return ", ".join(f"type {k} from {_ids(sources)}" for k, sources in sorted(by_type.items()))
 
 
-def _barriers(stats: Mapping[str, Any], style: _Style, recent: int) -> list[Any]:
+def _barriers(stats: Stats, style: _Style, recent: int) -> list[Any]:
     """The barrier counts (by result and by type) and the newest resolved barriers, the
     incomplete ones highlighted with the sources they missed."""
-    counts = stats.get("barriers", {})
-    line = ", ".join(f"{counts.get(name, 0):,} {name}" for name in _BARRIER_TOTALS)
-    by_type = counts.get("by_type") or {}
-    if by_type:
-        kinds = sorted(by_type.items(), key=lambda kv: int(kv[0]))
+    counts = stats.barriers
+    line = ", ".join(f"{getattr(counts, name):,} {name}" for name in _BARRIER_TOTALS)
+    if counts.by_type:
+        kinds = sorted(counts.by_type.items())
         line += "\nfragments by type: " + ", ".join(f"type {k}: {n:,}" for k, n in kinds)
-    log = list(stats.get("barrier_log", []))[-recent:] if recent else []
+    log = list(stats.barrier_log)[-recent:] if recent else []
     body: list[Any] = [Text(line)]
     if log:
-        now = float(stats["now"])
+        now = float(stats.now)
         columns = [
-            _Column("age", [_age(now - float(r["t"])) for r in log]),
-            _Column("result", ["complete" if r["complete"] else "INCOMPLETE" for r in log],
+            _Column("age", [_age(now - float(r.t)) for r in log]),
+            _Column("result", ["complete" if r.complete else "INCOMPLETE" for r in log],
                     left=True),
             _Column("types", [
-                ("homogeneous " if r["homogeneous"] else "heterogeneous ") + _types(r)
+                ("homogeneous " if r.homogeneous else "heterogeneous ") + _types(r)
                 for r in log
             ], left=True),
-            _Column("missing", [_ids(r.get("missing", [])) for r in log], left=True),
+            _Column("missing", [_ids(r.missing) for r in log], left=True),
         ]
-        first = _Column("offset", [_count(int(r["offset"])) for r in log])
+        first = _Column("offset", [_count(r.offset) for r in log])
         rows = [
-            "bold red" if not r["complete"] else "" if r["homogeneous"] else "yellow" for r in log
+            "bold red" if not r.complete else "" if r.homogeneous else "yellow" for r in log
         ]
         body += [Text(f"the last {len(log)} of the barrier log:"),
                  *_tables(first, columns, _Style(style.plain, style.width, rows))]
     return _section("Barriers", style, *body)
 
 
-def _connections(stats: Mapping[str, Any], style: _Style) -> list[Any]:
+def _connections(stats: Stats, style: _Style) -> list[Any]:
     """Each open Submit stream: who, which sources, for how long, how much."""
-    connections = sorted(stats.get("connections", []), key=lambda c: c.get("since", 0))
+    connections = sorted(stats.connections, key=lambda c: c.since)
     if not connections:
         return _section("Connections", style, Text("none"))
     wall = _wall(stats)
     columns = [
-        _Column("sources", [_ids(c.get("sources", [])) for c in connections], left=True),
-        _Column("open for", [_ago(wall, c.get("since")) for c in connections]),
-        _Column("messages", [_count(c.get("messages")) for c in connections]),
-        _Column("bytes", [_bytes(c.get("bytes")) for c in connections]),
+        _Column("sources", [_ids(c.sources) for c in connections], left=True),
+        _Column("open for", [_ago(wall, c.since) for c in connections]),
+        _Column("messages", [_count(c.messages) for c in connections]),
+        _Column("bytes", [_bytes(c.bytes) for c in connections]),
         _Column("acked", [
-            " ".join(f"{s}:{n}" for s, n in sorted(c.get("acked", {}).items(),
-                                                   key=lambda kv: int(kv[0])))
-            for c in connections
+            " ".join(f"{s}:{n}" for s, n in sorted(c.acked.items())) for c in connections
         ], left=True),
     ]
-    first = _Column("peer", [str(c.get("peer", "")) for c in connections], left=True)
+    first = _Column("peer", [c.peer for c in connections], left=True)
     return _section("Connections", style, *_tables(first, columns, style))
 
 
-def _consumers(stats: Mapping[str, Any], style: _Style) -> list[Any]:
+def _consumers(stats: Stats, style: _Style) -> list[Any]:
     """Each consumer's committed offset and how far behind the output it is."""
-    consumers = sorted(stats.get("consumers", {}).items())
-    if not consumers:
+    if not stats.consumers:
         return _section("Consumers", style, Text("none"))
     return _section("Consumers", style, consumers_tables(stats, style.width, plain=style.plain))
 
 
-def consumers_tables(stats: Mapping[str, Any], width: int, *, plain: bool) -> Any:
+def consumers_tables(stats: Stats, width: int, *, plain: bool) -> Any:
     """The consumers' table alone (``evb consumers``): committed offset, lag in fragments and
     seconds, age of the last commit; a consumer behind by more than a second in yellow."""
-    consumers = sorted(stats.get("consumers", {}).items())
+    consumers = sorted(stats.consumers.items())
     wall = _wall(stats)
     columns = [
-        _Column("committed", [_count(c.get("committed")) for _, c in consumers]),
-        _Column("lag", [_count(c.get("lag")) for _, c in consumers]),
-        _Column("lag s", [f"{float(c.get('lag_seconds') or 0):.1f}" for _, c in consumers]),
-        _Column("last commit", [_ago(wall, c.get("last_commit")) for _, c in consumers]),
+        _Column("committed", [_count(c.committed) for _, c in consumers]),
+        _Column("lag", [_count(c.lag) for _, c in consumers]),
+        _Column("lag s", [f"{float(c.lag_seconds or 0):.1f}" for _, c in consumers]),
+        _Column("last commit", [_ago(wall, c.last_commit) for _, c in consumers]),
     ]
     first = _Column("consumer", [name for name, _ in consumers], left=True)
-    rows = ["yellow" if float(c.get("lag_seconds") or 0) > 1 else "" for _, c in consumers]
+    rows = ["yellow" if float(c.lag_seconds or 0) > 1 else "" for _, c in consumers]
     return Group(*_tables(first, columns, _Style(plain, width, rows)))
 
 
@@ -361,7 +359,7 @@ def consumers_tables(stats: Mapping[str, Any], width: int, *, plain: bool) -> An
 
 
 def stats_table(
-    stats: Mapping[str, Any], *, plain: bool = False, width: int = 80, recent: int = DEFAULT_RECENT
+    stats: Stats, *, plain: bool = False, width: int = 80, recent: int = DEFAULT_RECENT
 ) -> Any:
     """``evb stats``: a summary, then the counters, the queues, the newest out-of-order
     arrivals, the barriers with the newest ``recent`` of the barrier log, the connections and
@@ -379,7 +377,7 @@ def stats_table(
 
 
 def top_frame(
-    stats: Mapping[str, Any] | None,
+    stats: Stats | None,
     *,
     target: str,
     error: str | None = None,
@@ -399,16 +397,16 @@ def top_frame(
     elif stats is None:
         state, state_style = "connecting", ""
     else:
-        state, state_style = ("run ended" if stats["run_ended"] else "running"), "bold green"
+        state, state_style = ("run ended" if stats.run_ended else "running"), "bold green"
     header = Text(f"evb top  {target}  {clock}  ", style=style.of("bold"))
     header.append(state, style=style.of(state_style))
     if stats is None:
         return Group(header)
-    window = stats.get("config", {}).get("build_window")
+    window = stats.config.build_window
     speed = "-/s in, -/s out" if rates is None else f"{rates[0]:,.0f}/s in, {rates[1]:,.0f}/s out"
     header.append(
-        f"\nnext offset {stats['next_offset']:,}  queued {stats['queued']:,}  "
-        f"window {'-' if window is None else f'{window:g} s'}  {speed}"
+        f"\nnext offset {stats.next_offset:,}  queued {stats.queued:,}  "
+        f"window {window:g} s  {speed}"
     )
     return Group(
         header,

@@ -302,7 +302,7 @@ class _Forwarder:
             except ServiceUnavailable as error:
                 log.info("no stats from %s (%s): asking again", self.upstream, error)
             else:
-                if stats["run_ended"] and self.position >= int(stats["next_offset"]):
+                if stats.run_ended and self.position >= stats.next_offset:
                     return
             await asyncio.sleep(_POLL)
 
@@ -332,8 +332,8 @@ async def forward_async(
     name = consumer or f"forward-to-{downstream}"
     connection: dict[str, Any] = {"security": security, "connect_timeout": connect_timeout}
     committed = await get_committed_async(upstream, name, **connection)
-    start = int(committed["offset"])
-    if not committed["known"]:  # from now on A's retention keeps its log for this forwarder
+    start = committed.offset
+    if not committed.known:  # from now on A's retention keeps its log for this forwarder
         await commit_async(upstream, name, 0, **connection)
     client = AsyncSourceClient(
         downstream,
@@ -344,7 +344,7 @@ async def forward_async(
     )
     async with client:
         forwarder = _Forwarder(client, upstream, name, as_source, connection)
-        await forwarder.start_at(start, committed["metadata"])
+        await forwarder.start_at(start, committed.metadata)
         log.info("forwarding %s from offset %d to %s", upstream, start, downstream)
         reading = [
             asyncio.create_task(forwarder.read()),

@@ -241,9 +241,9 @@ def _say_if_ended(target: str, client_options: dict[str, Any] | None) -> None:
     options = client_options or {}
     connection = {k: options[k] for k in ("security", "connect_timeout") if k in options}
     stats = get_stats(target, barrier_log_limit=1, **connection)
-    if stats["run_ended"]:
+    if stats.run_ended:
         print(
-            f"evb send: run {stats['run']} has ended (evb end-run): these fragments reopen it"
+            f"evb send: run {stats.run} has ended (evb end-run): these fragments reopen it"
             " and are its own; `evb begin-run` starts the next run",
             file=sys.stderr,
             flush=True,

@@ -5,10 +5,11 @@ or as JSON (the tables are drawn by :mod:`orderer.apps.console`, which ``evb top
 from __future__ import annotations
 
 import json
-from typing import IO, Any
+from typing import IO
 
 from orderer.apps.console import DEFAULT_RECENT, stats_table, write
 from orderer.client import DEFAULT_CONNECT_TIMEOUT, ChannelSecurity, get_stats
+from orderer.stats import Stats
 
 __all__ = ["print_stats", "write_stats"]
 
@@ -22,9 +23,9 @@ def print_stats(
     timeout: float = 10.0,
     security: ChannelSecurity | None = None,
     connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
-) -> dict[str, Any]:
-    """``evb stats``: the statistics as tables, or as JSON (the mapping of
-    :func:`~orderer.client.get_stats` as is). ``barriers``: how many of the newest resolved
+) -> Stats:
+    """``evb stats``: the statistics as tables, or as JSON (:meth:`~orderer.stats.Stats.to_json`
+    of :func:`~orderer.client.get_stats`). ``barriers``: how many of the newest resolved
     barriers to show (default: the server's 1000 in JSON, :data:`DEFAULT_RECENT` in tables).
 
     On a terminal the tables take its width; into a pipe or a file they are plain ASCII, no
@@ -38,13 +39,13 @@ def print_stats(
         connect_timeout=connect_timeout,
     )
     if as_json:
-        out.write(json.dumps(stats, indent=1) + "\n")
+        out.write(json.dumps(stats.to_json(), indent=1) + "\n")
     else:
         write_stats(stats, out, recent=recent)
     return stats
 
 
-def write_stats(stats: dict[str, Any], out: IO[str], *, recent: int = DEFAULT_RECENT) -> None:
+def write_stats(stats: Stats, out: IO[str], *, recent: int = DEFAULT_RECENT) -> None:
     """The sections of :func:`orderer.apps.console.stats_table` on ``out``: a terminal's width and
     styles, else plain ASCII without styles or trailing blanks, ``$COLUMNS`` wide or 80."""
     write(out, lambda width, plain: stats_table(stats, plain=plain, width=width, recent=recent))

@@ -76,7 +76,7 @@ def _ordered(
         stats = get_stats(
             target, barrier_log_limit=1, security=security, connect_timeout=connect_timeout
         )
-        until = int(stats["next_offset"])
+        until = stats.next_offset
     if until is not None and from_offset >= until:
         return
     reader = OrderedStreamReader(
@@ -115,8 +115,8 @@ def _stopped_at_run_end(
                 )
             except EvbError:
                 stats = None
-            if stats is not None and stats["run_ended"]:
-                reader.stop_at(int(stats["next_offset"]))
+            if stats is not None and stats.run_ended:
+                reader.stop_at(stats.next_offset)
                 return
             if stop.wait(RUN_END_POLL):
                 return

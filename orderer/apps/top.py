@@ -19,12 +19,13 @@ from __future__ import annotations
 import contextlib
 import select
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import IO, Any
 
 from orderer.apps.console import DEFAULT_RECENT, top_frame, write
 from orderer.client import DEFAULT_CONNECT_TIMEOUT, ChannelSecurity, get_stats
 from orderer.errors import AuthenticationError, ServiceUnavailable
+from orderer.stats import Stats
 
 __all__ = ["run_top"]
 
@@ -36,11 +37,11 @@ class _View:
     def __init__(self, target: str, recent: int) -> None:
         self.target = target
         self.recent = recent
-        self.stats: dict[str, Any] | None = None
+        self.stats: Stats | None = None
         self.rates: tuple[float, float] | None = None
         self.error: str | None = None
 
-    def update(self, stats: dict[str, Any] | None, error: str | None = None) -> None:
+    def update(self, stats: Stats | None, error: str | None = None) -> None:
         self.error = error
         if stats is None:
             return
@@ -59,16 +60,14 @@ class _View:
         )
 
 
-def _rates(
-    before: Mapping[str, Any] | None, after: Mapping[str, Any]
-) -> tuple[float, float] | None:
+def _rates(before: Stats | None, after: Stats) -> tuple[float, float] | None:
     """Fragments per second received and emitted between two statistics (None without two, or
     across a restart, where the orderer's clock or counters went back)."""
     if before is None:
         return None
-    seconds = float(after["now"]) - float(before["now"])
-    received = after["totals"]["received"] - before["totals"]["received"]
-    emitted = after["next_offset"] - before["next_offset"]
+    seconds = float(after.now) - float(before.now)
+    received = after.totals.received - before.totals.received
+    emitted = after.next_offset - before.next_offset
     if seconds <= 0 or received < 0 or emitted < 0:
         return None
     return received / seconds, emitted / seconds

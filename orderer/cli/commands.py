@@ -336,7 +336,10 @@ def cmd_source(args: argparse.Namespace) -> int:
     state = set_source_state(
         args.target, source, args.action == "dead", timeout=args.timeout, **_connection(args)
     )
-    print(json.dumps({"source": source, **state}), flush=True)
+    print(
+        json.dumps({"source": source, "was_known": state.was_known, "dead": state.dead}),
+        flush=True,
+    )
     return 0
 
 
@@ -352,7 +355,7 @@ def cmd_begin_run(args: argparse.Namespace) -> int:
     from orderer.client import begin_run
 
     begun = begin_run(args.target, args.run, timeout=args.timeout, **_connection(args))
-    print(json.dumps(begun), flush=True)
+    print(json.dumps({"run": begun.run, "start_offset": begun.start_offset}), flush=True)
     return 0
 
 
@@ -397,7 +400,7 @@ def cmd_consumers(args: argparse.Namespace) -> int:
         existed, lowest = delete_consumer(args.target, args.name, **connection)
         if not existed:
             stats = get_stats(args.target, barrier_log_limit=1, **connection)
-            known = sorted(stats["consumers"])
+            known = sorted(stats.consumers)
             raise ConfigError(
                 "NAME", args.name, f"is not a known consumer (known: {', '.join(known) or 'none'})"
             )
@@ -409,7 +412,7 @@ def cmd_consumers(args: argparse.Namespace) -> int:
 
     stats = get_stats(args.target, barrier_log_limit=1, **connection)
     if args.json:
-        print(json.dumps(dict(sorted(stats["consumers"].items())), indent=1), flush=True)
+        print(json.dumps(dict(sorted(stats.to_json()["consumers"].items())), indent=1), flush=True)
     else:
         write(sys.stdout, lambda width, plain: consumers_tables(stats, width, plain=plain))
     return 0

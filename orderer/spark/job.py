@@ -72,11 +72,13 @@ from orderer.errors import ConfigError, ServiceUnavailable
 from orderer.job_config import JobConfig, OutputFormat
 from orderer.spark import files, runs
 from orderer.spark.batch import write_batch
-from orderer.spark.checks import check_arguments, glom_config, java_problem
+from orderer.spark.checks import check_arguments, glom_config, java_problem, stages_plan
 from orderer.spark.glom import GlomConfig
 from orderer.spark.layout import Layout
 from orderer.spark.nscldaq import NscldaqSink
+from orderer.spark.stages import stage_failure, stage_results
 from orderer.spark.streaming import channel_security, stream
+from orderer.stages.plan import Plan
 
 __all__ = ["JobResult", "create_session", "follow_runs", "main", "run"]
 
@@ -96,13 +98,14 @@ def run(spark: Any, config: JobConfig) -> JobResult:
 
     register(spark)
     glom = glom_config(config)
+    plan = stages_plan(config)
     layout = Layout.of(config)
     started = time.monotonic()
     if config.target:
-        batches, _ = stream(spark, config, glom, layout)
+        batches, _ = stream(spark, config, glom, layout, plan=plan)
     else:
-        batches = write_batch(spark, config, glom, layout)
-    return _finish(spark, config, glom, layout, batches, time.monotonic() - started)
+        batches = write_batch(spark, config, glom, layout, plan)
+    return _finish(spark, config, glom, layout, batches, time.monotonic() - started, plan=plan)
 
 
 def follow_runs(spark: Any, config: JobConfig) -> list[JobResult]:
@@ -114,6 +117,7 @@ def follow_runs(spark: Any, config: JobConfig) -> list[JobResult]:
 
     register(spark)
     glom = glom_config(config)
+    plan = stages_plan(config)
     target = config.target
     assert target is not None  # --follow-runs needs --target (checked before Spark starts)
     security = channel_security(config)
@@ -130,12 +134,14 @@ def follow_runs(spark: Any, config: JobConfig) -> list[JobResult]:
         def build(span: runs.RunSpan) -> bool:
             layout = Layout.of(config, str(span.run))
             started = time.monotonic()
-            batches, end = stream(spark, config, glom, layout, span, stop.requested)
+            batches, end = stream(spark, config, glom, layout, span, stop.requested, plan)
             if end is None:
                 return False
-            offsets = {"run_offsets": {"start": span.start, "end": end}}
+            offsets = {"run_offsets": {"start": span.start_offset, "end": end}}
             built = time.monotonic() - started
-            results.append(_finish(spark, config, glom, layout, batches, built, offsets))
+            results.append(
+                _finish(spark, config, glom, layout, batches, built, offsets, plan=plan)
+            )
             return True
 
         runs.follow(
@@ -152,6 +158,8 @@ def _finish(
     batches: int,
     built: float,
     extra: dict[str, Any] | None = None,
+    *,
+    plan: Plan | None = None,
 ) -> JobResult:
     """The run's summary (with ``extra``) and report, from its events as written."""
     from orderer.spark.report import write_report
@@ -177,6 +185,8 @@ def _finish(
     summary.data["build_seconds"] = round(built, 3)
     summary.data["micro_batches"] = batches
     summary.data["events_path"] = layout.events
+    if plan is not None:
+        summary.data["stages"] = stage_results(spark, plan, config.output.rstrip("/"), layout.run)
     summary.data.update(extra or {})
 
     local = files.local(layout.run_dir)
@@ -243,6 +253,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = JobConfig.from_argv(argv)
     try:
         check_arguments(config)
+        if config.explain:  # the plan alone, without Spark
+            plan = stages_plan(config)
+            assert plan is not None  # check_arguments refuses --explain without --stages
+            print(plan.explain(config.partitions))
+            return 0
     except ConfigError as error:
         missing = error.value is None  # a flag left out: nothing to show of it
         print(f"evb spark-job: {error.parameter}: {error.why}" if missing else
@@ -267,6 +282,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:  # seen only once Spark reads the output (a resumed run)
         print(f"evb spark-job: {error}", file=sys.stderr)
         return 2
+    except Exception as error:  # a user's stage failed: its one line names it
+        failed = stage_failure(str(error))
+        if failed is None:
+            raise
+        print(f"evb spark-job: {failed}; the micro-batch was not committed: fix the stage and"
+              " run the job again, it resumes there", file=sys.stderr)
+        return 1
     finally:
         spark.stop()
     return 0

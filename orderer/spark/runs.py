@@ -29,13 +29,13 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
 from orderer.errors import ConfigError, ServiceUnavailable
 from orderer.job_config import JobConfig
+from orderer.stats import RunSpan, Stats
 
 __all__ = [
     "RunSpan",
@@ -49,32 +49,19 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class RunSpan:
-    """One run of the run table: output offsets ``[start, end)``; ``end`` None while it goes
-    on."""
-
-    run: int
-    start: int
-    end: int | None
+def table(stats: Stats) -> list[RunSpan]:
+    """The run table of a ``GetStats`` (:class:`~orderer.stats.RunSpan`: a run's output is
+    ``[start_offset, end_offset)``, ``end_offset`` None while it goes on), in order."""
+    return list(stats.runs)
 
 
-def table(stats: Mapping[str, Any]) -> list[RunSpan]:
-    """The run table of a ``GetStats`` mapping (``stats_to_mapping``), in order."""
-    return [
-        RunSpan(int(entry["run"]), int(entry["start_offset"]), entry["end_offset"])
-        for entry in stats["runs"]
-    ]
-
-
-def run_end(runs: Sequence[Mapping[str, Any]], run: int) -> int | None:
+def run_end(runs: Sequence[RunSpan], run: int) -> int | None:
     """Where ``run`` ends in a run table (``GetStats.runs``); None while it goes on. A run the
     table does not hold is a ConfigError naming the option ``run`` and the runs it holds."""
-    for entry in runs:
-        if entry["run"] == run:
-            end = entry["end_offset"]
-            return None if end is None else int(end)
-    known = ", ".join(str(entry["run"]) for entry in runs) or "none"
+    for span in runs:
+        if span.run == run:
+            return span.end_offset
+    known = ", ".join(str(span.run) for span in runs) or "none"
     raise ConfigError("run", run, f"is not in the orderer's run table (runs: {known})")
 
 

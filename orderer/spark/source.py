@@ -318,10 +318,10 @@ def _stats(options: _Options) -> tuple[int, bool]:
         connect_timeout=options.reconnect_timeout,
         security=channel_security(options.security),
     )
-    available = int(stats["next_offset"])
+    available = stats.next_offset
     if options.run is None:
-        return available, bool(stats["run_ended"])
-    end = run_end(stats["runs"], options.run)
+        return available, stats.run_ended
+    end = run_end(stats.runs, options.run)
     return (available, False) if end is None else (min(available, end), True)
 
 

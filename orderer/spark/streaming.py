@@ -23,7 +23,9 @@ from orderer.spark.glom import GlomConfig
 from orderer.spark.layout import Layout
 from orderer.spark.nscldaq import NscldaqSink
 from orderer.spark.resume import building, check_resumed_building
+from orderer.spark.stages import StagesSink, remove_stage_results, stage_failure
 from orderer.spark.writer import events_writer
+from orderer.stages.plan import Plan
 
 __all__ = ["channel_security", "security_options", "stream"]
 
@@ -55,6 +57,7 @@ def stream(
     layout: Layout,
     span: runs.RunSpan | None = None,
     stopped: Callable[[], bool] = lambda: False,
+    plan: Plan | None = None,
 ) -> tuple[int, int | None]:
     """Stream the orderer into ``layout`` until the run ended and was read to its end: the
     whole output until ``run_ended``, or with ``span`` that run of the run table alone.
@@ -73,6 +76,8 @@ def stream(
     else:  # a new run, not a restarted one: replace the old
         files.remove(spark, layout.events)
         files.remove(spark, layout.run_dir)
+        if plan is not None:
+            remove_stage_results(spark, plan, config.output.rstrip("/"), layout.run)
     files.write_text(spark, layout.building, json.dumps(record, sort_keys=True))
 
     reader = (
@@ -86,12 +91,19 @@ def stream(
     if config.max_fragments_per_trigger:
         reader = reader.option("maxFragmentsPerTrigger", config.max_fragments_per_trigger)
     if span is not None:  # this run's offsets alone: its last event closes at its end
-        reader = reader.option("run", span.run).option("startingOffset", span.start)
+        reader = reader.option("run", span.run).option("startingOffset", span.start_offset)
     events = reader.option("output", "events").load()  # built where read: one Python step
     writer = events.writeStream.option("checkpointLocation", checkpoint).queryName(
         f"evb-{layout.run}"
     )
-    if config.format is OutputFormat.NSCLDAQ:  # no file sink writes ring items: batch-id-named
+    if plan is not None:  # the stages' results and the events, per batch, once: one sink
+        writer = writer.foreachBatch(
+            StagesSink(
+                spark, plan, config.output.rstrip("/"), layout.run, layout.events, config.format,
+                config.partitions, f"{checkpoint}/evb-stages", config.glom_source_id,
+            )
+        )
+    elif config.format is OutputFormat.NSCLDAQ:  # no file sink writes ring items: batch-id-named
         writer = writer.foreachBatch(NscldaqSink(spark, layout.events, config.glom_source_id))
     else:  # the run's own directory, with its own sink log: the layout partitionBy("run") gives
         writer = events_writer(writer, config.format).option("path", layout.events)
@@ -109,9 +121,9 @@ def stream(
                 print(f"evb spark-job: orderer unavailable, waiting: {error}", file=sys.stderr)
                 continue
             if span is None:
-                run_end = int(stats["next_offset"]) if stats["run_ended"] else None
+                run_end = stats.next_offset if stats.run_ended else None
             else:
-                run_end = runs.run_end(stats["runs"], span.run)
+                run_end = runs.run_end(stats.runs, span.run)
             if run_end is None:
                 continue
             query.processAllAvailable()
@@ -119,7 +131,7 @@ def stream(
             # the last one is never committed: commit it here, or the finished job would
             # show a lag for ever and hold that much of the log from retention
             end = _end_offset(query.lastProgress)
-            if span is not None and (span.start if end is None else end) < run_end:
+            if span is not None and (span.start_offset if end is None else end) < run_end:
                 continue  # not read to the run's end yet
             if end is not None:
                 commit(target, config.consumer, end, security=security)
@@ -130,6 +142,9 @@ def stream(
         query.stop()
     failure = query.exception()
     if failure is not None:
+        stage = stage_failure(str(failure))
+        if stage is not None:  # a user's stage: its one line, not Spark's trace
+            raise RuntimeError(f"the streaming query failed: StageError: {stage}")
         raise RuntimeError(f"the streaming query failed: {failure}")
     return batches, read_to
 

@@ -16,6 +16,7 @@ import numpy as np
 from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
 from orderer.client import OrderedStreamReader
+from orderer.stats import Stats
 from orderer.wire import convert
 from tests.e2e.conftest import ServerProcess, environment, evb_command
 
@@ -34,9 +35,9 @@ def _call(target: str, method: str, request: Any) -> Any:
         return getattr(pb_grpc.OrdererStub(channel), method)(request, timeout=30)
 
 
-def _stats(target: str) -> dict[str, Any]:
+def _stats(target: str) -> Stats:
     reply = _call(target, "GetStats", pb.GetStatsRequest(barrier_log_limit=10_000))
-    return convert.stats_to_mapping(reply)
+    return convert.stats_from_pb(reply)
 
 
 def test_the_barrier_log_survives_kill_9_each_barrier_once(
@@ -52,31 +53,31 @@ def test_the_barrier_log_survives_kill_9_each_barrier_once(
     )
     assert sent.returncode == 0, sent.stderr
     # every barrier waits for source 3, which sends nothing: none resolved yet
-    assert _stats(server.target)["barrier_log"] == []
+    assert _stats(server.target).barrier_log == ()
     reply = _call(server.target, "SetSourceState", pb.SourceStateRequest(source=3, dead=True))
     assert (reply.was_known, reply.dead) == (True, True)
     deadline = time.monotonic() + 60
-    while len(before := _stats(server.target)["barrier_log"]) < 5:  # the rest as data drains
+    while len(before := _stats(server.target).barrier_log) < 5:  # the rest as data drains
         assert time.monotonic() < deadline, before
         time.sleep(0.05)
     assert len(before) == 5  # begin run, three in the run, end run
-    assert all(not b["complete"] and b["missing"] == [3] for b in before)
+    assert all(not b.complete and b.missing == (3,) for b in before)
 
     server.kill()
     assert "stopping" not in server.log_text()  # died without its shutdown
     server.start()
     stats = _stats(server.target)
-    after = stats["barrier_log"]
+    after = stats.barrier_log
     assert after == before
-    assert len({b["offset"] for b in after}) == len(after)
-    assert stats["barriers"]["incomplete"] == 5
-    assert stats["barriers"]["by_type"] == {"1": 2, "2": 2, "3": 6}
+    assert len({b.offset for b in after}) == len(after)
+    assert stats.barriers.incomplete == 5
+    assert stats.barriers.by_type == {1: 2, 2: 2, 3: 6}
 
-    end = stats["next_offset"]
+    end = stats.next_offset
     output = list(OrderedStreamReader(server.target, 0, until=end))
     barrier_offsets = [
         batch.first_seq + int(k) for batch in output for k in np.flatnonzero(batch.barrier)
     ]
-    listed = [b["offset"] + k for b in after for k in range(len(b["types"]))]
+    listed = [b.offset + k for b in after for k in range(len(b.types))]
     assert barrier_offsets == listed
     assert server.stop() == 0

@@ -31,7 +31,8 @@ VICTIM = 2
 
 def _received(target: str, source: int) -> int:
     stats = get_stats(target, timeout=5)
-    return int(stats["sources"].get(str(source), {}).get("received", 0))
+    known = stats.sources.get(source)
+    return 0 if known is None else known.received
 
 
 def _sender(target: str, source: int, *more: str) -> subprocess.Popen[str]:
@@ -83,5 +84,5 @@ def test_a_source_killed_mid_run_resumes_and_nothing_is_lost_or_doubled(
     assert end == total == sum(got.values())
     assert got == expected  # each exactly once
     stats = get_stats(server.target)
-    assert stats["sources"][str(VICTIM)]["duplicates"] == 0
+    assert stats.sources[VICTIM].duplicates == 0
     assert server.stop() == 0

@@ -28,7 +28,7 @@ SERVE_FLAGS = ["--build-window", "0.5", "--startup-delay", "0.2", "--sources", "
 
 def _received(target: str) -> int:
     try:
-        return int(get_stats(target, timeout=5)["totals"]["received"])
+        return get_stats(target, timeout=5).totals.received
     except ConnectionError:
         return 0
 
@@ -83,6 +83,6 @@ def test_kill_9_mid_run_loses_and_duplicates_nothing_acknowledged(
     assert end == total == sum(got.values())
     assert got == expected  # each exactly once
     stats = get_stats(server.target)
-    assert stats["totals"]["received"] == total
-    assert stats["next_offset"] == total
+    assert stats.totals.received == total
+    assert stats.next_offset == total
     assert server.stop() == 0

@@ -201,7 +201,7 @@ def test_full_log_volume_stops_acks_then_resumes_losing_nothing(
     rows = _ordered_rows(server, end)
     assert end == 2 * PER_PHASE * len(SOURCES) == len(rows)
     _check_everything_once(rows)
-    assert get_stats(server.target)["totals"]["received"] == len(rows)
+    assert get_stats(server.target).totals.received == len(rows)
     assert server.stop() == 0
     assert [r[:4] for r in rows] == _replayed(small_volume / "data", tmp_path)
 

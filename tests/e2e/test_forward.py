@@ -118,7 +118,7 @@ class _Forwarder:
 
 def _received(target: str) -> int:
     try:
-        return int(get_stats(target, timeout=5, connect_timeout=1)["totals"]["received"])
+        return get_stats(target, timeout=5, connect_timeout=1).totals.received
     except ConnectionError:
         return 0
 

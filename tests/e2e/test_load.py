@@ -28,6 +28,7 @@ from orderer.client import OrderedStreamReader, SourceClient, end_run, get_stats
 from orderer.formats.json_lines import read_records
 from orderer.replay.simulate import replay
 from orderer.service.logs import ArrivalLog
+from orderer.stats import Totals
 from tests.e2e.conftest import REPO, ServerProcess, environment
 
 SOAK = bool(os.environ.get("EVB_SOAK"))
@@ -223,13 +224,13 @@ def test_64_sources_with_stalls_and_barriers_lose_nothing_and_keep_the_order(
     print(
         f"\nload: {N_SOURCES} sources x {FRAGMENTS:,} = {sent:,} fragments in {seconds:.1f} s"
         f" ({sent / seconds:,.0f} fragments/s sustained, acknowledged), server peak memory"
-        f" {peak:.0f} MB, {late:,} late, barriers {stats['barriers']}, fragments lost:"
+        f" {peak:.0f} MB, {late:,} late, barriers {stats.barriers}, fragments lost:"
         f" {sent - received}"
     )
     assert received == sent  # nothing lost, nothing doubled (the count) ...
     assert checksum % 2**64 == sent_checksum  # ... and the very same fragments
     assert order_ok
-    assert stats["barriers"]["complete"] + stats["barriers"]["incomplete"] >= 2
+    assert stats.barriers.complete + stats.barriers.incomplete >= 2
     if keep:  # exactly evb replay's order for the server's own arrival record
         arrivals = ArrivalLog.open(tmp_path / "data" / "arrivals")
         arrivals.export_replay(tmp_path / "arrivals.jsonl")
@@ -251,6 +252,6 @@ def test_64_sources_with_stalls_and_barriers_lose_nothing_and_keep_the_order(
             )
         )  # fmt: skip
         assert live == replayed
-        assert stats["totals"] == counters["totals"]
+        assert stats.totals == Totals(**counters["totals"])
     else:  # the soak's logs are tens of GB: not left for pytest's last three temp dirs
         shutil.rmtree(tmp_path / "data")

@@ -12,16 +12,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 from orderer.client import get_stats
+from orderer.stats import Stats
 from tests.e2e.conftest import ServerProcess, environment, evb_command
 
 FRAGMENTS = 3 * 3003  # evb send --n-sources 3 --fragments 3000: barriers included
 
 
-def _wait_for_offset(target: str, offset: int, timeout: float = 60.0) -> dict[str, object]:
+def _wait_for_offset(target: str, offset: int, timeout: float = 60.0) -> Stats:
     deadline = time.monotonic() + timeout
     while True:
         stats = get_stats(target, timeout=5)
-        if stats["next_offset"] == offset or time.monotonic() > deadline:
+        if stats.next_offset == offset or time.monotonic() > deadline:
             return stats
         time.sleep(0.1)
 
@@ -47,15 +48,15 @@ def test_a_bare_restart_continues_the_run_and_other_flags_are_weighed(
         capture_output=True, text=True, env=environment(), timeout=120, check=False,
     )  # fmt: skip
     assert sent.returncode == 0, sent.stderr
-    assert _wait_for_offset(server.target, FRAGMENTS)["next_offset"] == FRAGMENTS
+    assert _wait_for_offset(server.target, FRAGMENTS).next_offset == FRAGMENTS
     assert server.stop() == 0
 
     # the shift crew's restart: no flags at all; the run goes on as it was
     bare = server_factory(data)
     stats = get_stats(bare.target, timeout=5)
-    assert stats["next_offset"] == FRAGMENTS
-    assert stats["config"]["build_window"] == 1.0
-    assert stats["config"]["startup_delay"] == 0.0
+    assert stats.next_offset == FRAGMENTS
+    assert stats.config.build_window == 1.0
+    assert stats.config.startup_delay == 0.0
     assert bare.stop() == 0
     assert "Traceback" not in bare.log_text()
 
@@ -77,11 +78,11 @@ def test_a_bare_restart_continues_the_run_and_other_flags_are_weighed(
 
     # a live parameter: changed after recovery, logged with both values, kept by the run
     changed = server_factory(data, "--build-window", "2")
-    assert get_stats(changed.target, timeout=5)["config"]["build_window"] == 2.0
+    assert get_stats(changed.target, timeout=5).config.build_window == 2.0
     assert changed.stop() == 0
     assert "build_window: 1 -> 2 (--build-window differs from the run's)" in changed.log_text()
     again = server_factory(data)
     stats = get_stats(again.target, timeout=5)
-    assert stats["config"]["build_window"] == 2.0
-    assert stats["config"]["startup_delay"] == 0.0
-    assert stats["next_offset"] == FRAGMENTS
+    assert stats.config.build_window == 2.0
+    assert stats.config.startup_delay == 0.0
+    assert stats.next_offset == FRAGMENTS

@@ -86,7 +86,7 @@ def _with_fragments(server: ServerProcess) -> None:
 
 def _fragments_in(server: ServerProcess) -> int:
     stats = get_stats(server.target)
-    return sum(int(s["queued"]) for s in stats["sources"].values()) + int(stats["next_offset"])
+    return sum(s.queued for s in stats.sources.values()) + stats.next_offset
 
 
 def test_forward_stops_on_sigterm(

@@ -20,7 +20,7 @@ from typing import IO
 
 import pytest
 
-from orderer.client import get_stats, set_source_state, set_source_state_async
+from orderer.client import SourceMark, get_stats, set_source_state, set_source_state_async
 from orderer.errors import InterfaceError
 from tests.conftest import EXAMPLES
 from tests.e2e.conftest import ServerProcess, environment, evb_command
@@ -89,12 +89,12 @@ def test_a_source_marked_dead_by_hand_releases_its_barrier_and_shows_everywhere(
 
     revived = evb("source", "revive", "3", "--target", target)
     assert json.loads(revived.stdout) == {"source": 3, "was_known": True, "dead": False}
-    assert not get_stats(target, barrier_log_limit=1)["sources"]["3"]["marked_dead"]
+    assert not get_stats(target, barrier_log_limit=1).sources[3].marked_dead
 
     unknown = evb("source", "dead", "9", "--target", target)
     assert unknown.returncode == 2, unknown.stderr
     assert "source: 9 is not known to this orderer (known: 1, 2, 3)" in unknown.stderr
-    assert "9" not in get_stats(target, barrier_log_limit=1)["sources"]
+    assert 9 not in get_stats(target, barrier_log_limit=1).sources
 
 
 def test_the_client_calls_and_a_strict_servers_refusal(
@@ -103,9 +103,9 @@ def test_the_client_calls_and_a_strict_servers_refusal(
     """``set_source_state`` and its asyncio twin; with ``--strict-sources`` an undeclared
     source is refused with the server's words, exit status 2 on the command line."""
     server = server_factory(tmp_path / "data", "--sources", "1,2", "--strict-sources")
-    assert set_source_state(server.target, 2, True) == {"was_known": True, "dead": True}
+    assert set_source_state(server.target, 2, True) == SourceMark(was_known=True, dead=True)
     revived = asyncio.run(set_source_state_async(server.target, 2, False))
-    assert revived == {"was_known": True, "dead": False}
+    assert revived == SourceMark(was_known=True, dead=False)
     with pytest.raises(InterfaceError, match="source: 7 is not a declared source"):
         set_source_state(server.target, 7, True)
     with pytest.raises(InterfaceError, match=r"source: -1 is not an integer"):
@@ -215,8 +215,8 @@ def test_a_replay_sent_to_a_server_carries_its_dead_marks_in_file_order(
     example = EXAMPLES / "marked-dead-barrier" / "input.jsonl"
     sent = evb("send", "--target", server.target, "--replay", str(example), "--speed", "0")
     assert sent.returncode == 0, sent.stderr
-    log = get_stats(server.target)["barrier_log"]
-    assert [(b["complete"], b["missing"], b["types"]) for b in log] == [
-        (False, [2], {"1": 3}),
-        (True, [], {"1": 3, "2": 3}),
+    log = get_stats(server.target).barrier_log
+    assert [(b.complete, b.missing, b.types) for b in log] == [
+        (False, (2,), {1: 3}),
+        (True, (), {1: 3, 2: 3}),
     ]

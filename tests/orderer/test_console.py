@@ -1,10 +1,11 @@
 """The statistics as a person reads them (orderer/apps/console.py): ``evb stats``' sections and
-``evb top``'s frame drawn from hand-built statistics in the ``evb stats --json`` layout, at 80
+``evb top``'s frame drawn from hand-built statistics (:class:`orderer.stats.Stats`), at 80
 columns, plain (a pipe) and styled (a terminal). The same drawings against a real server are in
 ``tests/e2e/test_top.py``."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import re
 from typing import Any
@@ -13,67 +14,80 @@ import pytest
 from rich.console import Console
 
 from orderer.apps.console import consumers_tables, stats_table, top_frame, write
+from orderer.config import OrdererConfig
+from orderer.stats import (
+    BarrierCounts,
+    BarrierRecord,
+    Connection,
+    ConsumerState,
+    OutOfOrder,
+    RunSpan,
+    SourceStats,
+    Stats,
+)
 
 WALL = 1.7e9
 TITLES = ("Counters", "Queues", "Out of order (newest)", "Barriers", "Connections", "Consumers")
 
 
-def _source(source: int, *, big: bool = False) -> dict[str, Any]:
+def _source(source: int, *, big: bool = False, missing: int = 0) -> SourceStats:
     scale = 10**9 if big else 1
-    return {
-        "received": 1000 * scale + 7, "emitted": 990 * scale, "late": 3, "dropped": 0,
-        "duplicates": 2, "out_of_order": 1, "max_lateness": 40 * scale, "barriers": 4,
-        "queued": 10 * scale, "paused": source == 2, "ended": False, "dead": source == 3,
-        "watermark": None if source == 1 else 10**18 + source,
-        "queued_bytes": 10 * 4096 * scale, "oldest_ts": 18_446_744_073_709_551_000 + source,
-        "newest_ts": 18_446_744_073_709_551_600 + source, "last_arrival": 100.0 - 7 * source,
-        "marked_dead": source == 3,
-        "out_of_order_last": [{"previous": 5000, "timestamp": 4990 - source, "t": 60.0 + source}],
-    }
+    return SourceStats(
+        source=source,
+        received=1000 * scale + 7, emitted=990 * scale, late=3, dropped=0,
+        duplicates=2, out_of_order=1, max_lateness=40 * scale, barriers=4, missing=missing,
+        queued=10 * scale, paused=source == 2, ended=False, dead=source == 3,
+        watermark=None if source == 1 else 10**18 + source,
+        queued_bytes=10 * 4096 * scale, oldest_ts=18_446_744_073_709_551_000 + source,
+        newest_ts=18_446_744_073_709_551_600 + source, last_arrival=100.0 - 7 * source,
+        marked_dead=source == 3,
+        out_of_order_last=(OutOfOrder(previous=5000, timestamp=4990 - source, t=60.0 + source),),
+    )
 
 
-def _stats(n_sources: int = 3, *, big: bool = False) -> dict[str, Any]:
-    """Statistics as ``stats_to_mapping`` gives them: a stall (source 3 marked dead, source 2
+def _stats(n_sources: int = 3, *, big: bool = False) -> Stats:
+    """Statistics as ``get_stats`` gives them: a stall (source 3 marked dead, source 2
     paused), an incomplete heterogeneous barrier missing source 3, a slow consumer."""
-    sources = {str(s): _source(s, big=big) for s in range(1, n_sources + 1)}
+    sources = {
+        s: _source(s, big=big, missing=1 if s == 3 else 0) for s in range(1, n_sources + 1)
+    }
     log = [
-        {"offset": 1000 * i, "t": 80.0 + i, "complete": True, "homogeneous": True,
-         "types": {str(s): 1 for s in sources}, "missing": []}
+        BarrierRecord(offset=1000 * i, t=80.0 + i, complete=True, homogeneous=True,
+                      types={s: 1 for s in sources}, missing=())
         for i in range(8)
     ]
-    log.append({
-        "offset": 123_456_789, "t": 99.0, "complete": False, "homogeneous": False,
-        "types": {"1": 2, "2": 5}, "missing": [s for s in range(3, n_sources + 1)],
-    })
-    return {
-        "totals": {name: sum(v[name] for v in sources.values())
-                   for name in ("received", "emitted", "late", "dropped", "duplicates",
-                                "out_of_order")},
-        "barriers": {"complete": 8, "incomplete": 1, "homogeneous": 8, "heterogeneous": 1,
-                     "by_type": {"1": 24, "2": 1, "5": 1}},
-        "missing": {"3": 1},
-        "sources": sources,
-        "next_offset": 123_456_800,
-        "high_water_mark": 10**18,
-        "queued": sum(v["queued"] for v in sources.values()),
-        "now": 100.0,
-        "run_ended": False,
-        "config": {"build_window": 0.3},
-        "wall_time": WALL,
-        "barrier_log": log,
-        "connections": [
-            {"peer": "ipv4:10.1.2.3:51234", "sources": [1, 2], "since": WALL - 3723,
-             "messages": 12_345, "bytes": 5 * 2**20, "acked": {"1": 99_000, "2": 98_000}},
-            {"peer": "ipv6:[::1]:40000", "sources": list(range(3, n_sources + 1)),
-             "since": WALL - 5, "messages": 3, "bytes": 300, "acked": {"3": 7}},
-        ],
-        "consumers": {
-            "spark": {"committed": 123_000_000, "lag": 456_800, "lag_seconds": 42.5,
-                      "last_commit": WALL - 2},
-            "audit": {"committed": 0, "lag": 123_456_800, "lag_seconds": 0.0,
-                      "last_commit": None},
+    log.append(BarrierRecord(
+        offset=123_456_789, t=99.0, complete=False, homogeneous=False,
+        types={1: 2, 2: 5}, missing=tuple(range(3, n_sources + 1)),
+    ))
+    return Stats(
+        barriers=BarrierCounts(complete=8, incomplete=1, homogeneous=8, heterogeneous=1,
+                               by_type={1: 24, 2: 1, 5: 1}),
+        sources=sources,
+        next_offset=123_456_800,
+        high_water_mark=10**18,
+        queued=sum(v.queued for v in sources.values()),
+        now=100.0,
+        run_ended=False,
+        run=0,
+        run_start_offset=0,
+        runs=(RunSpan(0, 0),),
+        config=OrdererConfig(build_window=0.3),
+        wall_time=WALL,
+        barrier_log=tuple(log),
+        connections=(
+            Connection(peer="ipv4:10.1.2.3:51234", sources=(1, 2), since=WALL - 3723,
+                       messages=12_345, bytes=5 * 2**20, acked={1: 99_000, 2: 98_000}),
+            Connection(peer="ipv6:[::1]:40000", sources=tuple(range(3, n_sources + 1)),
+                       since=WALL - 5, messages=3, bytes=300, acked={3: 7}),
+        ),
+        consumers={
+            "audit": ConsumerState(name="audit", committed=0, lag=123_456_800, lag_seconds=0.0,
+                                   last_commit=None),
+            "spark": ConsumerState(name="spark", committed=123_000_000, lag=456_800,
+                                   lag_seconds=42.5, last_commit=WALL - 2),
         },
-    }
+    )
 
 
 def _plain(draw: Any) -> str:
@@ -130,8 +144,8 @@ def test_many_sources_and_huge_counters_stay_in_80_columns_unbroken() -> None:
     folded over two lines, and a barrier missing 62 sources names them in one range."""
     stats = _stats(64, big=True)
     text = _plain(lambda width, plain: stats_table(stats, plain=plain, width=width))
-    assert f"{stats['totals']['received']:,}" in text
-    assert f"{stats['sources']['64']['received']:,}" in text
+    assert f"{stats.totals.received:,}" in text
+    assert f"{stats.sources[64].received:,}" in text
     assert " 3-64" in text and "3-64\n" in text  # the missing sources, and the connection's
     counters = text.split("Counters")[1].split("Queues")[0]
     rows = [line.split()[0] for line in counters.splitlines() if line[:6].strip().isdigit()]
@@ -189,17 +203,20 @@ def test_on_a_terminal_incomplete_barriers_and_dead_sources_are_red() -> None:
 
 
 def test_an_older_server_without_the_new_keys_still_draws() -> None:
-    """A server from before the barrier log sends none of its keys: the sections show what
-    there is instead of failing."""
+    """A server from before the barrier log sends none of its fields (what ``get_stats``
+    reads of them: zero, empty, None): the sections show what there is instead of failing."""
     stats = _stats()
-    for key in ("barrier_log", "connections", "wall_time"):
-        del stats[key]
-    del stats["barriers"]["by_type"]
-    for values in stats["sources"].values():
-        for key in ("queued_bytes", "oldest_ts", "newest_ts", "last_arrival", "marked_dead",
-                    "out_of_order_last"):
-            del values[key]
-    stats["consumers"] = {}
+    sources = {
+        source: dataclasses.replace(
+            values, queued_bytes=0, oldest_ts=None, newest_ts=None, last_arrival=None,
+            marked_dead=False, out_of_order_last=(),
+        )
+        for source, values in stats.sources.items()
+    }
+    stats = dataclasses.replace(
+        stats, barrier_log=(), connections=(), wall_time=0.0, sources=sources, consumers={},
+        barriers=dataclasses.replace(stats.barriers, by_type={}),
+    )
     text = _plain(lambda width, plain: stats_table(stats, plain=plain, width=width))
     assert "Out of order" not in text and "the last" not in text
     assert text.rstrip().endswith("Consumers\nnone")

@@ -42,7 +42,7 @@ def _feed(target: str, tmp: Path, out: Path | None, failures: list[BaseException
         while out is not None and not (out / "runs" / "7" / "summary.json").exists():
             assert time.monotonic() < deadline, "run 7 was not built"
             time.sleep(0.1)
-        assert begin_run(target) == {"run": 8, "start_offset": PER_RUN}
+        assert begin_run(target) == runs.RunSpan(8, PER_RUN)
         _send(target, _run_file(tmp / "run8.jsonl", 10.0))
         end_run(target)
     except BaseException as error:  # for the test to see
@@ -127,9 +127,9 @@ def test_the_run_to_run_decisions() -> None:
     assert runs.finished(table, done.__contains__, 8)
     assert not runs.finished(table[:1], done.__contains__, 8)  # run 8 may still begin
     assert not runs.finished(table, done.__contains__, None)  # without --until-run: never
-    assert runs.run_end([{"run": 7, "start_offset": 0, "end_offset": 14}], 7) == 14
+    assert runs.run_end([runs.RunSpan(7, 0, 14)], 7) == 14
     with pytest.raises(ConfigError, match=r"run: is not in the orderer's run table \(runs: 7\)"):
-        runs.run_end([{"run": 7, "start_offset": 0, "end_offset": None}], 9)
+        runs.run_end([runs.RunSpan(7, 0, None)], 9)
 
 
 def test_follow_stops_when_told_and_builds_only_whole_runs() -> None:

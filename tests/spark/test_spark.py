@@ -193,9 +193,9 @@ def test_the_job_consumes_a_live_run_and_writes_events_summary_and_report(
         sender.join()
         fragments = source_rows(server.target, result.summary["next_offset"])
         # the last batch is committed too: the finished job holds nothing from retention
-        consumers = get_stats(server.target)["consumers"]
-        assert consumers["evb-spark-job"]["committed"] == result.summary["next_offset"]
-        assert consumers["evb-spark-job"]["lag"] == 0
+        consumers = get_stats(server.target).consumers
+        assert consumers["evb-spark-job"].committed == result.summary["next_offset"]
+        assert consumers["evb-spark-job"].lag == 0
     finally:
         server.stop()
     expected = glom(fragments_of(fragments), DT)

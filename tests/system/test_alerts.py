@@ -250,7 +250,7 @@ def _send(client: SourceClient, source: int, timestamps: Any, barriers: Any = No
 def _wait_output(target: str, at_least: int) -> int:
     """The durable output's offset, once it reached ``at_least``."""
     deadline = time.monotonic() + FIRE_TIMEOUT
-    while (offset := int(get_stats(target)["next_offset"])) < at_least:
+    while (offset := get_stats(target).next_offset) < at_least:
         if time.monotonic() > deadline:
             raise AssertionError(f"{target}: the output stayed at {offset} < {at_least}")
         time.sleep(0.1)
@@ -272,7 +272,7 @@ def _feed(run: Run) -> None:
                 _send(client, source, stamps, [1, 0, 0, 0, 0] if k % 10 == 0 else None)
             client.flush()
             if run.consumer is not None:
-                commit(run.target, run.consumer, int(get_stats(run.target)["next_offset"]))
+                commit(run.target, run.consumer, get_stats(run.target).next_offset)
 
     run.background(work)
 
@@ -297,7 +297,7 @@ def _late_burst(run: Run) -> None:
     _send(client, 1, np.arange(1000, 2000))
     client.wait_acked(30)
     _wait_output(run.target, 3000)
-    late = get_stats(run.target)["totals"]["late"]
+    late = get_stats(run.target).totals.late
     assert late > 0, "the burst was not late"
 
 
