@@ -123,3 +123,87 @@ def test_the_events_of_a_streamed_run_with_stages_are_the_run_s_events(
     assert offsets.tolist() == built.column("event").to_pylist()
     barriers = pc.sum(pc.not_equal(built.column("barrier"), 0)).as_py()
     assert result.summary["events"] == built.num_rows - barriers  # the summary's: no barriers
+
+
+def _manifests(checkpoint: Path) -> int:
+    batches = checkpoint / "evb-stages" / "_batches"
+    return len(list(batches.glob("*.json"))) if batches.is_dir() else 0
+
+
+def test_a_run_stopped_mid_way_resumes_from_its_checkpoint_losing_and_doubling_nothing(
+    spark: Any,
+    finished_run: FinishedRun,
+    expected: dict[str, list[tuple[Any, ...]]],
+    tmp_path: Path,
+) -> None:
+    """The query stops after a few micro-batches (as a killed driver: the stages' states and
+    results of the batches done are in the checkpoint and the output), then the job runs again
+    on the same checkpoint: the rest is built from the states it left."""
+    from orderer.spark import streaming
+    from orderer.spark.checks import glom_config, stages_plan
+    from orderer.spark.layout import Layout
+
+    checkpoint = tmp_path / "checkpoint"
+    flags = [
+        "--target", finished_run.target, "--dt", str(DT), "--output", str(tmp_path / "out"),
+        "--run", "r", "--partitions", "3", "--consumer", "stages-restart",
+        "--max-fragments-per-trigger", "150", "--checkpoint", str(checkpoint),
+        "--poll", "0.05", "--stages", str(STAGES), "--quiet",
+    ]
+    config = JobConfig.from_argv(flags)
+    _, end = streaming.stream(
+        spark, config, glom_config(config), Layout.of(config),
+        stopped=lambda: _manifests(checkpoint) >= 3, plan=stages_plan(config),
+    )
+    assert end is None  # stopped before the run's end
+    done = _manifests(checkpoint)
+    assert 3 <= done < 12
+    result = job.run(spark, config)
+    assert _manifests(checkpoint) > done  # resumed: the batches after the stop
+    assert result.batches > done
+    assert written(tmp_path / "out", "r", load_stages(STAGES)) == expected
+
+
+FAILING = '''
+import pyarrow as pa
+from orderer.stages import order_sensitive
+
+BAD_EVENT = {bad}
+
+
+@order_sensitive(schema=[("event", pa.int64())])
+def picky(events, state):
+    if BAD_EVENT in events.column("event").to_pylist():
+        raise ValueError("no calibration for this event")
+    return events.select(["event"]), state
+'''
+
+
+def test_a_failing_stage_names_itself_the_events_and_the_line_and_commits_nothing(
+    spark: Any, finished_run: FinishedRun, tmp_path: Path
+) -> None:
+    """An exception in a stage ends the job with one line naming the stage, the offset of the
+    events it was given and the user's own line; the micro-batch is not committed, so the job
+    run again with the stage fixed resumes there and the stage's results are whole."""
+    events = build_events(finished_run.fragments, GlomConfig(DT)).column("event").to_pylist()
+    bad = events[len(events) // 2]
+    module = tmp_path / "picky_stages.py"
+    module.write_text(FAILING.format(bad=bad))
+    flags = [
+        "--target", finished_run.target, "--dt", str(DT), "--output", str(tmp_path / "out"),
+        "--run", "r", "--consumer", "stages-failing", "--max-fragments-per-trigger", "200",
+        "--stages", str(module), "--quiet",
+    ]
+    with pytest.raises(Exception) as failure:  # Spark's own wrapping of the stage's error
+        job.run(spark, JobConfig.from_argv(flags))
+    from orderer.spark.stages import stage_failure
+
+    line = stage_failure(str(failure.value))
+    assert line is not None
+    assert line.startswith("stage picky failed on the events from offset ")
+    assert "ValueError: no calibration for this event" in line
+    assert f"{module}:" in line and "raise ValueError" in line
+    module.write_text(FAILING.format(bad=-1))  # fixed: the rerun resumes from the checkpoint
+    job.run(spark, JobConfig.from_argv(flags))
+    rows = pq.read_table(stage_directory(str(tmp_path / "out"), "picky", "r")).column("event")
+    assert sorted(rows.to_pylist()) == events  # every event once: none lost, none doubled
