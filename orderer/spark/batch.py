@@ -12,7 +12,9 @@ from orderer.spark import files
 from orderer.spark.glom import GlomConfig
 from orderer.spark.layout import Layout
 from orderer.spark.nscldaq import NscldaqSink
+from orderer.spark.stages import StagesSink, remove_stage_results
 from orderer.spark.writer import events_writer
+from orderer.stages.plan import Plan
 
 __all__ = ["batch_events", "write_batch"]
 
@@ -29,11 +31,21 @@ def batch_events(spark: Any, config: JobConfig, glom: GlomConfig) -> Any:
     )
 
 
-def write_batch(spark: Any, config: JobConfig, glom: GlomConfig, layout: Layout) -> int:
-    """The run's events into ``layout``, replacing the run; returns the batches (one)."""
+def write_batch(
+    spark: Any, config: JobConfig, glom: GlomConfig, layout: Layout, plan: Plan | None = None
+) -> int:
+    """The run's events into ``layout``, replacing the run, and the stages of ``plan`` over
+    them; returns the batches (one)."""
     events = batch_events(spark, config, glom)
     # overwrite the run's partition only: the other runs' partitions are not touched
-    if config.format is OutputFormat.NSCLDAQ:  # one batch, number 0, through the sink's writer
+    if plan is not None:  # one step of the stages from nothing, as batch 0
+        files.remove(spark, layout.events)
+        remove_stage_results(spark, plan, config.output.rstrip("/"), layout.run)
+        StagesSink(
+            spark, plan, config.output.rstrip("/"), layout.run, layout.events, config.format,
+            config.partitions, None, config.glom_source_id,
+        )(events, 0)
+    elif config.format is OutputFormat.NSCLDAQ:  # one batch, number 0, through the sink's writer
         files.remove(spark, layout.events)
         NscldaqSink(spark, layout.events, config.glom_source_id)(events, 0)
     else:

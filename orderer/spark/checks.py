@@ -16,11 +16,13 @@ from pathlib import Path
 from orderer.errors import ConfigError
 from orderer.job_config import JobConfig
 from orderer.spark import files, runs
-from orderer.spark.glom import GlomConfig
+from orderer.spark.glom import EVENT_SCHEMA, GlomConfig
 from orderer.spark.layout import RUN_NAME
 from orderer.spark.nscldaq import check_glom_source_id
+from orderer.stages.load import load_stages
+from orderer.stages.plan import Plan, plan
 
-__all__ = ["JAVA_RELEASE", "check_arguments", "glom_config", "java_problem"]
+__all__ = ["JAVA_RELEASE", "check_arguments", "glom_config", "java_problem", "stages_plan"]
 
 JAVA_RELEASE = 17
 """The Java release Spark 4 needs at least."""
@@ -37,6 +39,16 @@ def glom_config(config: JobConfig) -> GlomConfig:
     if not 0 <= config.dt < 2**63:
         raise ConfigError("--dt", config.dt, "must be an integer number of ticks >= 0")
     return GlomConfig(config.dt, config.max_fragments, config.timestamp_policy)
+
+
+def stages_plan(config: JobConfig) -> Plan | None:
+    """The plan of ``--stages`` (None without): the user's module loaded and its stages
+    planned over the built events, a problem a ConfigError naming the file or the stage."""
+    if config.stages is None:
+        if config.explain:
+            raise ConfigError("--explain", None, "explains the --stages: give them")
+        return None
+    return plan(load_stages(config.stages), EVENT_SCHEMA)
 
 
 def _check_writable(flag: str, uri: str) -> None:
@@ -61,6 +73,7 @@ def check_arguments(config: JobConfig) -> None:
     from orderer.spark.source import segment_files
 
     glom_config(config)
+    stages_plan(config)
     check_glom_source_id(config.glom_source_id)
     runs.check_arguments(config)
     if config.run is not None and not RUN_NAME.fullmatch(config.run):

@@ -33,6 +33,7 @@ from __future__ import annotations
 import base64
 import json
 import pickle
+import re
 import sys
 from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from typing import Any
 import pyarrow as pa
 
 from orderer.job_config import OutputFormat
+from orderer.spark import files
 from orderer.spark.files import Directory
 from orderer.spark.nscldaq import NscldaqSink
 from orderer.spark.writer import events_writer
@@ -48,7 +50,14 @@ from orderer.stages.api import Order
 from orderer.stages.plan import Plan, StagePlan
 from orderer.stages.steps import apply, apply_sensitive
 
-__all__ = ["STATE_COLUMN", "StagesSink", "stage_directory"]
+__all__ = [
+    "STATE_COLUMN",
+    "StagesSink",
+    "remove_stage_results",
+    "stage_directory",
+    "stage_failure",
+    "stage_results",
+]
 
 STATE_COLUMN = "__evb_state"
 """The column of a step's result that carries an order-sensitive stage's new states."""
@@ -58,6 +67,33 @@ _MANIFESTS = "_batches"
 def stage_directory(output: str, stage: str, run: str) -> str:
     """Where a stage's results of one run go."""
     return f"{output}/stages/{stage}/run={run}"
+
+
+def remove_stage_results(spark: Any, plan: Plan, output: str, run: str) -> None:
+    """What an earlier job of the same run left of the stages (a new run replaces it)."""
+    for step in plan.stages:
+        files.remove(spark, stage_directory(output, step.stage.name, run))
+
+
+def stage_results(spark: Any, plan: Plan, output: str, run: str) -> dict[str, dict[str, Any]]:
+    """Per stage of a finished run: where its results are and how many rows they hold (the
+    run's summary)."""
+    out: dict[str, dict[str, Any]] = {}
+    for step in plan.stages:
+        directory = stage_directory(output, step.stage.name, run)
+        rows = spark.read.parquet(directory).count() if files.exists(spark, directory) else 0
+        out[step.stage.name] = {"class": step.stage.order.value, "rows": rows, "path": directory}
+    return out
+
+
+_STAGE_ERROR = re.compile(r"StageError: (stage .*)")
+
+
+def stage_failure(text: str) -> str | None:
+    """The StageError line in a failed query's or job's message (Spark wraps the executor's
+    Python traceback in its own), or None when a stage did not fail."""
+    found = _STAGE_ERROR.findall(text)
+    return found[-1].strip() if found else None
 
 
 @dataclass
