@@ -9,7 +9,8 @@
 # occurrence of a scalar or bytes field wins, a second occurrence of the oneof member already
 # set is merged into it, another member clears it, a known field number with another wire type
 # is an unknown field, unknown fields (groups included) are skipped; a varint of more than ten
-# bytes, a tag or a length of more than five, field number 0, a stray end of group, wire types 6
+# bytes, a tag or a length of more than five, field number 0 (but inside a skipped group, where
+# the runtime takes it as any unknown field), a stray end of group, wire types 6
 # and 7, a length past the end and nesting deeper than the runtime's limit are malformed
 # (tests/orderer/_core/test_submit_wire.py holds it to the runtime on random and hostile data).
 
@@ -41,6 +42,13 @@ cdef Py_ssize_t _wire_tag(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, uint
                           uint32_t *wire, WireFault *fault) noexcept nogil:
     """The position after the tag at ``pos``, or -1 with ``fault`` set: a tag is a varint of at
     most five bytes that fits 32 bits, and field number 0 does not exist."""
+    return _wire_any_tag(p, pos, end, field, wire, fault, False)
+
+
+cdef Py_ssize_t _wire_any_tag(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, uint32_t *field,
+                              uint32_t *wire, WireFault *fault, bint field_zero) noexcept nogil:
+    """:func:`_wire_tag`, where ``field_zero`` lets field number 0 pass: inside a group being
+    skipped the runtime (upb) reads it as any unknown field."""
     cdef uint64_t v = 0, byte
     cdef int i
     for i in range(5):
@@ -51,7 +59,7 @@ cdef Py_ssize_t _wire_tag(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, uint
         pos += 1
         v |= (byte & 0x7F) << (7 * i)
         if not (byte & 0x80):
-            if v > 0xFFFFFFFFU or (v >> 3) == 0:
+            if v > 0xFFFFFFFFU or ((v >> 3) == 0 and not field_zero):
                 fault.at, fault.why = pos, "invalid tag"
                 return -1
             field[0] = <uint32_t>(v >> 3)
@@ -109,7 +117,7 @@ cdef Py_ssize_t _wire_skip(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, uin
             fault.at, fault.why = pos, "nested too deep"
             return -1
         while True:
-            pos = _wire_tag(p, pos, end, &inner_field, &inner_wire, fault)
+            pos = _wire_any_tag(p, pos, end, &inner_field, &inner_wire, fault, True)
             if pos < 0:
                 return -1
             if inner_wire == WIRE_END_GROUP:

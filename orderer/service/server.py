@@ -28,10 +28,10 @@ from grpc_reflection.v1alpha import reflection
 
 from orderer.config import OrdererConfig
 from orderer.service import binding, servicer
-from orderer.service.servicer import SERVICE_NAME
 from orderer.service.metrics import MetricsSnapshot, ServiceMetrics
 from orderer.service.orderer_service import OrdererService
 from orderer.service.security import ServerSecurity
+from orderer.service.servicer import SERVICE_NAME
 from orderer.service.settings import GivenParameter, ServiceConfig
 
 __all__ = [
