@@ -26,9 +26,10 @@ demo: $(STAMP)
 # ruff, the layers (import-linter contracts in .importlinter) and the types (mypy, configured in
 # pyproject.toml) of the product code
 lint: $(STAMP)
-	$(VENV)/bin/ruff check orderer operator tests tools
+	$(VENV)/bin/ruff check orderer operator tests tools examples
 	$(VENV)/bin/lint-imports --no-logo
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy examples
 
 $(CHECKOV):
 	test -x $(TOOLS)/bin/python || $(PYTHON) -m venv $(TOOLS)

@@ -7,7 +7,8 @@ directory's arrival log, Arrow or Parquet; the outputs), :mod:`~orderer.replay.s
 settings over one pass of a run, and their table), :mod:`~orderer.replay.run_walk` (the walk
 over an arrival stream, which the service's recovery shares: live = replay) and
 :mod:`~orderer.replay.synthetic` (synthetic DAQ runs, for ``evb demo``, ``evb send``, the tests
-and the benchmarks). Files are read and written through :mod:`orderer.formats`. This package
-imports neither the network (service, client, wire) nor an application; the service imports
-the walk.
+and the benchmarks), with :mod:`~orderer.replay.physics` (the physics a synthetic run can carry,
+and the decoder of its payloads for the analysis stages). Files are read and written through
+:mod:`orderer.formats`. This package imports neither the network (service, client, wire) nor an
+application; the service imports the walk.
 """

@@ -14,6 +14,12 @@ barriers, a heterogeneous barrier, a source that loses its end-run barrier (an i
 stalls (a source that produces nothing for a while) and late backlogs (a source that stalls and
 then delivers what it held, with old timestamps).
 
+With a :class:`~orderer.replay.physics.Physics` (``physics=``), the fragments' times and payloads
+come from a physics model instead of the Poisson process (coincident triggers, implants and
+decays in pixels, scalers: :mod:`orderer.replay.physics`), and everything above (barriers,
+stalls, batches, arrival) is laid over them the same way. Without one (the default) a run is
+exactly what it was before physics existed, byte for byte.
+
 Callers: :mod:`orderer.apps.demo`, ``tests/bench/bench_orderer.py``, and the tests. Two views of the
 same run: :func:`generate_records` gives the ``evb replay`` input as columns
 (:class:`~orderer.batch.ArrivalRecords`, written out by :func:`write_jsonl`), and
@@ -34,6 +40,7 @@ import numpy.typing as npt
 from orderer.batch import ArrivalKind, ArrivalRecords, FragmentBatch
 from orderer.errors import ConfigError
 from orderer.formats.json_lines import write_records
+from orderer.replay.physics import PAYLOAD_SIZE, Physics, barrier_payload, source_streams
 
 __all__ = [
     "BEGIN_RUN",
@@ -111,6 +118,11 @@ class SyntheticRun:
     payload can be checked against its fragment."""
     seed: int = 0
     """Seed of the random generator; the same spec always gives the same run."""
+    physics: Physics | None = None
+    """Physics in the fragments (:mod:`orderer.replay.physics`): each source's fragments are
+    then what the model makes over ``duration`` seconds (``fragments_per_source`` and ``rate``
+    only set that length), each with a 16-byte physics payload (``payload_size`` 0 or 16).
+    None: the Poisson process above, with the timestamp pattern for a payload."""
 
     def __post_init__(self) -> None:
         if self.n_sources < 1:
@@ -133,6 +145,15 @@ class SyntheticRun:
             raise ConfigError("sync_barriers", self.sync_barriers, "must be >= 0")
         if self.payload_size < 0:
             raise ConfigError("payload_size", self.payload_size, "must be >= 0")
+        if self.physics is not None:
+            if self.n_sources < 2:
+                raise ConfigError(
+                    "n_sources", self.n_sources, "physics needs a pixel detector and a scaler"
+                )
+            if self.payload_size not in (0, PAYLOAD_SIZE):
+                raise ConfigError(
+                    "payload_size", self.payload_size, f"physics payloads are {PAYLOAD_SIZE} bytes"
+                )
         ids = self.source_ids
         for stall in self.stalls:
             if stall.source not in ids:
@@ -157,6 +178,11 @@ class SyntheticRun:
         """Expected length of the run in seconds (fragments / rate)."""
         return self.fragments_per_source / self.rate
 
+    @property
+    def fragment_payload_size(self) -> int:
+        """Bytes of every fragment's payload: ``payload_size``, or the physics payload's."""
+        return PAYLOAD_SIZE if self.physics is not None else self.payload_size
+
 
 @dataclass(frozen=True)
 class _SourceStream:
@@ -169,6 +195,8 @@ class _SourceStream:
     """Batch k holds fragments ``bounds[k]:bounds[k + 1]``."""
     arrival: npt.NDArray[np.float64]
     """Arrival time of each batch, non-decreasing."""
+    payload: npt.NDArray[np.uint8]
+    """Every fragment's payload, ``fragment_payload_size`` bytes each, one after the other."""
 
 
 def _payload_pattern(timestamp: npt.NDArray[np.uint64], size: int) -> npt.NDArray[np.uint8]:
@@ -183,10 +211,9 @@ def _streams(spec: SyntheticRun) -> list[_SourceStream]:
     """Generate every source's stream. Vectorised per source; the only Python loops are over
     sources, barriers and stalls."""
     rng = np.random.default_rng(spec.seed)
-    n = spec.fragments_per_source
-    times = rng.exponential(1.0 / spec.rate, size=(spec.n_sources, n))
-    np.cumsum(times, axis=1, out=times)
-    end_time = float(times[:, -1].max()) + 1.0 / spec.rate
+    per_source = _times(spec, rng)
+    end_time = max((float(t[-1]) for t, _ in per_source if t.shape[0]), default=0.0)
+    end_time += 1.0 / spec.rate
     marks: list[float] = []
     types: list[int] = []
     if spec.barriers:
@@ -196,8 +223,8 @@ def _streams(spec: SyntheticRun) -> list[_SourceStream]:
         types = [BEGIN_RUN] + [SYNC] * spec.sync_barriers + [END_RUN]
     streams = []
     for i, source in enumerate(spec.source_ids):
-        t = times[i]
-        barrier = np.zeros(n, dtype=np.uint32)
+        t, physics = per_source[i]
+        barrier = np.zeros(t.shape[0], dtype=np.uint32)
         if marks:
             own_marks, own_types = list(marks), list(types)
             if spec.heterogeneous_barrier and i == 0 and spec.sync_barriers:
@@ -208,14 +235,22 @@ def _streams(spec: SyntheticRun) -> list[_SourceStream]:
             where = np.searchsorted(t, own_marks, side="left")
             t = np.insert(t, where, own_marks)
             barrier = np.insert(barrier, where, np.asarray(own_types, dtype=np.uint32))
+            if physics is not None:
+                physics = np.insert(physics, where, barrier_payload(len(own_marks)))
         stalls = [s for s in spec.stalls if s.source == source]
         for stall in stalls:
             if not stall.backlog:
                 keep = (t < stall.start) | (t >= stall.end)
                 t, barrier = t[keep], barrier[keep]
+                physics = None if physics is None else physics[keep]
         m = t.shape[0]
         timestamp = np.floor(t * spec.tick_rate).astype(np.uint64)
         timestamp += np.uint64(spec.timestamp_origin)
+        payload = (
+            _payload_pattern(timestamp, spec.payload_size)
+            if physics is None
+            else physics.view(np.uint8).reshape(-1)
+        )
         bounds = np.minimum(np.arange(0, m + spec.batch_size, spec.batch_size), m)
         n_batches = bounds.shape[0] - 1
         last = t[bounds[1:] - 1] if n_batches else t[:0]
@@ -227,15 +262,31 @@ def _streams(spec: SyntheticRun) -> list[_SourceStream]:
                 arrival = np.where(held, stall.end + delay, arrival)
         # microsecond arrival times read well in JSON; rounding keeps them non-decreasing
         arrival = np.maximum.accumulate(np.round(arrival, 6)) if n_batches else arrival
-        streams.append(_SourceStream(source, timestamp, barrier, bounds.astype(np.int64), arrival))
+        streams.append(
+            _SourceStream(source, timestamp, barrier, bounds.astype(np.int64), arrival, payload)
+        )
     return streams
+
+
+def _times(
+    spec: SyntheticRun, rng: np.random.Generator
+) -> list[tuple[npt.NDArray[np.float64], npt.NDArray[np.void] | None]]:
+    """Every source's fragment times (seconds, ascending) and, with physics, their physics
+    payloads. Without physics the draws are the Poisson process's, as they always were."""
+    if spec.physics is None:
+        times = rng.exponential(1.0 / spec.rate, size=(spec.n_sources, spec.fragments_per_source))
+        np.cumsum(times, axis=1, out=times)
+        return [(times[i], None) for i in range(spec.n_sources)]
+    streams = source_streams(spec.physics, rng, spec.n_sources, spec.duration, spec.tick_rate)
+    return [(t, payload) for t, payload in streams]
 
 
 def generate_records(spec: SyntheticRun) -> ArrivalRecords:
     """The run as ``evb replay`` input: one row per fragment (and ``end`` record), sorted by
     arrival ``t``. Rows with equal ``t`` keep source order, then each source's own order."""
     streams = _streams(spec)
-    kinds, times, sources, values, barriers = [], [], [], [], []
+    size = spec.fragment_payload_size
+    kinds, times, sources, values, barriers, payloads = [], [], [], [], [], []
     for s in streams:
         m = s.timestamp.shape[0]
         if m == 0:
@@ -246,13 +297,16 @@ def generate_records(spec: SyntheticRun) -> ArrivalRecords:
         sources.append(np.full(m, s.source, dtype=np.uint32))
         values.append(s.timestamp)
         barriers.append(s.barrier)
+        payloads.append(s.payload.reshape(m, size))
         if spec.end_of_source:
             kinds.append(np.array([ArrivalKind.END_OF_SOURCE], dtype=np.uint8))
             times.append(s.arrival[-1:])
             sources.append(np.array([s.source], dtype=np.uint32))
             values.append(np.zeros(1, dtype=np.uint64))
             barriers.append(np.zeros(1, dtype=np.uint32))
+            payloads.append(np.zeros((0, size), dtype=np.uint8))
     kind = np.concatenate(kinds)
+    row = np.cumsum(kind == ArrivalKind.FRAGMENT) - 1  # a fragment's row in `payloads`
     t = np.concatenate(times)
     source = np.concatenate(sources)
     order = np.lexsort((source, t))  # stable: equal (t, source) keep the stream order
@@ -260,10 +314,10 @@ def generate_records(spec: SyntheticRun) -> ArrivalRecords:
     value = np.concatenate(values)[order]
     barrier = np.concatenate(barriers)[order]
     is_fragment = kind == ArrivalKind.FRAGMENT
-    lengths = np.where(is_fragment, spec.payload_size, 0).astype(np.uint64)
+    lengths = np.where(is_fragment, size, 0).astype(np.uint64)
     offsets = np.zeros(len(kind) + 1, dtype=np.uint64)
     np.cumsum(lengths, out=offsets[1:])
-    payload = _payload_pattern(value[is_fragment], spec.payload_size)
+    payload = np.concatenate(payloads)[row[order][is_fragment]].reshape(-1)
     return ArrivalRecords(
         kind=np.ascontiguousarray(kind),
         t=np.ascontiguousarray(t),
@@ -283,8 +337,8 @@ def iter_batches(spec: SyntheticRun) -> Iterator[tuple[float, FragmentBatch]]:
     arrival = np.concatenate([s.arrival for s in streams])
     which = np.concatenate([np.full(s.arrival.shape[0], i) for i, s in enumerate(streams)])
     index = np.concatenate([np.arange(s.arrival.shape[0]) for s in streams])
-    size = spec.payload_size
-    payloads = [_payload_pattern(s.timestamp, size) for s in streams]
+    size = spec.fragment_payload_size
+    payloads = [s.payload for s in streams]
     zeros = np.zeros(spec.batch_size + 1, dtype=np.uint64)
     steps = np.arange(spec.batch_size + 1, dtype=np.uint64) * np.uint64(size)
     order = np.lexsort((index, which, arrival))

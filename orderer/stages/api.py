@@ -89,6 +89,13 @@ class Stage:
             raise ConfigError("stage", self.name, f"'{EVENTS}' names the built events")
         if not isinstance(self.schema, pa.Schema):
             raise ConfigError(f"stage {self.name}: schema", self.schema, "must be a pyarrow.Schema")
+        for column in self.schema:
+            if _unsigned(column.type):
+                raise ConfigError(
+                    f"stage {self.name}: schema",
+                    f"{column.name}: {column.type}",
+                    "Spark has no unsigned integers: declare a signed type (int64 for a uint32)",
+                )
         for column in self.schema.names:
             if column.startswith(_RESERVED_PREFIX):
                 raise ConfigError(
@@ -117,6 +124,13 @@ class Stage:
             raise ConfigError(
                 f"stage {self.name}: order_by", self.order_by, "only a sequencer has order_by"
             )
+
+
+def _unsigned(kind: pa.DataType) -> bool:
+    """An unsigned integer type, at any depth (a list of uint16 too)."""
+    if pa.types.is_unsigned_integer(kind):
+        return True
+    return any(_unsigned(kind.field(i).type) for i in range(kind.num_fields))
 
 
 def _schema(schema: pa.Schema | Sequence[tuple[str, pa.DataType]]) -> pa.Schema:

@@ -381,3 +381,11 @@ def test_explain_aligns_its_columns() -> None:
     header, *rows = plan(analysis(), EVENT_SCHEMA).explain(4).splitlines()[1:]
     classes = {row.index(next(o.value for o in Order if o.value in row)) for row in rows}
     assert classes == {header.index("class")}
+
+
+@pytest.mark.parametrize("kind", [pa.uint8(), pa.uint32(), pa.list_(pa.uint16())])
+def test_an_unsigned_column_is_refused_naming_the_stage(kind: pa.DataType) -> None:
+    """Spark has no unsigned integers: a schema with one would fail only once Spark runs."""
+    with pytest.raises(ConfigError, match="stage raw: schema: Spark has no unsigned integers"):
+        Stage(name="raw", function=lambda t: t, order=Order.INSENSITIVE,
+              schema=pa.schema([("adc", kind)]))
