@@ -5,6 +5,11 @@ the conftest's run; and after a restart from the checkpoint, nothing lost or dou
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -130,37 +135,41 @@ def _manifests(checkpoint: Path) -> int:
     return len(list(batches.glob("*.json"))) if batches.is_dir() else 0
 
 
-def test_a_run_stopped_mid_way_resumes_from_its_checkpoint_losing_and_doubling_nothing(
-    spark: Any,
+def test_a_killed_job_resumes_from_its_checkpoint_losing_and_doubling_nothing(
     finished_run: FinishedRun,
     expected: dict[str, list[tuple[Any, ...]]],
     tmp_path: Path,
 ) -> None:
-    """The query stops after a few micro-batches (as a killed driver: the stages' states and
-    results of the batches done are in the checkpoint and the output), then the job runs again
-    on the same checkpoint: the rest is built from the states it left."""
-    from orderer.spark import streaming
-    from orderer.spark.checks import glom_config, stages_plan
-    from orderer.spark.layout import Layout
-
+    """``evb spark-job`` killed (SIGKILL, the driver and its JVM) after a few micro-batches,
+    then run again on the same checkpoint: the rest is built from the states the killed job
+    left, and every stage's results are whole, nothing doubled."""
     checkpoint = tmp_path / "checkpoint"
-    flags = [
-        "--target", finished_run.target, "--dt", str(DT), "--output", str(tmp_path / "out"),
-        "--run", "r", "--partitions", "3", "--consumer", "stages-restart",
-        "--max-fragments-per-trigger", "150", "--checkpoint", str(checkpoint),
-        "--poll", "0.05", "--stages", str(STAGES), "--quiet",
+    argv = [
+        sys.executable, "-m", "orderer.cli", "spark-job", "--target", finished_run.target,
+        "--dt", str(DT), "--output", str(tmp_path / "out"), "--run", "r", "--partitions", "3",
+        "--consumer", "stages-killed", "--max-fragments-per-trigger", "100",
+        "--trigger-seconds", "1", "--checkpoint", str(checkpoint), "--stages", str(STAGES),
+        "--quiet", "--master", "local[2]",
     ]
-    config = JobConfig.from_argv(flags)
-    _, end = streaming.stream(
-        spark, config, glom_config(config), Layout.of(config),
-        stopped=lambda: _manifests(checkpoint) >= 3, plan=stages_plan(config),
-    )
-    assert end is None  # stopped before the run's end
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_GATEWAY")}
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    with open(tmp_path / "killed.log", "wb") as log:
+        job_process = subprocess.Popen(
+            argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            deadline = time.monotonic() + 180
+            while _manifests(checkpoint) < 3 and job_process.poll() is None:
+                assert time.monotonic() < deadline, (tmp_path / "killed.log").read_text()
+                time.sleep(0.05)
+        finally:
+            os.killpg(job_process.pid, signal.SIGKILL)
+            job_process.wait()
     done = _manifests(checkpoint)
-    assert 3 <= done < 12
-    result = job.run(spark, config)
-    assert _manifests(checkpoint) > done  # resumed: the batches after the stop
-    assert result.batches > done
+    assert 3 <= done < 10, (tmp_path / "killed.log").read_text()  # killed mid-way
+    rerun = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert _manifests(checkpoint) > done  # resumed: the batches after the kill
     assert written(tmp_path / "out", "r", load_stages(STAGES)) == expected
 
 
