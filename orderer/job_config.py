@@ -94,6 +94,9 @@ class JobConfig:
     """The user's analysis stages, a Python file (:mod:`orderer.stages`)."""
     explain: bool = False
     """Print the stages' plan and exit, without Spark."""
+    check_order: bool = False
+    """Run the stages twice over the run's first fragments and name a stage declared
+    order-insensitive whose results differ; then exit."""
 
     @classmethod
     def from_namespace(cls, args: argparse.Namespace) -> JobConfig:
@@ -145,6 +148,7 @@ class JobConfig:
             ("--quiet", self.quiet),
             ("--tls", self.tls),
             ("--explain", self.explain),
+            ("--check-order", self.check_order),
         )
         argv: list[str] = []
         for flag, value in valued:
@@ -280,6 +284,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--explain",
         action="store_true",
         help="print how the --stages run (class, order kept, parallelism) and exit",
+    )
+    parser.add_argument(
+        "--check-order",
+        action="store_true",
+        help="run the --stages twice over the run's first fragments (in order in one partition, "
+        "and dealt into several) and name a stage declared order-insensitive whose results "
+        "differ; exit status 1 if one does",
     )
     _valued(
         parser,

@@ -47,6 +47,8 @@ def stages_plan(config: JobConfig) -> Plan | None:
     if config.stages is None:
         if config.explain:
             raise ConfigError("--explain", None, "explains the --stages: give them")
+        if config.check_order:
+            raise ConfigError("--check-order", None, "checks the --stages: give them")
         return None
     return plan(load_stages(config.stages), EVENT_SCHEMA)
 

@@ -76,11 +76,12 @@ from orderer.spark.checks import check_arguments, glom_config, java_problem, sta
 from orderer.spark.glom import GlomConfig
 from orderer.spark.layout import Layout
 from orderer.spark.nscldaq import NscldaqSink
+from orderer.spark.order_check import CHECK_FRAGMENTS, check_order, report
 from orderer.spark.stages import stage_failure, stage_results
-from orderer.spark.streaming import channel_security, stream
+from orderer.spark.streaming import channel_security, security_options, stream
 from orderer.stages.plan import Plan
 
-__all__ = ["JobResult", "create_session", "follow_runs", "main", "run"]
+__all__ = ["JobResult", "check_stages_order", "create_session", "follow_runs", "main", "run"]
 
 
 @dataclass
@@ -246,6 +247,36 @@ def _reach_orderer(target: str, config: JobConfig) -> None:
     )
 
 
+def check_stages_order(spark: Any, config: JobConfig) -> int:
+    """``--check-order``: 0 when every stage's declaration held, 1 naming one that did not."""
+    from orderer.spark.source import register
+
+    register(spark)
+    glom = glom_config(config)
+    plan = stages_plan(config)
+    assert plan is not None  # check_arguments refuses --check-order without --stages
+    fragments = config.max_fragments_per_trigger or CHECK_FRAGMENTS
+
+    def read(partitions: int) -> Any:
+        reader = (
+            spark.read.format("evb")
+            .options(**glom.to_options())
+            .option("numPartitions", partitions)
+            .option("output", "events")
+            .option("endingOffset", fragments)
+        )
+        if config.target is not None:
+            return reader.option("target", config.target).options(
+                **security_options(config)
+            ).load()
+        return reader.option("path", str(config.path)).load()
+
+    events, checks = check_order(spark, plan, read, config.partitions)
+    text, good = report(events, checks)
+    print(text)
+    return 0 if good else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``evb spark-job``: exit status 0; 2 for bad arguments or no usable Java, in one line
     naming the flag or saying what to install, and 3 for an orderer that cannot be reached, each
@@ -275,6 +306,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 3
     spark = create_session(config.master)
     try:
+        if config.check_order:
+            return check_stages_order(spark, config)
         if config.follow_runs:
             follow_runs(spark, config)
         else:

@@ -46,7 +46,7 @@ from orderer.spark import files
 from orderer.spark.files import Directory
 from orderer.spark.nscldaq import NscldaqSink
 from orderer.spark.writer import events_writer
-from orderer.stages.api import Order
+from orderer.stages.api import EVENTS, Order
 from orderer.stages.plan import Plan, StagePlan
 from orderer.stages.steps import apply, apply_sensitive
 
@@ -54,6 +54,7 @@ __all__ = [
     "STATE_COLUMN",
     "StagesSink",
     "remove_stage_results",
+    "run_plan",
     "stage_directory",
     "stage_failure",
     "stage_results",
@@ -128,18 +129,9 @@ class StagesSink:
         kept: list[Any] = [events]
         try:
             self._write_events(events, batch_id)
-            results: dict[str, Any] = {"events": events}
-            for step in self.plan.stages:
-                source = results[step.stage.reads]
-                if step.stage.order is Order.SENSITIVE:
-                    whole, result, states[step.stage.name] = self._sensitive(
-                        step, source, states.get(step.stage.name, {})
-                    )
-                    kept.append(whole)
-                else:
-                    result = self._insensitive(step, source).persist()
-                    kept.append(result)
-                results[step.stage.name] = result
+            for step, result in run_plan(
+                self.spark, self.plan, events, self.partitions, states, kept
+            ):
                 directory = stage_directory(self.output, step.stage.name, self.run)
                 result.write.mode("overwrite").parquet(f"{directory}/batch={batch_id:012d}")
         finally:
@@ -148,40 +140,6 @@ class StagesSink:
         if state_files is not None:
             state_files.write(f"state-{batch_id:012d}.json", [_encode(states)])
             state_files.write(manifest, [json.dumps({"batch": batch_id}).encode()])
-
-    # ------------------------------------------------------------------ steps
-
-    def _insensitive(self, step: StagePlan, source: Any) -> Any:
-        """An order-insensitive stage or a sequencer: one mapInArrow where its input is."""
-        return source.mapInArrow(_insensitive_task(step), _spark_schema(step.stage.schema))
-
-    def _sensitive(
-        self, step: StagePlan, source: Any, states: dict[Hashable, Any]
-    ) -> tuple[Any, Any, dict[Hashable, Any]]:
-        """An order-sensitive stage: shuffled by key (to one partition without), then sorted and
-        called per key in each partition; returns the step's whole result (persisted: the
-        stage runs once), its rows, and every key's state after it."""
-        from pyspark.sql import functions as f
-
-        stage = step.stage
-        shuffled = (
-            source.repartition(1)
-            if stage.key is None
-            else source.repartition(self.partitions, stage.key)
-        )
-        known = self.spark.sparkContext.broadcast(states)
-        try:
-            schema = _spark_schema(_carrying(stage.schema))
-            result = shuffled.mapInArrow(_sensitive_task(step, known), schema).persist()
-            rows = result.filter(f.col(STATE_COLUMN).isNotNull()).select(STATE_COLUMN).collect()
-            after = dict(states)
-            for row in rows:
-                key, state = pickle.loads(bytes(row[STATE_COLUMN]))
-                after[key] = state
-            stage_rows = result.filter(f.col(STATE_COLUMN).isNull()).drop(STATE_COLUMN)
-            return result, stage_rows, after
-        finally:
-            known.unpersist()
 
     # ------------------------------------------------------------------ events and state
 
@@ -223,6 +181,65 @@ class StagesSink:
             if module is not None and name is not None and not name.startswith("orderer."):
                 cloudpickle.register_pickle_by_value(module)
         self._registered = True
+
+
+def run_plan(
+    spark: Any,
+    plan: Plan,
+    events: Any,
+    partitions: int,
+    states: dict[str, dict[Hashable, Any]],
+    kept: list[Any],
+) -> Iterator[tuple[StagePlan, Any]]:
+    """Every stage of ``plan`` over one step's ``events``, in the plan's order, each result
+    persisted (added to ``kept``, for the caller to unpersist: each stage runs once) and
+    yielded as it is made; an order-sensitive stage starts from ``states`` (by stage, by key)
+    and leaves its states there."""
+    results: dict[str, Any] = {EVENTS: events}
+    for step in plan.stages:
+        source = results[step.stage.reads]
+        if step.stage.order is Order.SENSITIVE:
+            whole, result, states[step.stage.name] = _sensitive(
+                spark, step, source, partitions, states.get(step.stage.name, {})
+            )
+            kept.append(whole)
+        else:
+            result = _insensitive(step, source).persist()
+            kept.append(result)
+        results[step.stage.name] = result
+        yield step, result
+
+
+def _insensitive(step: StagePlan, source: Any) -> Any:
+    """An order-insensitive stage or a sequencer: one mapInArrow where its input is."""
+    return source.mapInArrow(_insensitive_task(step), _spark_schema(step.stage.schema))
+
+
+def _sensitive(
+    spark: Any, step: StagePlan, source: Any, partitions: int, states: dict[Hashable, Any]
+) -> tuple[Any, Any, dict[Hashable, Any]]:
+    """An order-sensitive stage: shuffled by key (to one partition without), then sorted and
+    called per key in each partition; returns the step's whole result (persisted: the stage
+    runs once), its rows, and every key's state after it."""
+    from pyspark.sql import functions as f
+
+    stage = step.stage
+    shuffled = (
+        source.repartition(1) if stage.key is None else source.repartition(partitions, stage.key)
+    )
+    known = spark.sparkContext.broadcast(states)
+    try:
+        schema = _spark_schema(_carrying(stage.schema))
+        result = shuffled.mapInArrow(_sensitive_task(step, known), schema).persist()
+        rows = result.filter(f.col(STATE_COLUMN).isNotNull()).select(STATE_COLUMN).collect()
+        after = dict(states)
+        for row in rows:
+            key, state = pickle.loads(bytes(row[STATE_COLUMN]))
+            after[key] = state
+        stage_rows = result.filter(f.col(STATE_COLUMN).isNull()).drop(STATE_COLUMN)
+        return result, stage_rows, after
+    finally:
+        known.unpersist()
 
 
 # ---------------------------------------------------------------- on the executors

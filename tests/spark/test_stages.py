@@ -216,3 +216,50 @@ def test_a_failing_stage_names_itself_the_events_and_the_line_and_commits_nothin
     job.run(spark, JobConfig.from_argv(flags))
     rows = pq.read_table(stage_directory(str(tmp_path / "out"), "picky", "r")).column("event")
     assert sorted(rows.to_pylist()) == events  # every event once: none lost, none doubled
+
+
+MISDECLARED = '''
+import numpy as np
+import pyarrow as pa
+from orderer.stages import order_insensitive
+
+
+@order_insensitive(schema=[("event", pa.int64()), ("index", pa.int64())])
+def numbered(events):
+    """Numbers the events it is given: that depends on how they are split."""
+    return pa.table({"event": events.column("event"), "index": np.arange(events.num_rows)})
+
+
+@order_insensitive(schema=[("event", pa.int64()), ("index", pa.int64())], reads="numbered")
+def kept(rows):
+    return rows
+'''
+
+
+def test_check_order_names_a_stage_wrongly_declared_order_insensitive(
+    spark: Any, finished_run: FinishedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    module = tmp_path / "misdeclared_stages.py"
+    module.write_text(MISDECLARED)
+    config = JobConfig.from_argv([
+        "--path", str(finished_run.data_dir), "--dt", str(DT), "--output", str(tmp_path),
+        "--stages", str(module), "--check-order", "--max-fragments-per-trigger", "600",
+    ])
+    assert job.check_stages_order(spark, config) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert "stage(s) run twice over the first" in out[0]
+    numbered = next(line for line in out if line.split()[0] == "numbered")
+    assert "DIFFERS" in numbered and "declared order-insensitive" in numbered
+    assert "differs, reading numbered" in next(line for line in out if line.split()[0] == "kept")
+
+
+def test_check_order_passes_stages_declared_as_they_behave(
+    spark: Any, finished_run: FinishedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = JobConfig.from_argv([
+        "--target", finished_run.target, "--dt", str(DT), "--output", str(tmp_path),
+        "--stages", str(STAGES), "--check-order",
+    ])
+    assert job.check_stages_order(spark, config) == 0
+    out = capsys.readouterr().out
+    assert out.count("same (") == 4 and "DIFFERS" not in out
