@@ -36,6 +36,10 @@ CLIENT_TLS_DIR = "/etc/evb/client-tls"
 AUTH_DIR = "/etc/evb/auth"
 """The bearer token (spec.auth.tokenSecretRef), as the file ``token``."""
 TOKEN_FILE = "token"
+STAGES_DIR = "/etc/evb/stages"
+"""The Spark driver's mount of the ConfigMap of spec.spark.stages: the file is
+``STAGES_DIR/<key>`` (``evb spark-job --stages``); the executors get the stages' functions
+pickled by value, not the file."""
 SPARK_JOB_FILE = "local:///opt/evb/orderer/spark/job.py"
 """The Spark job inside the Spark image (``Dockerfile.spark``); the job is issue 4's."""
 SPARK_CONNECT_TIMEOUT_SECONDS = 300

@@ -13,7 +13,14 @@ from typing import Any
 from evb_operator.crd_output import output_schema
 from evb_operator.crd_schema import _image, _integer, _number, _object, _spark_pod, _string
 
-__all__ = ["MAX_FRAGMENTS_PER_TRIGGER", "MAX_PARTITIONS", "MAX_TICK_RATE", "spark_schema"]
+__all__ = [
+    "MAX_FRAGMENTS_PER_TRIGGER",
+    "MAX_PARTITIONS",
+    "MAX_TICK_RATE",
+    "OBJECT_NAME_PATTERN",
+    "STAGES_KEY_PATTERN",
+    "spark_schema",
+]
 
 MAX_PARTITIONS = 65536
 """Upper bound of spec.spark.partitions, above the largest default (1000 executors x 64 cores)."""
@@ -21,6 +28,11 @@ MAX_FRAGMENTS_PER_TRIGGER = 10**12
 """Upper bound of spec.spark.maxFragmentsPerTrigger: more in one micro-batch is a typo."""
 MAX_TICK_RATE = 1e15
 """Upper bound of spec.spark.tickRate (femtosecond ticks): more is a typo."""
+STAGES_KEY_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*\.py$"
+"""spec.spark.stages.key: ``NAME.py``, NAME a Python identifier, the name the job imports the
+module under (``orderer.stages.load``); ASCII, so also a valid ConfigMap key."""
+OBJECT_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+"""A Kubernetes object name (DNS-1123 subdomain), as a ConfigMap's."""
 
 
 def spark_schema() -> dict[str, Any]:
@@ -119,6 +131,7 @@ def spark_schema() -> dict[str, Any]:
                 default={},
             ),
             "output": output_schema(),
+            "stages": _stages(),
             "objectStorage": _object(
                 "S3-compatible object storage for an s3a:// output.path (the Spark image carries"
                 " hadoop-aws). Credentials come from a Secret, as environment variables of the"
@@ -165,4 +178,29 @@ def spark_schema() -> dict[str, Any]:
             },
         },
         required=["output"],
+    )
+
+
+def _stages() -> dict[str, Any]:
+    """``spec.spark.stages``: the user's analysis stages, a Python file in a ConfigMap."""
+    return _object(
+        "Analysis stages run on the built events (evb spark-job --stages): a Python file held"
+        " in a ConfigMap of this namespace, which the Spark driver mounts read-only (the"
+        " executors get the stages pickled, not the file). Unset: no stages. The ConfigMap is"
+        " read when the driver starts: a change of it reaches the job at its next submission.",
+        {
+            "configMap": _string(
+                "Name of the ConfigMap (in the EventBuilder's namespace).",
+                minLength=1,
+                maxLength=253,
+                pattern=OBJECT_NAME_PATTERN,
+            ),
+            "key": _string(
+                "Key of the Python file in the ConfigMap: NAME.py, NAME a Python identifier"
+                " (the module's name in the job; not one of the standard library's).",
+                maxLength=253,
+                pattern=STAGES_KEY_PATTERN,
+            ),
+        },
+        required=["configMap", "key"],
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from evb_operator import constants as c
@@ -31,6 +32,8 @@ __all__ = [
     "object_storage_env",
     "spark_job_config",
     "spark_partitions",
+    "stages_file",
+    "stages_volume",
 ]
 
 
@@ -51,14 +54,41 @@ def spark_partitions(spark: Mapping[str, Any]) -> int:
     return int(executors["instances"]) * int(executors["cores"])
 
 
+def stages_file(stages: Mapping[str, Any]) -> PurePosixPath:
+    """Where the driver finds the stages' file of ``spec.spark.stages``: its key under
+    :data:`~evb_operator.constants.STAGES_DIR`, where :func:`stages_volume` mounts it."""
+    return PurePosixPath(c.STAGES_DIR) / str(stages["key"])
+
+
+def stages_volume(stages: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The volume and the driver's mount of ``spec.spark.stages``: the ConfigMap's key alone,
+    read-only, at :data:`~evb_operator.constants.STAGES_DIR`. The driver alone: it loads the
+    module and plans the stages; the executors get the stages' functions pickled by value
+    (``orderer.spark.stages``), never the file. The kubelet mounts it (no API call of the
+    operator or the driver): a missing ConfigMap or key keeps the driver pod from starting
+    (``FailedMount``)."""
+    key = str(stages["key"])
+    volume = {
+        "name": "stages",
+        "configMap": {
+            "name": stages["configMap"],
+            "items": [{"key": key, "path": key}],
+            "defaultMode": 0o440,
+        },
+    }
+    return volume, {"name": "stages", "mountPath": c.STAGES_DIR, "readOnly": True}
+
+
 def spark_job_config(name: str, namespace: str, spark: Mapping[str, Any]) -> JobConfig:
     """The Spark job's configuration (``orderer/spark/job.py``): where to read, how to build, how
     to cut micro-batches, where to write; the SparkApplication's arguments are its
     :meth:`~orderer.job_config.JobConfig.to_argv`. Every field of ``spec.spark`` that the job
     reads is a field here. ``spark`` is completed with the CRD's defaults first (a raw section
     will do). The security files are left to the pods' ``EVB_TLS_*``/``EVB_TOKEN_FILE``
-    variables (:func:`client_security`)."""
+    variables (:func:`client_security`); the stages' file is the driver's mount of
+    ``spec.spark.stages`` (:func:`stages_file`)."""
     spark = with_defaults(SPARK_SCHEMA, spark)
+    stages = spark.get("stages")
     return JobConfig(
         target=orderer_endpoint(name, namespace),
         no_build=bool(spark["noBuild"]),
@@ -76,6 +106,7 @@ def spark_job_config(name: str, namespace: str, spark: Mapping[str, Any]) -> Job
             int(spark["maxFragmentsPerTrigger"]) if "maxFragmentsPerTrigger" in spark else None
         ),
         follow_runs=bool(spark["followRuns"]),
+        stages=None if stages is None else Path(stages_file(stages)),
     )
 
 
@@ -166,6 +197,11 @@ def build_sparkapplication_spec(
         spec["volumes"].append(volume)
         for role in ("driver", "executor"):
             spec[role]["volumeMounts"].append(dict(mount))
+    stages = spark.get("stages")
+    if stages is not None:  # the driver's only: see stages_volume
+        volume, mount = stages_volume(stages)
+        spec["volumes"].append(volume)
+        spec["driver"]["volumeMounts"].append(mount)
     storage = spark.get("objectStorage")
     if storage is not None:
         _add_env(spec, object_storage_env(storage))

@@ -13,6 +13,7 @@ Pure: no I/O. The schema and the rules come from :mod:`evb_operator.crd`.
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -25,6 +26,7 @@ from orderer.config import OrdererConfig, camel_case
 from orderer.errors import ConfigError
 
 __all__ = [
+    "JOB_MODULES",
     "SPARK_CREDENTIAL_SUFFIXES",
     "InvalidSpec",
     "ValidSpec",
@@ -38,6 +40,35 @@ SPARK_CREDENTIAL_SUFFIXES = (".access.key", ".secret.key", ".session.token")
 """s3a's credential settings (``spark.hadoop.fs.s3a[.bucket.B].secret.key``): refused in
 ``spec.spark.sparkConf``, which every reader of the SparkApplication sees; they belong in the
 Secret ``spec.spark.objectStorage.credentialsSecret`` names."""
+
+JOB_MODULES = frozenset(
+    {
+        "__main__",  # the job's own main file
+        "orderer",
+        "evb_operator",
+        "pyspark",
+        "py4j",
+        "numpy",
+        "pandas",
+        "pyarrow",
+        "grpc",
+        "grpc_health",
+        "grpc_reflection",
+        "google",
+        "yaml",
+        "rich",
+        "prometheus_client",
+        "matplotlib",
+        "mpl_toolkits",
+        "pylab",
+        "boost_histogram",
+    }
+)
+"""Top-level modules of the Spark job's image besides the standard library: evb's and those of
+its dependencies and its ``spark`` extra (a test holds them to pyproject.toml). The job imports
+``spec.spark.stages.key``'s file under its stem and refuses a name already in use, so such a key
+(and a standard library module's name, which the file would hide) is refused here, before a
+driver starts only to fail."""
 
 
 class InvalidSpec(ValueError):
@@ -129,6 +160,7 @@ def validate(spec: Mapping[str, Any] | None) -> ValidSpec:
         if node is not None and not rule.check(node):
             raise InvalidSpec(rule.field, rule.message)
     _check_spark_conf(full.get("spark", {}).get("sparkConf", {}))
+    _check_stages(full.get("spark", {}).get("stages"))
     return ValidSpec(spec=full, orderer=orderer_config(full))
 
 
@@ -142,6 +174,22 @@ def _check_spark_conf(conf: Mapping[str, str]) -> None:
                 "credentials do not belong in sparkConf (every reader of the SparkApplication"
                 " sees it): name a Secret in spec.spark.objectStorage.credentialsSecret",
             )
+
+
+def _check_stages(stages: Mapping[str, Any] | None) -> None:
+    """The stages' module name (the key's stem) is none of the standard library's or the job's
+    (:data:`JOB_MODULES`); the schema's pattern made it a Python identifier. Checked here only:
+    the list is the operator's Python's (the Spark image runs the same Python 3.11)."""
+    if stages is None:
+        return
+    name = str(stages["key"]).removesuffix(".py")
+    if name in sys.stdlib_module_names or name in JOB_MODULES:
+        raise InvalidSpec(
+            "spec.spark.stages.key",
+            f"{name!r} is the name of a module of Python's standard library or of the Spark"
+            " job: the job imports the file under that name, which would hide the module;"
+            " give the file another name (the ConfigMap's key)",
+        )
 
 
 def validate_change(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:

@@ -210,9 +210,9 @@ SPARKAPPLICATION_FIELDS = {
     "volumes": VOLUME_FIELDS,
     "sparkConf": LEAF,
 }
-"""``mode: cluster`` runs as local mode (driver and executors in one JVM: their env and mounts
-must be equal); ``executor.memory`` has no meaning there; ``restartPolicy``: the harness runs
-the job once and any failure fails the test."""
+"""``mode: cluster`` runs as local mode (driver and executors in one JVM: their env must be
+equal, and the executors' mounts be among the driver's); ``executor.memory`` has no meaning
+there; ``restartPolicy``: the harness runs the job once and any failure fails the test."""
 
 
 def free_port() -> int:
@@ -548,7 +548,9 @@ def spark_submit(
     """``spark-submit`` of a SparkApplication in local mode: master ``local[N]`` with N the
     executor cores it asks for (instances x cores, at most ``max_cores``), the driver's memory
     and cores, every ``sparkConf`` as ``--conf``, the main file, the arguments; env and volumes
-    of the driver (equal to the executors': one JVM runs both)."""
+    of the driver (its env equal to the executors', its mounts theirs and its own, such as the
+    stages' file: one JVM runs both, so this does not show that the executors do without the
+    driver's own mounts)."""
     import pyspark
 
     where = f"SparkApplication {app['metadata']['name']}"
@@ -559,10 +561,16 @@ def spark_submit(
         f"{where}.spec.sparkVersion: {spec['sparkVersion']}, but Spark {pyspark.__version__} runs"
     )
     driver, executor = spec["driver"], spec["executor"]
-    for key in ("env", "volumeMounts", "labels"):
+    for key in ("env", "labels"):
         assert driver.get(key) == executor.get(key), (
             f"{where}.spec.executor.{key}: differs from the driver's (local mode runs both in one "
             "process)"
+        )
+    driver_mounts = driver.get("volumeMounts", [])
+    for i, mount in enumerate(executor.get("volumeMounts", [])):
+        assert mount in driver_mounts, (
+            f"{where}.spec.executor.volumeMounts[{i}]: not the driver's (local mode runs both in "
+            "one process, with the driver's mounts)"
         )
     pod = cluster.pod(f"{app['metadata']['name']}-driver", driver["labels"], root)
     here = f"{where}.spec.driver"

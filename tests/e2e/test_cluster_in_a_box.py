@@ -4,7 +4,9 @@ and the Spark operator would (``tests/e2e/kubelet.py``: what it honours, what it
 the StatefulSet's container as a real ``evb serve`` (its ConfigMap and Secret volumes as
 files, its probes called), the SparkApplication through ``spark-submit`` in local mode.
 
-Sources send to the Service; the events written equal a sequential glom of the ordered log; a
+Sources send to the Service; the events written equal a sequential glom of the ordered log, and
+the results of an analysis stage (``spec.spark.stages``: a ConfigMap's Python file that the
+driver mounts, the job's ``--stages``) a sequential run of it over those events; a
 ``buildWindow`` patch of the EventBuilder reaches the orderer (through the operator's
 Configure); ``state: Ended`` ends the run and the job exits 0; deleting the EventBuilder
 deletes the children. Plaintext, and mutual TLS with a bearer token (Secrets made from
@@ -51,6 +53,21 @@ PAIRS = 400
 """Fragments per source and per half of the run (each half: PAIRS events of two fragments)."""
 TOKEN = "box-token-0123456789"
 JOB_TIMEOUT = 150.0
+STAGES_KEY = "box_stages.py"
+STAGES_MODULE = """\
+import numpy as np
+import pyarrow as pa
+
+from orderer.stages import order_sensitive
+
+
+@order_sensitive(schema=[("event", pa.int64()), ("running", pa.int64())], initial=lambda: 0)
+def running(events, total):
+    sums = np.cumsum(events.column("multiplicity").to_numpy().astype(np.int64)) + total
+    return pa.table({"event": events.column("event"), "running": sums}), int(sums[-1])
+"""
+"""The user's stages, as the ConfigMap ``box-analysis`` holds them: one order-sensitive stage,
+the running sum of the multiplicities in stream order (any other order gives other sums)."""
 
 
 def _secret(name: str, files: dict[str, bytes]) -> dict[str, Any]:
@@ -120,6 +137,18 @@ async def test_the_generated_objects_run_as_a_cluster_would_run_them(
     if tls:
         spec["tls"] = {"secretName": "box-tls", "mutual": True, "clientSecretName": "box-client"}
         spec["auth"] = {"tokenSecretRef": {"name": "box-token", "key": "daq"}}
+    else:  # the stages once: they add seconds to every micro-batch
+        await _create(
+            api,
+            f"/api/v1/namespaces/{NAMESPACE}/configmaps",
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "box-analysis", "namespace": NAMESPACE},
+                "data": {STAGES_KEY: STAGES_MODULE},
+            },
+        )
+        spec["spark"]["stages"] = {"configMap": "box-analysis", "key": STAGES_KEY}
     grpc_port = kubelet.free_port()
     endpoint = f"127.0.0.1:{grpc_port}"
     await _create(
@@ -225,6 +254,8 @@ async def _run(
     assert sum(e.multiplicity == 2 for e in expected) == 2 * PAIRS
     summary = json.loads((output / "runs" / "run" / "summary.json").read_text())
     assert summary["fragments"] == emitted
+    if "--stages" in args:
+        _check_stages(output, expected, args)
 
     # delete -> the children go, the finalizer is released; the kubelet then stops the pod
     response = await api.delete(f"{EVB}/namespaces/{NAMESPACE}/eventbuilders/{NAME}")
@@ -236,6 +267,17 @@ async def _run(
     for resource, pattern in harness.CHILDREN.values():
         assert _object(api, resource, pattern.format(NAME)) is None, resource
     assert await asyncio.to_thread(orderer.stop) == 0, orderer.log.read_text()[-5000:]
+
+
+def _check_stages(output: Path, expected: list[Any], args: list[str]) -> None:
+    """The stage ran from the file the driver mounted: its results are a sequential run's over
+    the events (the running sum of their multiplicities, in event order)."""
+    assert args[args.index("--stages") + 1] == f"/etc/evb/stages/{STAGES_KEY}"
+    stage = pq.read_table(output / "stages" / "running" / "run=run", columns=["event", "running"])
+    multiplicities = np.array([e.multiplicity for e in expected], dtype=np.int64)
+    assert sorted(zip(*stage.to_pydict().values(), strict=True)) == list(
+        zip([e.event for e in expected], np.cumsum(multiplicities).tolist(), strict=True)
+    )
 
 
 async def _status(api: KubernetesAPI, group: str, plural: str, name: str, body: Any) -> None:

@@ -8,6 +8,7 @@ import importlib.util
 import json
 import re
 from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -339,3 +340,65 @@ def test_the_spark_defaults_are_the_jobs() -> None:
     executors = spark["executors"]["properties"]
     largest = executors["instances"]["maximum"] * executors["cores"]["maximum"]
     assert largest <= spark["partitions"]["maximum"]  # every computed default validates
+
+
+@pytest.mark.parametrize(
+    ("stages", "api_server", "operator"),
+    [
+        ({"configMap": "my-analysis", "key": "stages.py"}, True, True),
+        ({"configMap": "my-analysis", "key": "implant_decay.py"}, True, True),
+        ({"configMap": "a.b-c", "key": "_Stages2.py"}, True, True),
+        ({"configMap": "my-analysis", "key": "stages"}, False, False),  # not FILE.py
+        ({"configMap": "my-analysis", "key": "stages.PY"}, False, False),
+        ({"configMap": "my-analysis", "key": "stages.py.txt"}, False, False),
+        ({"configMap": "my-analysis", "key": "my-stages.py"}, False, False),  # no identifier
+        ({"configMap": "my-analysis", "key": "2nd.py"}, False, False),
+        ({"configMap": "my-analysis", "key": "a.b.py"}, False, False),
+        ({"configMap": "my-analysis", "key": ".py"}, False, False),
+        ({"configMap": "my-analysis", "key": "dir/stages.py"}, False, False),
+        ({"configMap": "my-analysis", "key": "étapes.py"}, False, False),  # not a ConfigMap key
+        ({"configMap": "My_Analysis", "key": "stages.py"}, False, False),  # not an object name
+        ({"configMap": "", "key": "stages.py"}, False, False),
+        ({"key": "stages.py"}, False, False),
+        ({"configMap": "my-analysis"}, False, False),
+        # a module name in use where the job imports the file: past the API server, the operator
+        ({"configMap": "my-analysis", "key": "json.py"}, True, False),
+        ({"configMap": "my-analysis", "key": "numpy.py"}, True, False),
+        ({"configMap": "my-analysis", "key": "orderer.py"}, True, False),
+    ],
+)
+def test_the_crd_takes_a_stages_key_that_names_a_python_module_file(
+    stages: dict[str, Any], api_server: bool, operator: bool
+) -> None:
+    """``spec.spark.stages.key`` is the file the job imports under its stem: ``NAME.py``, NAME a
+    Python identifier (the schema's pattern, in the generated CRD file the API server holds);
+    the operator also refuses the names of modules the job has (``validation.JOB_MODULES``,
+    the standard library)."""
+    from tests.operator.test_fuzz_spec import api_server_accepts
+
+    spec = {"spark": {"dt": 5, "output": {"path": "s3a://b/r"}, "stages": stages}}
+    accepted, why = api_server_accepts(spec)
+    assert accepted is api_server, why
+    try:
+        validation.validate(spec)
+    except validation.InvalidSpec as error:
+        assert not operator, error
+        assert error.field.startswith("spec.spark.stages"), error
+    else:
+        assert operator
+
+
+def test_the_stages_key_pattern_is_what_the_job_loads_and_a_configmap_holds() -> None:
+    """The pattern admits a key exactly when ``orderer.stages.load`` takes the file (``.py``,
+    its stem an identifier: the module's name) and a ConfigMap can hold it (ASCII)."""
+    from orderer.stages.load import module_name
+
+    stages = crd.SPEC_SCHEMA["properties"]["spark"]["properties"]["stages"]
+    pattern = re.compile(stages["properties"]["key"]["pattern"])
+    good = ["a.py", "_.py", "Z9_x.py", "implant_decay.py", "__init__.py"]
+    bad = ["a", "a.pyc", "a.py.py", "a-b.py", "9a.py", ".py", "a.Py", "py", "é.py", "a/b.py"]
+    for key in [*good, *bad, "a b.py"]:
+        loads = Path(key).suffix == ".py" and module_name(Path(key)).isidentifier()
+        held = key.isascii() and re.fullmatch(r"[-._a-zA-Z0-9]+", key) is not None
+        assert (pattern.search(key) is not None) is (loads and held) is (key in good), key
+    assert set(stages["required"]) == {"configMap", "key"}

@@ -140,7 +140,9 @@ def _value(schema: Mapping[str, Any], depth: int = 0, wild: bool = True) -> st.S
     elif kind == "boolean":
         good = st.booleans()
     elif kind == "string":
-        good = st.sampled_from(["", "x", "run-tls", "512m", "2g", "1Gi", "file:///tmp", "a b"])
+        good = st.sampled_from(
+            ["", "x", "run-tls", "512m", "2g", "1Gi", "file:///tmp", "a b", "stages.py", "json.py"]
+        )
     elif kind == "array" and depth < 4:
         good = st.lists(_value(schema.get("items", {}), depth + 1, wild), max_size=4)
     elif kind == "object" and depth < 4 and "properties" in schema:

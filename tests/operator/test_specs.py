@@ -79,9 +79,14 @@ def _children(spec: dict[str, Any], name: str = "run1") -> list[dict[str, Any]]:
     )
 
 
+STAGES = {"configMap": "my-analysis", "key": "implant_decay.py"}
+"""spec.spark.stages: the ConfigMap of ``kubectl create configmap my-analysis
+--from-file=implant_decay.py``."""
+
 SPECS = {
     "minimal": {},
     "full": FULL_SPEC,
+    "stages": {**FULL_SPEC, "spark": {**FULL_SPEC["spark"], "stages": STAGES}},
     **{path.stem: load_example(path)["spec"] for path in example_files()},
 }
 
@@ -466,6 +471,8 @@ def test_a_spark_change_changes_the_sparkapplication_spec() -> None:
         {"tickRate": 1e6},
         {"objectStorage": {"credentialsSecret": "s"}},
         {"objectStorage": {"endpoint": "http://m:9000"}},
+        {"stages": STAGES},
+        {"stages": {**STAGES, "key": "other.py"}},
     ):
         after = _by_kind(_children({"spark": {**base, **change}}))["SparkApplication"]["spec"]
         assert after != before, change
@@ -500,3 +507,67 @@ def test_object_storage_mounts_no_output_volume() -> None:
         child for child in _children({"spark": spark}) if child["kind"] == "SparkApplication"
     ]
     assert "output" not in {volume["name"] for volume in app["spec"]["volumes"]}
+
+
+# ----------------------------------------------------------------------------- analysis stages
+
+
+BASE_SPARK: dict[str, Any] = {"dt": 5, "output": {"path": "s3a://bucket/run"}}
+
+
+def _spark_app(spark: dict[str, Any]) -> dict[str, Any]:
+    """The SparkApplication's spec of BASE_SPARK with ``spark``'s fields."""
+    spec = {"spark": {**BASE_SPARK, **spark}}
+    return _by_kind(_children(spec))["SparkApplication"]["spec"]  # type: ignore[no-any-return]
+
+
+def test_the_stages_configmap_is_mounted_on_the_driver_and_given_as_stages() -> None:
+    """``spec.spark.stages``: the ConfigMap's key, read-only, in the driver alone (it loads the
+    module; the executors get the stages pickled by value), and ``--stages`` naming that file,
+    from the JobConfig's own arguments."""
+    from orderer.job_config import JobConfig
+
+    app = _spark_app({"stages": STAGES})
+    volumes = {volume["name"]: volume for volume in app["volumes"]}
+    assert volumes["stages"] == {
+        "name": "stages",
+        "configMap": {
+            "name": "my-analysis",
+            "items": [{"key": "implant_decay.py", "path": "implant_decay.py"}],
+            "defaultMode": 0o440,
+        },
+    }
+    (mount,) = [m for m in app["driver"]["volumeMounts"] if m["name"] == "stages"]
+    assert mount == {"name": "stages", "mountPath": c.STAGES_DIR, "readOnly": True}
+    assert "stages" not in {m["name"] for m in app["executor"]["volumeMounts"]}
+    job = JobConfig.from_argv(app["arguments"])
+    assert job.stages == Path("/etc/evb/stages/implant_decay.py")
+    (item,) = volumes["stages"]["configMap"]["items"]
+    assert job.stages == Path(mount["mountPath"]) / item["path"]  # the file the kubelet writes
+    assert not job.explain
+    config = specs_spark.spark_job_config("run1", "daq", {**BASE_SPARK, "stages": STAGES})
+    assert app["arguments"] == config.to_argv()  # no flag of the operator's own
+
+
+def test_no_stages_no_volume_and_no_flag() -> None:
+    from orderer.job_config import JobConfig
+
+    app = _spark_app({})
+    assert "stages" not in {volume["name"] for volume in app["volumes"]}
+    for role in ("driver", "executor"):
+        assert "stages" not in {m["name"] for m in app[role]["volumeMounts"]}
+    assert "--stages" not in app["arguments"]
+    assert JobConfig.from_argv(app["arguments"]).stages is None
+
+
+def test_the_stages_mount_keeps_the_other_driver_mounts() -> None:
+    """With TLS, a token and a local output, the driver has each mount once, the stages' too,
+    and the executors theirs without the stages'."""
+    spark = {"output": {"path": "file:///events", "volumeClaim": "run-events"}, "stages": STAGES}
+    spec = {**FULL_SPEC, "spark": {**FULL_SPEC["spark"], **spark}}
+    app = _by_kind(_children(spec))["SparkApplication"]["spec"]
+    driver = [m["name"] for m in app["driver"]["volumeMounts"]]
+    executor = [m["name"] for m in app["executor"]["volumeMounts"]]
+    assert sorted(driver) == sorted({*executor, "stages"})
+    assert len(driver) == len(set(driver)) and "stages" not in executor
+    assert {v["name"] for v in app["volumes"]} == set(driver)

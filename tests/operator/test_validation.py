@@ -114,6 +114,11 @@ def test_source_timeout_zero_is_off() -> None:
                     {"sparkConf": {"spark.hadoop.fs.s3a.bucket.b.access.key": "AKIA"}},
                     "spec.spark.sparkConf[spark.hadoop.fs.s3a.bucket.b.access.key]",
                 ),
+                ({"stages": {"configMap": "a"}}, "spec.spark.stages"),  # key required
+                ({"stages": {"configMap": "a", "key": "a.txt"}}, "spec.spark.stages.key"),
+                ({"stages": {"configMap": "a", "key": "my-stages.py"}}, "spec.spark.stages.key"),
+                ({"stages": {"configMap": "My_Map", "key": "a.py"}}, "spec.spark.stages.configMap"),
+                ({"stages": {"configMap": "a", "key": "random.py"}}, "spec.spark.stages.key"),
             ]
         ],
     ],
@@ -239,3 +244,32 @@ def test_object_storage_or_a_local_output_on_a_claim_is_valid(output: dict[str, 
     assert validation.validate({"spark": {"dt": 5, "output": output}}).spec["spark"]["output"][
         "path"
     ] == output["path"]
+
+
+def test_the_stages_module_may_not_take_a_name_the_job_imports() -> None:
+    """JOB_MODULES holds the top-level modules of evb, of its dependencies and of its ``spark``
+    extra (the Spark image's), as installed here: a key named after one is refused (the job
+    would refuse it at the driver's start: the name is in use)."""
+    import importlib.metadata
+    import re
+    import tomllib
+
+    from tests.operator.conftest import REPO
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    wanted = [*project["dependencies"], *project["optional-dependencies"]["spark"], "evb", "py4j"]
+    names = {re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0] for requirement in wanted}
+    tops: dict[str, set[str]] = {}
+    for top, distributions in importlib.metadata.packages_distributions().items():
+        for distribution in distributions:
+            tops.setdefault(distribution.lower().replace("_", "-"), set()).add(top)
+    for name in names:
+        found = tops.get(name.lower())
+        assert found, f"{name} is not installed here"
+        public = {top for top in found if not top.startswith("_")}
+        assert public <= validation.JOB_MODULES, (name, public - validation.JOB_MODULES)
+    for top in sorted(validation.JOB_MODULES - {"__main__"}):
+        with pytest.raises(InvalidSpec, match="the name of a module"):
+            validation.validate(_spark(stages={"configMap": "a", "key": f"{top}.py"}))
+    stages = {"configMap": "my-analysis", "key": "implant_decay.py"}
+    assert validation.validate(_spark(stages=stages)).spec["spark"]["stages"] == stages
