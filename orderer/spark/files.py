@@ -176,6 +176,17 @@ class Directory:
             raise OSError(f"could not rename {self.directory}/{temporary} to {name}")
         return size
 
+    def rename(self, name: str, new: str) -> None:
+        """Move ``name`` to ``new`` (both in this directory), replacing a file of that name."""
+        if self.local is not None:
+            os.replace(self.local / name, self.local / new)
+            return
+        filesystem, path = self._hadoop(name)
+        _, target = self._hadoop(new)
+        filesystem.delete(target, False)
+        if not filesystem.rename(path, target):
+            raise OSError(f"could not rename {self.directory}/{name} to {new}")
+
     def read_text(self, name: str) -> str:
         if self.local is not None:
             return (self.local / name).read_text(encoding="utf-8")

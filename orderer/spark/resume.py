@@ -4,7 +4,8 @@ of a resumed run against it (:func:`check_resumed_building`; another value is re
 status 2).
 
 Why: a run resumed from its checkpoint with another ``--dt`` (or policy, or format) would hold
-events built two ways, and nothing would tell them apart.
+events built two ways, and nothing would tell them apart; one resumed with other stages would
+carry states into stages they were not made by.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from orderer.job_config import JobConfig, OutputFormat
 from orderer.spark import files
 from orderer.spark.glom import GlomConfig
 from orderer.spark.layout import Layout
+from orderer.stages.plan import Plan
 
 __all__ = ["BUILDING_FLAGS", "MAX_FRAGMENTS_MEANING", "building", "check_resumed_building"]
 
@@ -26,6 +28,7 @@ BUILDING_FLAGS = {
     "timestampPolicy": "--timestamp-policy",
     "format": "--format",
     "glomSourceId": "--glom-source-id",
+    "stages": "--stages",
 }
 """The settings a streamed run records at its start (``runs/RUN/building.json``), by flag."""
 
@@ -35,9 +38,12 @@ up to N + 1 fragments). A record without it is of a run begun when N was the mos
 an event."""
 
 
-def building(config: JobConfig, glom: GlomConfig) -> dict[str, str]:
+def building(config: JobConfig, glom: GlomConfig, plan: Plan | None = None) -> dict[str, str]:
     """What a streamed run records of its event building (BUILDING_FLAGS); glom's source id
-    only where it is written (an older parquet run's record has none, and resumes)."""
+    only where it is written (an older parquet run's record has none, and resumes); the
+    stages' shape where there are stages (their states are in the checkpoint, and their sink
+    writes the events: a run begun without them resumes without them, and the other way
+    round; a stage's code may change, a fixed bug most of all)."""
     record = {
         **glom.to_options(),
         "maxFragmentsMeaning": MAX_FRAGMENTS_MEANING,
@@ -45,6 +51,8 @@ def building(config: JobConfig, glom: GlomConfig) -> dict[str, str]:
     }
     if config.format is OutputFormat.NSCLDAQ:
         record["glomSourceId"] = str(config.glom_source_id)
+    if plan is not None:
+        record["stages"] = plan.shape()
     return record
 
 

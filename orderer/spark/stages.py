@@ -24,8 +24,9 @@ be small (a value per detector pixel, source or scaler): it travels through the 
 micro-batch.
 
 Results: ``OUTPUT/stages/<stage>/run=<run>/batch=<batch>/`` (Parquet), written over on a rerun
-of the batch; the events of a streamed run with stages, likewise, in ``batch=<batch>/``
-directories of their run's (one file sink per query: with stages, the sink is this one).
+of the batch. The events of a streamed run with stages are written by this sink too (a query has
+one sink), into the run's directory as the file sink leaves them, one set of files per batch
+(``part-b<batch>-...``), replaced on a rerun of the batch.
 """
 
 from __future__ import annotations
@@ -144,13 +145,27 @@ class StagesSink:
     # ------------------------------------------------------------------ events and state
 
     def _write_events(self, events: Any, batch_id: int) -> None:
+        """The batch's events, in the run's directory as the file sink leaves them (files side
+        by side, so that ``OUTPUT/events`` reads as one table whichever job wrote a run), each
+        named after its batch: written aside, then moved in, over what an interrupted attempt
+        at the same batch left."""
         if self.format is OutputFormat.NSCLDAQ:
             NscldaqSink(self.spark, self.events, self.glom_source_id)(events, batch_id)
             return
-        directory = self.events if self.state_directory is None else (
-            f"{self.events}/batch={batch_id:012d}"
-        )
-        events_writer(events.write, self.format).mode("overwrite").save(directory)
+        if self.state_directory is None:  # a batch job: the run's directory is its alone
+            events_writer(events.write, self.format).mode("overwrite").save(self.events)
+            return
+        aside = f"_batch-{batch_id:012d}"  # hidden from readers by its underscore
+        events_writer(events.write, self.format).mode("overwrite").save(f"{self.events}/{aside}")
+        directory = Directory(self.spark, self.events)
+        prefix = f"part-b{batch_id:012d}-"
+        for name in directory.names():
+            if name.startswith(prefix):
+                directory.remove(name)
+        for name in directory.names(aside):
+            if name.startswith("part-"):
+                directory.rename(f"{aside}/{name}", prefix + name.removeprefix("part-"))
+        files.remove(self.spark, f"{self.events}/{aside}")
 
     def _states_before(
         self, state_files: Directory | None, batch_id: int

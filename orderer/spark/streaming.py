@@ -70,7 +70,7 @@ def stream(
     checkpoint = config.checkpoint or layout.checkpoint
     if span is not None and config.checkpoint:
         checkpoint = f"{config.checkpoint.rstrip('/')}/{span.run}"
-    record = building(config, glom)
+    record = building(config, glom, plan)
     if files.exists(spark, checkpoint):  # a restarted run resumes: it must build as it began
         check_resumed_building(spark, layout, record)
     else:  # a new run, not a restarted one: replace the old

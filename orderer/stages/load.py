@@ -22,8 +22,8 @@ __all__ = ["load_stages", "module_name"]
 
 
 def module_name(path: Path) -> str:
-    """The name the module is imported under, on the driver and on every executor: its file's
-    stem (executors import it by that name from the file Spark ships)."""
+    """The name the module is imported under: its file's stem (its functions' pickles carry
+    it; the executors get the functions by value and need no copy of the file)."""
     return path.stem
 
 

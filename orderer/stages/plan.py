@@ -63,6 +63,16 @@ class Plan:
 
     stages: tuple[StagePlan, ...]
 
+    def shape(self) -> str:
+        """The stages as a graph, in one line (names, classes, what each reads, keys, orders):
+        what a resumed run must run again, whatever the functions' code now is."""
+        return "; ".join(
+            f"{s.stage.name} {s.stage.order.value} reads {s.stage.reads}"
+            + (f" by {s.stage.key}" if s.stage.key else "")
+            + (f" ordered by {','.join(s.stage.order_by)}" if s.stage.order_by else "")
+            for s in self.stages
+        )
+
     def explain(self, partitions: int) -> str:
         """``evb spark-job --explain``: every stage, its class, what it reads, where order is
         preserved (and by which key), and how many tasks run it."""

@@ -5,6 +5,7 @@ the conftest's run; and after a restart from the checkpoint, nothing lost or dou
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -100,6 +101,12 @@ def test_streamed_stages_equal_a_sequential_run(
     assert {name: entry["rows"] for name, entry in result.summary["stages"].items()} == {
         name: len(rows) for name, rows in expected.items()
     }
+    # the events, written by the stages' sink, are the run's, once, beside each other
+    events = pq.read_table(result.events_path, columns=["event"]).column("event").to_numpy()
+    built = build_events(finished_run.fragments, GlomConfig(DT))
+    assert np.sort(events).tolist() == built.column("event").to_pylist()
+    barriers = pc.sum(pc.not_equal(built.column("barrier"), 0)).as_py()
+    assert result.summary["events"] == built.num_rows - barriers  # the summary's: no barriers
 
 
 def test_stages_of_a_finished_run_read_at_once_equal_a_sequential_run(
@@ -113,21 +120,6 @@ def test_stages_of_a_finished_run_read_at_once_equal_a_sequential_run(
         "--run", "r", "--partitions", "3",
     )
     assert written(tmp_path, "r", load_stages(STAGES)) == expected
-
-
-def test_the_events_of_a_streamed_run_with_stages_are_the_run_s_events(
-    spark: Any, finished_run: FinishedRun, tmp_path: Path
-) -> None:
-    result = _run(
-        spark, "--target", finished_run.target, "--dt", str(DT), "--output", str(tmp_path),
-        "--run", "r", "--consumer", "stages-events", "--max-fragments-per-trigger", "500",
-    )
-    events = pq.read_table(result.events_path, columns=["event", "multiplicity"])
-    offsets = np.sort(events.column("event").to_numpy())
-    built = build_events(finished_run.fragments, GlomConfig(DT))
-    assert offsets.tolist() == built.column("event").to_pylist()
-    barriers = pc.sum(pc.not_equal(built.column("barrier"), 0)).as_py()
-    assert result.summary["events"] == built.num_rows - barriers  # the summary's: no barriers
 
 
 def _manifests(checkpoint: Path) -> int:
@@ -263,3 +255,28 @@ def test_check_order_passes_stages_declared_as_they_behave(
     assert job.check_stages_order(spark, config) == 0
     out = capsys.readouterr().out
     assert out.count("same (") == 4 and "DIFFERS" not in out
+
+
+def test_a_run_resumes_only_with_the_stages_it_began_with(spark: Any, tmp_path: Path) -> None:
+    """Their states are in the checkpoint and their sink writes the events: other stages (or
+    none, or stages where there were none) are refused naming --stages; the same stages with
+    their code changed resume."""
+    from orderer.errors import ConfigError
+    from orderer.spark.checks import glom_config, stages_plan
+    from orderer.spark.layout import Layout
+    from orderer.spark.resume import building, check_resumed_building
+
+    def record(*stages: str) -> tuple[Layout, dict[str, str]]:
+        flags = ["--target", "h:1", "--dt", "5", "--output", str(tmp_path), "--run", "r", *stages]
+        config = JobConfig.from_argv(flags)
+        return Layout.of(config), building(config, glom_config(config), stages_plan(config))
+
+    layout, began = record("--stages", str(STAGES))
+    Path(layout.building).parent.mkdir(parents=True)
+    Path(layout.building).write_text(json.dumps(began))
+    check_resumed_building(spark, layout, record("--stages", str(STAGES))[1])  # the same
+    other = tmp_path / "other_stages.py"
+    other.write_text(STAGES.read_text().replace('key="source"', 'key="event"'))
+    for stages in ([], ["--stages", str(other)]):
+        with pytest.raises(ConfigError, match="--stages: run r began with --stages"):
+            check_resumed_building(spark, layout, record(*stages)[1])
