@@ -14,7 +14,7 @@ either.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from orderer.config import SOURCE_COUNTERS, TOTAL_COUNTERS, OrdererConfig
@@ -109,7 +109,7 @@ class BarrierCounts:
     incomplete: int = 0
     homogeneous: int = 0
     heterogeneous: int = 0
-    by_type: Mapping[int, int]
+    by_type: Mapping[int, int] = field(default_factory=dict)
     """Barrier fragments emitted over the run, by barrier type (NSCLDAQ's ``barrierstats``)."""
 
 

@@ -9,9 +9,7 @@ client library (:mod:`orderer.client`) like any consumer would.
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
 import threading
 from collections.abc import Iterator
 from typing import IO
@@ -30,13 +28,6 @@ from orderer.nscldaq.format import pack_fragments
 __all__ = ["tail", "tail_nscldaq"]
 
 
-def _json_lines(batch: EmittedBatch, payload: bool) -> Iterator[str]:
-    for i, record in enumerate(batch.records()):
-        if payload:
-            record["payload"] = base64.b64encode(batch.payload_of(i)).decode()
-        yield json.dumps(record) + "\n"
-
-
 def tail(
     target: str,
     out: IO[str],
@@ -53,10 +44,7 @@ def tail(
     and all of it was printed. Returns how many lines were printed."""
     printed = 0
     for batch in _ordered(target, from_offset, until, follow, security, connect_timeout):
-        if payload:
-            out.writelines(_json_lines(batch, payload=True))
-        else:
-            write_emitted(batch, out)
+        write_emitted(batch, out, payload=payload)
         out.flush()
         printed += len(batch)
     return printed

@@ -242,7 +242,7 @@ def _read_checked(lines: Iterable[str]) -> ArrivalRecords:
     )
 
 
-def _json_lines(emitted: EmittedBatch) -> Iterator[str]:
+def _json_lines(emitted: EmittedBatch, payload: bool) -> Iterator[str]:
     t = emitted.t.tolist()
     source = emitted.source.tolist()
     ts = emitted.timestamp.tolist()
@@ -250,15 +250,19 @@ def _json_lines(emitted: EmittedBatch) -> Iterator[str]:
     late = emitted.late.tolist()
     seq = emitted.first_seq
     for i in range(len(ts)):
-        yield (
+        line = (
             f'{{"seq": {seq + i}, "t": {t[i]!r}, "source": {source[i]}, "ts": {ts[i]}, '
-            f'"barrier": {barrier[i]}, "late": {"true" if late[i] else "false"}}}\n'
+            f'"barrier": {barrier[i]}, "late": {"true" if late[i] else "false"}'
         )
+        if payload:
+            line += f', "payload": "{base64.b64encode(emitted.payload_of(i)).decode()}"'
+        yield line + "}\n"
 
 
-def write_emitted(emitted: EmittedBatch, out: IO[str]) -> None:
-    """The OUT file of ``evb replay``: one JSON object per emitted fragment."""
-    out.writelines(_json_lines(emitted))
+def write_emitted(emitted: EmittedBatch, out: IO[str], *, payload: bool = False) -> None:
+    """The OUT file of ``evb replay``: one JSON object per emitted fragment; with ``payload``,
+    each with its payload in base64 (``evb tail --payload``)."""
+    out.writelines(_json_lines(emitted, payload))
 
 
 def write_records(records: ArrivalRecords, out: IO[str]) -> None:
