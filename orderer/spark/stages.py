@@ -58,6 +58,7 @@ __all__ = [
     "run_plan",
     "stage_directory",
     "stage_failure",
+    "stage_job_group",
     "stage_results",
 ]
 
@@ -209,9 +210,16 @@ def run_plan(
     """Every stage of ``plan`` over one step's ``events``, in the plan's order, each result
     persisted (added to ``kept``, for the caller to unpersist: each stage runs once) and
     yielded as it is made; an order-sensitive stage starts from ``states`` (by stage, by key)
-    and leaves its states there."""
+    and leaves its states there. The Spark jobs of each stage (until the next stage begins)
+    are in the job group ``evb-stage-<name>``, described by the stage's name and class: what
+    the Spark UI shows, and what :func:`stage_job_group` finds."""
     results: dict[str, Any] = {EVENTS: events}
+    context = spark.sparkContext
     for step in plan.stages:
+        context.setJobGroup(
+            stage_job_group(step.stage.name),
+            f"evb stage {step.stage.name} ({step.stage.order.value})",
+        )
         source = results[step.stage.reads]
         if step.stage.order is Order.SENSITIVE:
             whole, result, states[step.stage.name] = _sensitive(
@@ -223,6 +231,11 @@ def run_plan(
             kept.append(result)
         results[step.stage.name] = result
         yield step, result
+
+
+def stage_job_group(stage: str) -> str:
+    """The Spark job group of a stage's jobs (:func:`run_plan`)."""
+    return f"evb-stage-{stage}"
 
 
 def _insensitive(step: StagePlan, source: Any) -> Any:

@@ -23,7 +23,7 @@ import pytest
 from orderer.job_config import JobConfig
 from orderer.spark import job
 from orderer.spark.glom import GlomConfig, build_events
-from orderer.spark.stages import stage_directory
+from orderer.spark.stages import stage_directory, stage_job_group
 from orderer.stages.api import EVENTS, Order, Stage
 from orderer.stages.load import load_stages
 from tests.spark.conftest import DT, FinishedRun
@@ -76,6 +76,19 @@ def expected(finished_run: FinishedRun) -> dict[str, list[tuple[Any, ...]]]:
     return sequential(events, load_stages(STAGES))
 
 
+def _tasks(spark: Any, stage: str) -> set[tuple[int, int]]:
+    """(Spark stage id, its tasks) of every Spark stage that ran for an evb stage so far."""
+    tracker = spark.sparkContext.statusTracker()
+    found = set()
+    for job_id in tracker.getJobIdsForGroup(stage_job_group(stage)):
+        info = tracker.getJobInfo(job_id)
+        for stage_id in info.stageIds if info is not None else ():
+            stage_info = tracker.getStageInfo(stage_id)
+            if stage_info is not None and stage_info.numTasks:
+                found.add((stage_id, stage_info.numTasks))
+    return found
+
+
 def _run(spark: Any, *flags: str) -> job.JobResult:
     return job.run(spark, JobConfig.from_argv([*flags, "--stages", str(STAGES), "--quiet"]))
 
@@ -90,6 +103,8 @@ def test_streamed_stages_equal_a_sequential_run(
     per_trigger: int | None,
 ) -> None:
     trigger = [] if per_trigger is None else ["--max-fragments-per-trigger", str(per_trigger)]
+    names = [stage.name for stage in load_stages(STAGES)]
+    before = {name: _tasks(spark, name) for name in names}
     result = _run(
         spark, "--target", finished_run.target, "--dt", str(DT), "--output", str(tmp_path),
         "--run", "r", "--partitions", str(partitions), "--consumer", f"stages-{partitions}",
@@ -101,6 +116,14 @@ def test_streamed_stages_equal_a_sequential_run(
     assert {name: entry["rows"] for name, entry in result.summary["stages"].items()} == {
         name: len(rows) for name, rows in expected.items()
     }
+    # order kept only where it is needed: the order-insensitive stage and the sequencer run on
+    # every partition of the source, never coalesced; the keyed stage on --partitions
+    # partitions by key, the global one on one
+    tasks = {name: _tasks(spark, name) - before[name] for name in names}
+    assert {count for _, count in tasks["sizes"]} == {partitions}
+    assert {count for _, count in tasks["fragments"]} == {partitions}
+    assert partitions in {count for _, count in tasks["gaps"]}
+    assert 1 in {count for _, count in tasks["running"]}
     # the events, written by the stages' sink, are the run's, once, beside each other
     events = pq.read_table(result.events_path, columns=["event"]).column("event").to_numpy()
     built = build_events(finished_run.fragments, GlomConfig(DT))
