@@ -21,9 +21,10 @@ Run it::
 
     evb spark-job --stages examples/calibration.py --dt 100 ...
 
-and sum ``OUTPUT/stages/energy_histogram/run=RUN/`` with :func:`histogram`. ``CALIBRATION``
-holds the synthetic run's calibration (``Physics``'s default gains and offsets, sources 1 to 4);
-for other data, put yours.
+and sum ``OUTPUT/stages/energy_histogram/run=RUN/`` with :func:`histogram`;
+:func:`line_energy` says where a line came out. ``CALIBRATION`` holds the synthetic run's
+calibration (``Physics``'s default gains and offsets, sources 1 to 4); for other data, put
+yours.
 """
 
 from __future__ import annotations
@@ -97,3 +98,17 @@ def histogram(partials: pa.Table) -> dict[int, npt.NDArray[np.int64]]:
             np.int64
         )
     return out
+
+
+def line_energy(spectrum: npt.NDArray[np.int64], near: float, search: float = 30.0) -> float:
+    """Where a gamma line is in one source's summed spectrum (:func:`histogram`'s): the
+    centroid, keV, of the bins within 5 keV of the fullest bin within ``search`` keV of
+    ``near`` (the lines are 2 keV wide, far above the continuum)."""
+    centres = (np.arange(-1, BINS + 1) + 0.5) * BIN_KEV  # index i: bin i - 1
+    around = np.flatnonzero(np.abs(centres - near) <= search)
+    top = around[np.argmax(spectrum[around])]
+    peak = np.flatnonzero(np.abs(centres - centres[top]) <= 5.0)
+    counts = spectrum[peak]
+    if counts.sum() == 0:
+        raise ValueError(f"no counts within {search} keV of {near} keV")
+    return float(np.average(centres[peak], weights=counts))

@@ -4,8 +4,12 @@ A local orderer (``evb serve`` as a subprocess on loopback, data in ``OUTPUT/ord
 synthetic data sources each streaming its fragments over gRPC from its own client (paced in real
 time, with a hung source, a source delivering a late backlog, a heterogeneous barrier and a lost
 end-run barrier), and the Spark job in local mode (``local[2]``) consuming the ordered stream
-live, building events and writing Parquet, the run summary and the report. At the end: the
-summary, and where the report and the Parquet files are. About a minute and a half here.
+live, building events and writing Parquet, the run summary and the report, and running the
+example stages (``examples/physics.py``) over the events. The run has physics
+(:mod:`orderer.replay.physics`): triggers in coincidence, implants and decays with a half-life,
+scalers. At the end: the summary, the coincidence peak of the Δt spectrum, what the stages found
+beside what the run was generated with (:mod:`orderer.spark.demo_physics`), and where the report
+and the Parquet files are. About a minute and a half here.
 
 ``evb demo --replay-only`` is the older in-process demo (:mod:`orderer.apps.demo`, no gRPC, no
 Spark).
@@ -33,19 +37,28 @@ from orderer.client import end_run
 from orderer.errors import ServiceUnavailable
 from orderer.job_config import JobConfig
 from orderer.replay import synthetic
-from orderer.spark import job
+from orderer.replay.physics import Physics
+from orderer.spark import demo_physics, job
 
 __all__ = ["live_run", "run_live_demo"]
 
-DT = 100_000
-"""Glom window: 1 ms at the sources' 100 MHz clock."""
+DT = 2_000
+"""Glom window: 20 µs at the sources' 100 MHz clock, wide beside the triggers' spread (1 µs), so
+that the report's Δt spectrum shows the coincidence peak and the flat background around it."""
+PHYSICS = Physics(
+    trigger_rate=300.0, trigger_jitter=100, background_rate=100.0, implant_rate=500.0
+)
+"""300 triggers/s seen by sources 1-5 within 100 ticks, 100/s of random hits in each, 500
+implants/s in source 1's 32 x 32 pixels decaying with a 20 ms half-life (about 10,000 pairs in
+20 s: the fit's statistical error about 1.4 %), scalers read every 0.1 s by source 6."""
 START_TIMEOUT = 60.0
 
 
 def live_run(seed: int, seconds: float = 20.0) -> synthetic.SyntheticRun:
-    """Six sources at 200 fragments/s for ``seconds``, in batches of 10 with 20 ms jitter; source
-    4 hangs for 2 s, source 5 holds its data for 3 s then delivers it (late), source 1 sends
-    type 4 at the first sync barrier, source 6 loses its end-run barrier."""
+    """Six sources for ``seconds`` with :data:`PHYSICS` (source 1 the pixel detector, 6 the
+    scalers), in batches of 10 with 20 ms jitter; source 4 hangs for 2 s, source 5 holds its
+    data for 3 s then delivers it (late), source 1 sends type 4 at the first sync barrier,
+    source 6 loses its end-run barrier."""
     return synthetic.SyntheticRun(
         n_sources=6,
         fragments_per_source=int(200 * seconds),
@@ -62,6 +75,7 @@ def live_run(seed: int, seconds: float = 20.0) -> synthetic.SyntheticRun:
         incomplete_barrier=6,
         payload_size=16,
         seed=seed,
+        physics=PHYSICS,
     )
 
 
@@ -149,13 +163,21 @@ def run_live_demo(output_dir: Path, seed: int, seconds: float = 20.0) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spec = live_run(seed, seconds)
     sources = ",".join(str(s) for s in spec.source_ids)
+    stages = demo_physics.examples_stages()
     console.rule("[bold]evb demo: orderer, gRPC sources and the Spark job, live")
     console.print(
-        f"{spec.n_sources} sources at {spec.rate:g} fragments/s each for {seconds:g} s over gRPC; "
-        "source 4 hangs for 2 s, source 5 holds its data for 3 s and then delivers it (late), "
+        f"{spec.n_sources} sources for {seconds:g} s over gRPC, with physics: sources 1-5 see "
+        f"{PHYSICS.trigger_rate:g} triggers/s within {PHYSICS.trigger_jitter} ticks of each "
+        f"other, source 1 (32 x 32 pixels) {PHYSICS.implant_rate:g} implants/s decaying with a "
+        f"half-life of {PHYSICS.half_life * 1e3:g} ms, source 6 is a scaler module. Source 4 "
+        "hangs for 2 s, source 5 holds its data for 3 s and then delivers it (late), "
         "source 1 sends type 4 at the first sync barrier, source 6 loses its end-run barrier. "
-        f"Spark (local[2]) builds events with dt = {DT} ticks (1 ms) as the data flows."
+        f"Spark (local[2]) builds events with dt = {DT} ticks ({DT / spec.tick_rate * 1e6:g} µs) "
+        "as the data flows"
+        + (f" and runs the example stages ({stages})." if stages else ".")
     )
+    if stages is None:
+        console.print("No examples/ beside the installed evb (a wheel): the demo runs no stages.")
     started = time.monotonic()
     server = _Server(
         output_dir / "orderer-data", output_dir / "orderer.log",
@@ -178,7 +200,7 @@ def run_live_demo(output_dir: Path, seed: int, seconds: float = 20.0) -> int:
         console.print("Spark job started; the sources start as soon as it reads the stream.")
         config = JobConfig(
             target=server.target, dt=DT, output=str(output_dir / "spark"), run="demo",
-            quiet=True, poll=0.5,
+            quiet=True, poll=0.5, stages=stages,
         )
         result = job.run(spark, config)
     finally:
@@ -211,6 +233,13 @@ def run_live_demo(output_dir: Path, seed: int, seconds: float = 20.0) -> int:
         ),
         soft_wrap=True,
     )
+    console.print(
+        demo_physics.spectrum_peak(
+            Path(result.report_path).parent, 2.0 * PHYSICS.trigger_jitter
+        ).line()
+    )
+    if stages is not None:
+        demo_physics.print_stage_results(console, summary, stages, PHYSICS, spec.source_ids)
     console.print()
     for label, path in (
         ("events", result.events_path),

@@ -208,6 +208,7 @@ def test_calibration_histogram_counts_every_hit_and_finds_the_lines(events: pa.T
             window = slice(int(line) - 30 + 1, int(line) + 30 + 1)  # index: bin + 1
             peak = int(np.argmax(spectrum[window])) + int(line) - 30  # the bin's low edge
             assert abs(peak + 0.5 * module.BIN_KEV - line) <= 2.0, (source, line, peak)
+            assert abs(module.line_energy(spectrum, line) - line) <= 1.0, (source, line)
     # the calibrated energies are the true ones (the payload's), to half an ADC channel
     calibrated = out["calibrated"].sort_by("offset")
     assert calibrated["offset"].equals(hits["offset"])
@@ -233,6 +234,23 @@ def test_calibration_and_scalers_do_not_depend_on_micro_batches(events: pa.Table
             assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
         else:
             assert split.sort_by("offset").equals(whole.sort_by("offset"))
+
+
+def test_physics_runs_every_example_and_loads_again() -> None:
+    """examples/physics.py (what ``evb demo`` runs) lists the four examples' stages, loaded as
+    ``--stages`` loads them; a second load in the same process (the job loads its stages more
+    than once) gives the same stages, and the examples' modules stay where the demo reads
+    them."""
+    expected = [
+        stage.name
+        for name in ("implant_decay", "dead_time", "scalers", "calibration")
+        for stage in example(name)[1]
+    ]
+    first = load_stages(EXAMPLES / "physics.py")
+    again = load_stages(EXAMPLES / "physics.py")
+    assert [s.name for s in first] == [s.name for s in again] == expected
+    assert len(set(expected)) == len(expected) == 8
+    assert sys.modules["implant_decay"].__file__ == str(EXAMPLES / "implant_decay.py")
 
 
 def test_every_example_plans_and_explains_and_spark_can_hold_its_columns() -> None:
