@@ -13,7 +13,8 @@ order.
 
 The stages:
 
-- ``calibrated``: the HIT fragments of the events with their calibrated energy;
+- ``calibrated``: the HIT fragments of the events with their calibrated energy (it declares a
+  histogram of ``energy``, all sources together, which the job puts in the run's report);
 - ``energy_histogram`` (reads ``calibrated``): partial histograms, ``BIN_KEV`` keV bins from 0
   to ``BINS * BIN_KEV``; bin -1 counts the energies below, bin ``BINS`` those above.
 
@@ -35,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from orderer.replay.physics import HIT, fragment_table
-from orderer.stages import order_insensitive
+from orderer.stages import Histogram, order_insensitive
 
 CALIBRATION = {1: (0.5, 2.0), 2: (0.4, -1.5), 3: (0.6, 0.0), 4: (0.45, 3.0)}
 """Source id -> (gain keV/channel, offset keV)."""
@@ -53,7 +54,8 @@ _OFFSETS = np.array([CALIBRATION[s][1] for s in _SOURCES])
         ("offset", pa.int64()),
         ("source", pa.int64()),
         ("energy", pa.float64()),
-    ]
+    ],
+    histograms=[Histogram("energy", BINS, 0.0, BINS * BIN_KEV, unit="keV", log=True)],
 )
 def calibrated(events: pa.Table) -> pa.Table:
     """The hits of the events from calibrated sources, with their energy in keV."""

@@ -18,7 +18,8 @@ The stages:
   rows, so its output is not the events' order: it declares its own, ``offset`` (the fragment's
   output offset, unique and in stream order), which the order-sensitive stage below sorts by;
 - ``decays`` (order-sensitive, keyed by ``pixel``): each decay matched to its implant, with
-  ``decay_time`` in ticks.
+  ``decay_time`` in ticks (it declares a histogram of ``decay_time`` over the window, which the
+  job puts in the run's report).
 
 Run it on a run's events::
 
@@ -42,7 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from orderer.replay.physics import DECAY, IMPLANT, fragment_table
-from orderer.stages import order_sensitive, sequencer
+from orderer.stages import Histogram, order_sensitive, sequencer
 
 TICK_RATE = 1e8
 """Timestamp ticks a second."""
@@ -80,6 +81,7 @@ def pixel_hits(events: pa.Table) -> pa.Table:
     ],
     reads="pixel_hits",
     key="pixel",
+    histograms=[Histogram("decay_time", 40, 0, WINDOW, label="decay time", unit="ticks")],
 )
 def decays(hits: pa.Table, last_implant: int | None) -> tuple[pa.Table, int | None]:
     """One pixel's implants and decays in stream order; ``last_implant``: the timestamp of the

@@ -22,7 +22,9 @@ one output, and a run writes only its own directories::
     runs/<run>/summary.json   the run summary
     runs/<run>/report/        rates.png, lateness.png, multiplicity.png, dt_spectrum.png,
                               coincidences.png, index.html, and the histograms as data:
-                              dt_spectrum.pkl, coincidences.pkl (boost-histogram, pickled)
+                              dt_spectrum.pkl, coincidences.pkl (boost-histogram, pickled);
+                              with --stages, stage_<stage>_<column>.png and .pkl for each
+                              histogram a stage declares
     runs/<run>/checkpoint/    the streaming query's checkpoint (--target; --checkpoint moves it)
 
 Why a run owns whole directories: a run never deletes or overwrites another's results, and
@@ -164,6 +166,7 @@ def _finish(
 ) -> JobResult:
     """The run's summary (with ``extra``) and report, from its events as written."""
     from orderer.spark.report import write_report
+    from orderer.spark.stage_histograms import add_stage_histograms
     from orderer.spark.summary import SUMMARY_SCHEMA, summarize
 
     if not files.exists(spark, layout.events):  # no fragment: an empty run all the same
@@ -188,6 +191,7 @@ def _finish(
     summary.data["events_path"] = layout.events
     if plan is not None:
         summary.data["stages"] = stage_results(spark, plan, config.output.rstrip("/"), layout.run)
+        add_stage_histograms(spark, plan, config.output.rstrip("/"), summary)
     summary.data.update(extra or {})
 
     local = files.local(layout.run_dir)

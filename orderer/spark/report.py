@@ -6,6 +6,10 @@ last two as data, and a small self-contained HTML page showing them with the sum
 Every plot's title names how the events were built (``dt`` and the timestamp policy): a report
 is read to choose ``dt``, and two reports of one run built two ways look alike otherwise.
 
+With ``--stages``, a "Stages" part: each stage's rows and results, and every histogram a stage
+declares (:mod:`orderer.spark.stage_histograms`) as a plot, ``stage_<stage>_<column>.png``, and
+as data, ``stage_<stage>_<column>.pkl``.
+
 The histograms as data: ``dt_spectrum.pkl`` and ``coincidences.pkl`` are pickled
 ``boost_histogram.Histogram`` objects (``pickle.load``; the ``hist`` package takes them as they
 are), their axes named (``first``, ``other``, ``dt``; ``i``, ``j``) and their ``metadata`` the
@@ -198,8 +202,63 @@ def _coincidences(summary: RunSummary, path: Path) -> None:
     plt.close(figure)
 
 
+def _stage_histogram(summary: RunSummary, stage: str, column: str, entry: dict[str, Any],
+                     path: Path) -> None:
+    """A histogram a stage declared (:mod:`orderer.spark.stage_histograms`), as drawn."""
+    histogram = summary.stage_histograms[entry["plot"].removesuffix(".png")]
+    figure, axes = plt.subplots(figsize=(8, 4))
+    values = histogram.values()
+    axes.stairs(values, histogram.axes[0].edges, color="tab:purple")
+    if entry["log"] and values.any():
+        axes.set_yscale("log")
+    if not values.any():
+        axes.text(0.5, 0.5, "nothing in the range", ha="center", va="center",
+                  transform=axes.transAxes)
+    axes.set_xlabel(entry["label"])
+    axes.set_ylabel("rows")
+    _title(axes, f"Stage {stage}: {column} ({entry['entries']} rows, {entry['underflow']} below "
+           f"and {entry['overflow']} above the range)", summary)
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+
+
+def _stages(summary: RunSummary, directory: Path) -> tuple[str, list[Path]]:
+    """The report's part on the ``--stages`` (none: nothing): their results, and the plot and
+    the pickled boost-histogram of every histogram they declared."""
+    stages = summary.data.get("stages") or {}
+    if not stages:
+        return "", []
+    written: list[Path] = []
+    rows, plots = [], []
+    for stage, entry in stages.items():
+        rows.append(f"<tr><td>{html.escape(stage)}</td><td>{html.escape(entry['class'])}</td>"
+                    f"<td>{entry['rows']}</td><td>{html.escape(entry['path'])}</td></tr>")
+        for column, histogram in (entry.get("histograms") or {}).items():
+            plot, data = directory / histogram["plot"], directory / histogram["data"]
+            _stage_histogram(summary, stage, column, histogram, plot)
+            with data.open("wb") as file:
+                pickle.dump(summary.stage_histograms[data.stem], file,
+                            protocol=pickle.HIGHEST_PROTOCOL)
+            written += [plot, data]
+            what = html.escape(f"{stage}: {column}")
+            plots.append(
+                f"<h3>{what}</h3><img src=\"{html.escape(plot.name)}\" alt=\"histogram of "
+                f"{what}\"><p>As data: <a href=\"{html.escape(data.name)}\">"
+                f"{html.escape(data.name)}</a> (axis <code>{html.escape(column)}</code>)</p>"
+            )
+    page = (
+        "<h2>Stages</h2><p>The results of the analysis stages (<code>--stages</code>), and the "
+        "histograms they declare, over the run's whole results.</p>\n<table><tr><th>stage</th>"
+        "<th>class</th><th>rows</th><th>results</th></tr>\n" + "\n".join(rows) + "</table>\n"
+        + "\n".join(plots)
+    )
+    return page, written
+
+
 def write_report(summary: RunSummary, directory: Path) -> list[Path]:
-    """Write the plots and ``index.html`` into ``directory``; returns the files."""
+    """Write the plots and ``index.html`` into ``directory``; returns the files (the stages'
+    histograms after :data:`REPORT_FILES`)."""
     directory.mkdir(parents=True, exist_ok=True)
     _rates(summary, directory / "rates.png")
     _lateness(summary, directory / "lateness.png")
@@ -210,6 +269,7 @@ def write_report(summary: RunSummary, directory: Path) -> list[Path]:
                             ("coincidences.pkl", summary.coincidences)):
         with (directory / name).open("wb") as file:
             pickle.dump(histogram, file, protocol=pickle.HIGHEST_PROTOCOL)
+    stages, stage_files = _stages(summary, directory)
     data = summary.data
     rows = "".join(
         f"<tr><td>{html.escape(source)}</td><td>{v['fragments']}</td><td>{v['late']}</td>"
@@ -245,6 +305,7 @@ the dashed lines mean dt cuts into a coincidence peak.</p>
 <img src="dt_spectrum.png" alt="spectrum of timestamp differences within events">
 <h2>Coincidences</h2><p>Events in which both sources have a fragment (the diagonal: events
 holding the source).</p><img src="coincidences.png" alt="coincidence matrix of the sources">
+{stages}
 <h2>Histograms as data</h2><p>Pickled <code>boost_histogram.Histogram</code> objects
 (<code>pickle.load</code>; <code>hist</code> takes them as they are), with the run, dt, the
 timestamp policy and the tick rate in their <code>metadata</code>:</p><ul>
@@ -257,4 +318,4 @@ timestamp policy and the tick rate in their <code>metadata</code>:</p><ul>
 </body></html>
 """
     (directory / "index.html").write_text(page, encoding="utf-8")
-    return [directory / name for name in REPORT_FILES]
+    return [directory / name for name in REPORT_FILES] + stage_files

@@ -31,7 +31,7 @@ The spectrum of timestamp differences within events and the coincidence matrix o
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import boost_histogram as bh
@@ -71,6 +71,9 @@ class RunSummary:
     origin: int  # the first fragment's timestamp (ticks): time 0 of rate_edges
     spectrum: bh.Histogram  # first source x other source x timestamp difference (ticks)
     coincidences: bh.Histogram  # source x source: events holding both
+    stage_histograms: dict[str, bh.Histogram] = field(default_factory=dict)
+    """The stages' declared histograms, by the report's file name
+    (:mod:`orderer.spark.stage_histograms`)."""
 
     def as_dict(self) -> dict[str, Any]:
         return self.data

@@ -17,6 +17,7 @@ side is :mod:`orderer.spark.stages`.
 
 from orderer.stages.api import (
     EVENTS,
+    Histogram,
     Order,
     Stage,
     order_insensitive,
@@ -24,4 +25,12 @@ from orderer.stages.api import (
     sequencer,
 )
 
-__all__ = ["EVENTS", "Order", "Stage", "order_insensitive", "order_sensitive", "sequencer"]
+__all__ = [
+    "EVENTS",
+    "Histogram",
+    "Order",
+    "Stage",
+    "order_insensitive",
+    "order_sensitive",
+    "sequencer",
+]

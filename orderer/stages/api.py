@@ -22,12 +22,15 @@ event comes where the orderer emitted it, flagged (``late`` > 0): once its succe
 seen, no stage can go back in time for it.
 
 Stages read the built events (``reads="events"``, the default) or another stage's output, so
-they form a graph.
+they form a graph. A stage may declare :class:`Histogram` s of numeric columns of its results:
+the job fills them from the run's whole results and puts them in the run's summary and report.
 """
 
 from __future__ import annotations
 
 import enum
+import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +42,8 @@ from orderer.errors import ConfigError
 __all__ = [
     "EVENTS",
     "EVENTS_ORDER",
+    "MAX_HISTOGRAM_BINS",
+    "Histogram",
     "Order",
     "Stage",
     "order_insensitive",
@@ -53,6 +58,9 @@ EVENTS_ORDER = ("event",)
 
 _RESERVED_PREFIX = "__evb"
 
+MAX_HISTOGRAM_BINS = 65_536
+"""The most bins of a declared histogram (its counts are written into the run's summary)."""
+
 
 class Order(enum.StrEnum):
     """A stage's relation to order (Jet's design 015)."""
@@ -60,6 +68,32 @@ class Order(enum.StrEnum):
     INSENSITIVE = "order-insensitive"
     SENSITIVE = "order-sensitive"
     SEQUENCER = "sequencer"
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """A histogram of one numeric column of a stage's results over the whole run, in the run's
+    summary and report: ``bins`` equal bins from ``low`` to ``high`` (each closed on the left),
+    values below ``low`` in the underflow, those at or above ``high`` (and NaN) in the overflow,
+    nulls left out. Declared with a stage: ``histograms=[Histogram("energy", 4096, 0, 4096,
+    unit="keV")]``."""
+
+    column: str
+    bins: int
+    low: float
+    high: float
+    label: str | None = None
+    """The plot's axis label (default: the column's name)."""
+    unit: str | None = None
+    """The column's unit, shown with the label."""
+    log: bool = False
+    """The plot's counts on a log scale."""
+
+    @property
+    def axis_label(self) -> str:
+        """The label and the unit, as the plot's axis shows them."""
+        label = self.label or self.column
+        return f"{label} ({self.unit})" if self.unit else label
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,6 +115,8 @@ class Stage:
     """Order-sensitive: a new key's state (the global state's, without a key)."""
     order_by: tuple[str, ...] = ()
     """Sequencer: the output columns that give its output's order."""
+    histograms: tuple[Histogram, ...] = ()
+    """Of numeric columns of its results, over the whole run (the run's summary and report)."""
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier() or self.name.startswith(_RESERVED_PREFIX):
@@ -124,6 +160,40 @@ class Stage:
             raise ConfigError(
                 f"stage {self.name}: order_by", self.order_by, "only a sequencer has order_by"
             )
+        object.__setattr__(self, "histograms", tuple(self.histograms))  # a list given: frozen
+        self._check_histograms()
+
+    def _check_histograms(self) -> None:
+        """Each declared histogram names a numeric column of the schema, once, with bins and
+        a range that make sense."""
+        seen: set[str] = set()
+        for histogram in self.histograms:
+            if not isinstance(histogram, Histogram):
+                raise ConfigError(
+                    f"stage {self.name}: histograms", histogram, "must be Histogram objects"
+                )
+            where = f"stage {self.name}: histogram of {histogram.column!r}"
+            if histogram.column not in self.schema.names:
+                raise ConfigError(where, histogram.column, "must be a column of its schema")
+            kind = self.schema.field(histogram.column).type
+            if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+                raise ConfigError(where, str(kind), "the column must be numeric (integer or float)")
+            if histogram.column in seen:
+                raise ConfigError(where, histogram.column, "one histogram per column")
+            seen.add(histogram.column)
+            bins = histogram.bins
+            if isinstance(bins, bool) or not isinstance(bins, numbers.Integral) or bins <= 0:
+                raise ConfigError(f"{where}: bins", bins, "must be an integer above 0")
+            if bins > MAX_HISTOGRAM_BINS:
+                raise ConfigError(f"{where}: bins", bins, f"at most {MAX_HISTOGRAM_BINS:,}")
+            low, high = histogram.low, histogram.high
+            if not all(
+                isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+                for v in (low, high)
+            ):
+                raise ConfigError(f"{where}: low, high", (low, high), "must be finite numbers")
+            if not low < high:
+                raise ConfigError(f"{where}: low, high", (low, high), "low must be below high")
 
 
 def _unsigned(kind: pa.DataType) -> bool:
@@ -142,6 +212,7 @@ def order_insensitive(
     schema: pa.Schema | Sequence[tuple[str, pa.DataType]],
     reads: str = EVENTS,
     name: str | None = None,
+    histograms: Sequence[Histogram] = (),
 ) -> Callable[[Callable[[pa.Table], pa.Table]], Stage]:
     """An order-insensitive stage: ``f(table) -> table``, on any part of its input, in any
     order, at full parallelism."""
@@ -153,6 +224,7 @@ def order_insensitive(
             order=Order.INSENSITIVE,
             schema=_schema(schema),
             reads=reads,
+            histograms=tuple(histograms),
         )
 
     return make
@@ -165,6 +237,7 @@ def order_sensitive(
     key: str | None = None,
     initial: Callable[[], Any] = lambda: None,
     name: str | None = None,
+    histograms: Sequence[Histogram] = (),
 ) -> Callable[[Callable[[pa.Table, Any], tuple[pa.Table, Any]]], Stage]:
     """An order-sensitive stage: ``f(table, state) -> (table, new state)`` with the events in
     stream order (per ``key`` value when given), the state carried from call to call."""
@@ -178,6 +251,7 @@ def order_sensitive(
             reads=reads,
             key=key,
             initial=initial,
+            histograms=tuple(histograms),
         )
 
     return make
@@ -189,6 +263,7 @@ def sequencer(
     order_by: Sequence[str],
     reads: str = EVENTS,
     name: str | None = None,
+    histograms: Sequence[Histogram] = (),
 ) -> Callable[[Callable[[pa.Table], pa.Table]], Stage]:
     """A sequencer: ``f(table) -> table`` whose output is ordered by ``order_by`` (columns of
     its output), whatever the order of its input."""
@@ -201,6 +276,7 @@ def sequencer(
             schema=_schema(schema),
             reads=reads,
             order_by=tuple(order_by),
+            histograms=tuple(histograms),
         )
 
     return make

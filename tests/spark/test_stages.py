@@ -303,3 +303,78 @@ def test_a_run_resumes_only_with_the_stages_it_began_with(spark: Any, tmp_path: 
     for stages in ([], ["--stages", str(other)]):
         with pytest.raises(ConfigError, match="--stages: run r began with --stages"):
             check_resumed_building(spark, layout, record(*stages)[1])
+
+
+def test_a_declared_histogram_counts_the_stages_results_in_the_summary_and_the_report(
+    spark: Any, finished_run: FinishedRun, tmp_path: Path
+) -> None:
+    """``gaps`` declares a histogram of its ``gap`` column: the summary's counts (underflow
+    first, overflow last) are numpy's histogram of the stage's Parquet results, and the report
+    has its plot, listed under "Stages", and the boost-histogram pickled beside it."""
+    import pickle
+
+    from tests.spark.stages_module import GAP_HISTOGRAM as spec
+
+    result = _run(
+        spark, "--path", str(finished_run.data_dir), "--dt", str(DT), "--output", str(tmp_path),
+        "--run", "h", "--partitions", "3",
+    )
+    gap = pq.read_table(stage_directory(str(tmp_path), "gaps", "h")).column("gap").to_numpy()
+    inside, _ = np.histogram(gap[(gap >= spec.low) & (gap < spec.high)], spec.bins,
+                             (spec.low, spec.high))
+    expected = [int((gap < spec.low).sum()), *inside.tolist(), int((gap >= spec.high).sum())]
+    assert expected[-1] > 0 and max(inside) > 0  # a stall's gap overflows; the rest inside
+    entry = result.summary["stages"]["gaps"]["histograms"]["gap"]
+    assert entry["counts"] == expected
+    assert entry["entries"] == gap.size == result.summary["stages"]["gaps"]["rows"]
+    assert (entry["underflow"], entry["overflow"]) == (expected[0], expected[-1])
+    assert (entry["bins"], entry["low"], entry["high"]) == (spec.bins, spec.low, spec.high)
+    assert entry["plot"] == "stage_gaps_gap.png" and entry["data"] == "stage_gaps_gap.pkl"
+    assert set(result.summary["stages"]) == {"fragments", "gaps", "running", "sizes"}
+    assert all("histograms" not in result.summary["stages"][s] for s in ("sizes", "running"))
+    on_disk = json.loads(Path(result.summary_path).read_text())
+    assert on_disk["stages"]["gaps"]["histograms"]["gap"]["counts"] == expected
+    report = Path(result.report_path).parent
+    assert (report / "stage_gaps_gap.png").read_bytes().startswith(b"\x89PNG")
+    with (report / "stage_gaps_gap.pkl").open("rb") as file:
+        histogram = pickle.load(file)
+    assert histogram.view(flow=True).tolist() == expected
+    assert histogram.axes[0].name == "gap" and histogram.axes[0].label == "gap (ticks)"
+    assert histogram.metadata["stage"] == "gaps" and histogram.metadata["run"] == "h"
+    page = (report / "index.html").read_text()
+    assert "<h2>Stages</h2>" in page
+    assert page.index("<h2>Stages</h2>") < page.index('src="stage_gaps_gap.png"')
+    assert 'href="stage_gaps_gap.pkl"' in page
+
+
+def test_stage_histograms_bin_as_boost_histogram_does_nulls_left_out_nan_in_the_overflow(
+    spark: Any,
+) -> None:
+    """The bin index is computed by Spark (orderer/spark/stage_histograms.py), not by
+    boost-histogram: the counts equal boost-histogram's own fill of the same values, at the
+    edges, just below them, at ``high`` (the overflow), for infinities and NaN; nulls are not
+    counted."""
+    import boost_histogram as bh
+
+    from orderer.spark.stage_histograms import fill
+    from orderer.stages import Histogram
+
+    rng = np.random.default_rng(7)
+    spec = Histogram("x", 7, -0.3, 1.1)
+    edges = np.linspace(spec.low, spec.high, spec.bins + 1)
+    values = np.concatenate([
+        rng.uniform(-0.5, 1.3, 2000), edges, np.nextafter(edges, -np.inf),
+        np.nextafter(edges, np.inf), [np.inf, -np.inf, np.nan, 0.0, -0.0],
+    ])
+    ints = Histogram("n", 10, 0, 3)  # bins a third of a unit wide: values fall inside bins
+    n = rng.integers(-2, 5, values.size)
+    rows = [*zip(values.tolist(), n.tolist(), strict=True), (None, None)]
+    frame = spark.createDataFrame(rows, "x double, n long")
+    counted = fill(frame, [spec, ints])
+    for histogram, data, got in ((spec, values, counted[0]), (ints, n, counted[1])):
+        boost = bh.Histogram(bh.axis.Regular(histogram.bins, histogram.low, histogram.high),
+                             storage=bh.storage.Int64())
+        boost.fill(np.asarray(data, np.float64))
+        assert got.tolist() == boost.view(flow=True).tolist()
+        assert got.sum() == data.size  # the null row left out
+    assert counted[0][-1] >= spec.bins + 3  # high itself, the edges above it, inf and NaN

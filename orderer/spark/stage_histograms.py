@@ -1,0 +1,176 @@
+"""The histograms the stages declare (:class:`orderer.stages.Histogram`), filled from each
+stage's results of the whole run once it is built, for the run's summary and report.
+
+Why after the run and from the results as written: the results in ``OUTPUT/stages/STAGE/run=RUN/``
+are the job's (each micro-batch once), so the histograms agree with them by construction,
+whatever micro-batches were retried.
+
+Why a Spark aggregation: a stage's results grow with the run. Each bin index is computed on the
+executors (:func:`bin_index`, boost-histogram's regular axis: ``floor((x - low) / (high - low)
+* bins)``, below ``low`` the underflow, at or above ``high`` and NaN the overflow, nulls left
+out), the rows are counted by (histogram, bin), and only those counts, ``bins + 2`` rows at most
+per histogram, reach the driver: one aggregation per stage, for all its histograms.
+
+What the driver makes of them: a ``boost_histogram.Histogram`` per declared histogram (Int64
+storage, its regular axis named after the column, its ``metadata`` the run, the stage, the column
+and its unit, with dt, the timestamp policy and the tick rate as the report's other histograms
+have them), kept by the summary (:attr:`RunSummary.stage_histograms
+<orderer.spark.summary.RunSummary.stage_histograms>`, by file name) for the report, and its counts
+in the summary's JSON under ``stages.STAGE.histograms.COLUMN`` (:func:`summary_entry`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import boost_histogram as bh
+import numpy as np
+
+from orderer.spark import files
+from orderer.spark.stages import stage_directory
+from orderer.spark.summary import RunSummary
+from orderer.stages.api import Histogram, Stage
+from orderer.stages.plan import Plan
+
+__all__ = ["add_stage_histograms", "bin_index", "file_name", "fill", "summary_entry"]
+
+
+def bin_index(value: Any, histogram: Histogram) -> Any:
+    """The Spark column of each value's bin: -1 the underflow, ``bins`` the overflow (NaN too),
+    null for a null; the same index boost-histogram's regular axis gives (the same arithmetic,
+    in doubles)."""
+    from pyspark.sql import functions as F
+
+    x = value.cast("double")
+    z = (x - F.lit(float(histogram.low))) / F.lit(float(histogram.high) - float(histogram.low))
+    bins = F.lit(int(histogram.bins)).cast("long")
+    return (
+        F.when(x.isNull(), F.lit(None).cast("long"))
+        .when(F.isnan(z) | (z >= 1.0), bins)
+        .when(z < 0.0, F.lit(-1).cast("long"))
+        .otherwise(F.least(F.floor(z * F.lit(float(histogram.bins))), bins))
+    )
+
+
+def fill(results: Any, histograms: Sequence[Histogram]) -> list[np.ndarray]:
+    """The counts of each histogram over ``results`` (a DataFrame with their columns):
+    ``bins + 2`` integers each, the underflow first and the overflow last. One Spark
+    aggregation for them all; the counts alone are collected."""
+    from pyspark.sql import functions as F
+
+    cells = F.array(
+        *(
+            F.struct(F.lit(k).alias("histogram"), bin_index(_column(h.column), h).alias("bin"))
+            for k, h in enumerate(histograms)
+        )
+    )
+    counted = (
+        results.select(F.inline(cells))
+        .where(F.col("bin").isNotNull())
+        .groupBy("histogram", "bin")
+        .count()
+        .collect()
+    )
+    out = [np.zeros(int(h.bins) + 2, np.int64) for h in histograms]
+    for row in counted:
+        out[int(row["histogram"])][int(row["bin"]) + 1] = int(row["count"])
+    return out
+
+
+def _column(name: str) -> Any:
+    """A top-level column by its name as it is (a dot in it is no struct's field)."""
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def file_name(stage: str, column: str, taken: set[str]) -> str:
+    """The report's name of a stage's histogram, without suffix: ``stage_<stage>_<column>``
+    (other characters than letters, digits, ``_``, ``.``, ``-`` made ``_``; a name already
+    ``taken`` gets ``-2``, ``-3``...)."""
+    base = f"stage_{stage}_{re.sub(r'[^A-Za-z0-9_.-]', '_', column)}"
+    name, k = base, 1
+    while name in taken:
+        k += 1
+        name = f"{base}-{k}"
+    taken.add(name)
+    return name
+
+
+def _histogram(
+    stage: Stage, histogram: Histogram, counts: np.ndarray, metadata: dict[str, Any]
+) -> bh.Histogram:
+    axis = bh.axis.Regular(
+        int(histogram.bins),
+        float(histogram.low),
+        float(histogram.high),
+        __dict__={"name": histogram.column, "label": histogram.axis_label},
+    )
+    filled = bh.Histogram(
+        axis,
+        storage=bh.storage.Int64(),
+        metadata={
+            **metadata,
+            "stage": stage.name,
+            "column": histogram.column,
+            "unit": histogram.unit,
+            "what": f"rows of stage {stage.name}'s results by {histogram.column}",
+        },
+    )
+    filled.view(flow=True)[:] = counts
+    return filled
+
+
+def summary_entry(histogram: Histogram, counts: np.ndarray, name: str) -> dict[str, Any]:
+    """A histogram in the summary's JSON: its declaration, ``counts`` (``bins + 2``: the
+    underflow first, the overflow last), ``entries`` (every value counted, the flows too) and
+    the report's files."""
+    return {
+        "bins": int(histogram.bins),
+        "low": float(histogram.low),
+        "high": float(histogram.high),
+        "label": histogram.axis_label,
+        "unit": histogram.unit,
+        "log": bool(histogram.log),
+        "counts": [int(c) for c in counts],
+        "underflow": int(counts[0]),
+        "overflow": int(counts[-1]),
+        "entries": int(counts.sum()),
+        "plot": f"{name}.png",
+        "data": f"{name}.pkl",
+    }
+
+
+def add_stage_histograms(
+    spark: Any, plan: Plan, output: str, summary: RunSummary
+) -> None:
+    """Every declared histogram of the plan's stages, filled from the run's results: into
+    ``summary.data["stages"][STAGE]["histograms"]`` (by column; :func:`stage_results
+    <orderer.spark.stages.stage_results>` made the stages' entries) and
+    ``summary.stage_histograms`` (by file name)."""
+    run = summary.data["run"]
+    glom = summary.data.get("glom") or {}
+    metadata = {
+        "run": run,
+        "dt": glom.get("dt"),
+        "timestamp_policy": glom.get("timestamp_policy"),
+        "tick_rate": summary.data.get("tick_rate"),
+    }
+    taken: set[str] = set()
+    for step in plan.stages:
+        stage = step.stage
+        if not stage.histograms:
+            continue
+        directory = stage_directory(output, stage.name, run)
+        if files.exists(spark, directory):
+            counts = fill(spark.read.parquet(directory), stage.histograms)
+        else:  # no results at all: empty histograms
+            counts = [np.zeros(int(h.bins) + 2, np.int64) for h in stage.histograms]
+        entries: dict[str, Any] = {}
+        for histogram, counted in zip(stage.histograms, counts, strict=True):
+            name = file_name(stage.name, histogram.column, taken)
+            entries[histogram.column] = summary_entry(histogram, counted, name)
+            summary.stage_histograms[name] = _histogram(stage, histogram, counted, metadata)
+        summary.data.setdefault("stages", {}).setdefault(stage.name, {})["histograms"] = entries
