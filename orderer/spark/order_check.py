@@ -56,8 +56,8 @@ def check_order(
     kept: list[Any] = [ordered_events, dealt_events]
     try:
         events = ordered_events.count()
-        one = {s.stage.name: r for s, r in run_plan(spark, plan, ordered_events, 1, {}, kept)}
-        many = {s.stage.name: r for s, r in run_plan(spark, plan, dealt_events, wide, {}, kept)}
+        one = run_plan(spark, plan, ordered_events, 1, {}, kept)
+        many = run_plan(spark, plan, dealt_events, wide, {}, kept)
         checks: list[StageCheck] = []
         differs: dict[str, str] = {}  # stage -> the first differing stage it comes from
         for step in plan.stages:

@@ -11,7 +11,8 @@ without a key), then one ``mapInArrow`` that sorts each partition by (key, strea
 calls the stage once per key (:func:`orderer.stages.steps.apply_sensitive`).
 
 State: an order-sensitive stage's state per key goes to the tasks by broadcast and comes back as
-rows of the step's result, and the driver writes all of it into the query's checkpoint
+an accumulator filled by the job that writes the stage's results (one Spark job per stage and
+micro-batch), and the driver writes all of it into the query's checkpoint
 (``CHECKPOINT/evb-stages/state-<batch>.json``) after the batch's results. A batch is done once
 its manifest is written, last; Spark calls ``foreachBatch`` again with the same batch after a
 restart, and the sink then skips a batch with a manifest, or writes one without again from the
@@ -36,7 +37,7 @@ import json
 import pickle
 import re
 import sys
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,7 +53,6 @@ from orderer.stages.plan import Plan, StagePlan
 from orderer.stages.steps import apply, apply_sensitive
 
 __all__ = [
-    "STATE_COLUMN",
     "StagesSink",
     "remove_stage_results",
     "run_plan",
@@ -62,8 +62,6 @@ __all__ = [
     "stage_results",
 ]
 
-STATE_COLUMN = "__evb_state"
-"""The column of a step's result that carries an order-sensitive stage's new states."""
 _MANIFESTS = "_batches"
 
 
@@ -131,11 +129,12 @@ class StagesSink:
         kept: list[Any] = [events]
         try:
             self._write_events(events, batch_id)
-            for step, result in run_plan(
-                self.spark, self.plan, events, self.partitions, states, kept
-            ):
+
+            def write(step: StagePlan, result: Any) -> None:
                 directory = stage_directory(self.output, step.stage.name, self.run)
                 result.write.mode("overwrite").parquet(f"{directory}/batch={batch_id:012d}")
+
+            run_plan(self.spark, self.plan, events, self.partitions, states, kept, write)
         finally:
             for frame in kept:
                 frame.unpersist()
@@ -206,13 +205,18 @@ def run_plan(
     partitions: int,
     states: dict[str, dict[Hashable, Any]],
     kept: list[Any],
-) -> Iterator[tuple[StagePlan, Any]]:
+    write: Callable[[StagePlan, Any], None] | None = None,
+) -> dict[str, Any]:
     """Every stage of ``plan`` over one step's ``events``, in the plan's order, each result
     persisted (added to ``kept``, for the caller to unpersist: each stage runs once) and
-    yielded as it is made; an order-sensitive stage starts from ``states`` (by stage, by key)
-    and leaves its states there. The Spark jobs of each stage (until the next stage begins)
-    are in the job group ``evb-stage-<name>``, described by the stage's name and class: what
-    the Spark UI shows, and what :func:`stage_job_group` finds."""
+    handed to ``write``, which runs a Spark action over it at least for an order-sensitive
+    stage (None: each is counted); an order-sensitive stage starts from ``states``
+    (by stage, by key) and leaves its states there. Returns the results by stage.
+
+    The Spark jobs of each stage are in the job group ``evb-stage-<name>``, described by the
+    stage's name and class: what the Spark UI shows, and what :func:`stage_job_group` finds.
+    An order-sensitive stage's new states come back through an accumulator filled by the same
+    job that writes its results: one Spark job per stage and micro-batch."""
     results: dict[str, Any] = {EVENTS: events}
     context = spark.sparkContext
     for step in plan.stages:
@@ -221,16 +225,38 @@ def run_plan(
             f"evb stage {step.stage.name} ({step.stage.order.value})",
         )
         source = results[step.stage.reads]
+        carried = None
         if step.stage.order is Order.SENSITIVE:
-            whole, result, states[step.stage.name] = _sensitive(
-                spark, step, source, partitions, states.get(step.stage.name, {})
-            )
-            kept.append(whole)
+            before = states.get(step.stage.name, {})
+            known = context.broadcast(before)
+            carried = context.accumulator({}, _States())
+            result = _sensitive(step, source, partitions, known, carried).persist()
         else:
             result = _insensitive(step, source).persist()
-            kept.append(result)
+        kept.append(result)
         results[step.stage.name] = result
-        yield step, result
+        if write is not None:
+            write(step, result)
+        else:
+            result.count()  # computed, and its states taken, here
+        if carried is not None:
+            states[step.stage.name] = {**before, **carried.value}
+            known.unpersist()
+    return results
+
+
+class _States:
+    """Spark's accumulator of an order-sensitive stage's new states: a dict by key, each task
+    adding those of the keys it called (a task run again adds the same ones)."""
+
+    def zero(self, value: dict[Hashable, Any]) -> dict[Hashable, Any]:
+        return {}
+
+    def addInPlace(  # Spark's AccumulatorParam names it so
+        self, into: dict[Hashable, Any], more: dict[Hashable, Any]
+    ) -> dict[Hashable, Any]:
+        into.update(more)
+        return into
 
 
 def stage_job_group(stage: str) -> str:
@@ -243,31 +269,17 @@ def _insensitive(step: StagePlan, source: Any) -> Any:
     return source.mapInArrow(_insensitive_task(step), _spark_schema(step.stage.schema))
 
 
-def _sensitive(
-    spark: Any, step: StagePlan, source: Any, partitions: int, states: dict[Hashable, Any]
-) -> tuple[Any, Any, dict[Hashable, Any]]:
+def _sensitive(step: StagePlan, source: Any, partitions: int, known: Any, carried: Any) -> Any:
     """An order-sensitive stage: shuffled by key (to one partition without), then sorted and
-    called per key in each partition; returns the step's whole result (persisted: the stage
-    runs once), its rows, and every key's state after it."""
-    from pyspark.sql import functions as f
-
+    called per key in each partition, from the states ``known`` (a broadcast), the new states
+    added to ``carried``."""
     stage = step.stage
     shuffled = (
         source.repartition(1) if stage.key is None else source.repartition(partitions, stage.key)
     )
-    known = spark.sparkContext.broadcast(states)
-    try:
-        schema = _spark_schema(_carrying(stage.schema))
-        result = shuffled.mapInArrow(_sensitive_task(step, known), schema).persist()
-        rows = result.filter(f.col(STATE_COLUMN).isNotNull()).select(STATE_COLUMN).collect()
-        after = dict(states)
-        for row in rows:
-            key, state = pickle.loads(bytes(row[STATE_COLUMN]))
-            after[key] = state
-        stage_rows = result.filter(f.col(STATE_COLUMN).isNull()).drop(STATE_COLUMN)
-        return result, stage_rows, after
-    finally:
-        known.unpersist()
+    return shuffled.mapInArrow(
+        _sensitive_task(step, known, carried), _spark_schema(stage.schema)
+    )
 
 
 # ---------------------------------------------------------------- on the executors
@@ -282,33 +294,17 @@ def _insensitive_task(step: StagePlan) -> Any:
     return task
 
 
-def _sensitive_task(step: StagePlan, known: Any) -> Any:
-    stage = step.stage
-
+def _sensitive_task(step: StagePlan, known: Any, carried: Any) -> Any:
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         pieces = [batch for batch in batches if batch.num_rows]
         if not pieces:
             return
         out, states = apply_sensitive(step, pa.Table.from_batches(pieces), known.value)
-        schema = _carrying(stage.schema)
-        if out.num_rows:
-            out = out.cast(pa.schema(list(schema)[:-1]))
-            none = pa.nulls(out.num_rows, pa.binary())
-            yield from out.append_column(schema.field(STATE_COLUMN), none).to_batches()
+        yield from out.to_batches()
         if states:
-            carried = [pickle.dumps((key, state)) for key, state in states.items()]
-            columns = [pa.nulls(len(carried), f.type) for f in list(schema)[:-1]]
-            values = pa.array(carried, pa.binary())
-            yield pa.RecordBatch.from_arrays([*columns, values], schema=schema)
+            carried.add(states)
 
     return task
-
-
-def _carrying(schema: pa.Schema) -> pa.Schema:
-    """A stage's schema, every column nullable, and the state column after them: a step's
-    result holds the stage's rows and its states' rows."""
-    nullable = [f.with_nullable(True) for f in schema]
-    return pa.schema([*nullable, pa.field(STATE_COLUMN, pa.binary())])
 
 
 def _spark_schema(schema: pa.Schema) -> Any:

@@ -270,10 +270,13 @@ def run_evb(spark: Any, stages: Plan, files: Path, out: Path, counts: dict[str, 
 
     def step(frame: Any, batch_id: int) -> None:
         kept: list[Any] = []
+
+        def write(planned: Any, result: Any) -> None:  # the stages before run in its job
+            if planned.stage.name == last:
+                result.write.mode("overwrite").parquet(str(out / f"rows/batch={batch_id}"))
+
         try:
-            for planned, result in run_plan(spark, stages, frame, partitions, states, kept):
-                if planned.stage.name == last:
-                    result.write.mode("overwrite").parquet(str(out / f"rows/batch={batch_id}"))
+            run_plan(spark, stages, frame, partitions, states, kept, write)
         finally:
             for cached in kept:
                 cached.unpersist()
