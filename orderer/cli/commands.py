@@ -55,6 +55,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     # a data directory's own parameters under the flags: replayed as it was recovered
     base = None if args.input is None else recorded_parameters(args.input)
     grid = [Setting(params, config) for params, config in sweep_from_flags(args, base)]
+    if args.orderers is not None or args.slice_ticks is not None or args.dt is not None:
+        return _replay_sliced(args, grid)
     if (args.input is None) == (args.nscldaq is None):
         raise ConfigError("INPUT", None, "give either INPUT or --nscldaq FILE...")
     if args.nscldaq is not None and (args.output is None or len(grid) > 1):
@@ -78,6 +80,78 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if table:
         print_summary(grid, results)
     return 0
+
+
+def _replay_sliced(args: argparse.Namespace, grid: list[Any]) -> int:
+    """``evb replay --orderers N --slice-ticks T``: INPUT as N time-sliced orderers order it,
+    against one orderer (:mod:`orderer.replay.sliced`); a table, or ``--stats``."""
+    from functools import partial
+
+    from orderer.formats.result_files import check_results, staged
+    from orderer.replay.sliced import print_summary, replay_sliced, stats_json
+    from orderer.replay.sliced_merge import Glom
+    from orderer.replay.slicing import parse_slicings
+    from orderer.replay.stream import input_batches, input_files
+
+    if args.orderers is None and args.slice_ticks is None:
+        raise ConfigError("--dt", args.dt, "counts events only with --orderers and --slice-ticks")
+    if args.slice_ticks is None:
+        raise ConfigError("--slice-ticks", None, "is needed with --orderers (the slice length)")
+    if args.orderers is None:
+        raise ConfigError("--orderers", None, "is needed with --slice-ticks (how many orderers)")
+    if args.input is None:
+        raise ConfigError("INPUT", None, "--orderers replays INPUT (not --nscldaq)")
+    if args.output is not None:
+        raise ConfigError(
+            "--output", str(args.output), "--orderers compares outputs and writes none; "
+            "--stats STATS.json writes the comparison",
+        )
+    if len(grid) > 1:
+        raise ConfigError(
+            "--orderers", args.orderers, "compares one setting of the ordering flags; "
+            "sweep --build-window and the like without it",
+        )
+    slicings = parse_slicings(args.orderers, args.slice_ticks)
+    check_results(
+        [] if args.stats is None else [("--stats", args.stats)], input_files(args.input),
+        overwrite=args.overwrite,
+    )
+    glom = None
+    if args.dt is not None:
+        from orderer.spark.glom import event_starts  # glom's own rule, not a copy of it
+
+        glom = Glom(args.dt, partial(event_starts, dt=args.dt))
+    run = replay_sliced(_rereadable(input_batches, args.input), grid[0].config, slicings, glom)
+    if args.stats is not None:
+        with staged(args.stats) as written:
+            written.write_text(json.dumps(stats_json(run), indent=1) + "\n", encoding="utf-8")
+    if args.stats is None or len(slicings) > 1:
+        print_summary(run, args.dt)
+    return 0
+
+
+def _rereadable(read: Any, path: Path, keep: int = 1 << 22) -> Any:
+    """``read(path)`` as a function each pass calls: the first pass keeps what it read when that
+    is at most ``keep`` records (a JSON Lines run, read slowly, is not parsed again), else every
+    pass reads again (a long columnar run streams)."""
+    kept: list[Any] = []
+    whole = [False]
+
+    def batches() -> Iterator[Any]:
+        if whole[0]:
+            yield from kept
+            return
+        rows = 0
+        for batch in read(path):
+            rows += len(batch)
+            if rows <= keep:
+                kept.append(batch)
+            else:
+                kept.clear()
+            yield batch
+        whole[0] = rows <= keep
+
+    return batches
 
 
 def _replay_nscldaq(args: argparse.Namespace, config: Any) -> int:

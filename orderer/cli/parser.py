@@ -124,6 +124,23 @@ def _add_replay(commands: Any) -> None:
         "only once the replay succeeded)",
     )
     add_orderer_flags(replay)
+    sliced = replay.add_argument_group("one run across time-sliced orderers (docs/scale-out.md)")
+    sliced.add_argument(
+        "--orderers", metavar="N[,N...]",
+        help="order INPUT as N orderers would, each owning every N-th slice of timestamps, and "
+        "print how their merged output differs from one orderer's (fragments moved, late flags, "
+        "events, barriers); a comma list sweeps; needs --slice-ticks",
+    )
+    sliced.add_argument(
+        "--slice-ticks", metavar="T[,T...]",
+        help="with --orderers: the slice length in timestamp ticks (slice floor(ts / T) belongs "
+        "to orderer slice mod N); a comma list sweeps",
+    )
+    sliced.add_argument(
+        "--dt", type=NATURAL, metavar="TICKS",
+        help="with --orderers: build events with glom's window dt (ticks, as evb spark-job "
+        "--dt) and count the events that differ",
+    )
 
 
 def _add_nscldaq_input(parser: argparse.ArgumentParser, help_text: str) -> None:

@@ -1,0 +1,392 @@
+"""The outputs of N time-sliced orderers merged into one stream, events built slice by slice, and
+the comparison with one orderer's output of the same run (docs/scale-out.md).
+
+**Merge** (:func:`merge`): orderer ``o``'s output is cut into *pieces*: a piece begins at each
+fragment whose slice is above every slice ``o`` emitted before, and holds what ``o`` emits until
+the next such fragment (its late fragments included). Pieces are numbered by that slice, which
+``o`` owns, so no two orderers have a piece of the same number, and the merged stream is the
+pieces in slice order, each in its orderer's own order. Barrier copies at an orderer that does
+not own the barrier's slice only held that orderer; they are left out. This is what a consumer
+reading the N orderers in slice order sees, written here as one stable sort.
+
+**Building** (:func:`built_starts`): each slice's events are built on their own, from the
+first *sure start* at or after the start of its piece up to the next slice's: a position where
+glom starts an event whatever came before it (a barrier there or just before it; a step up of
+more than ``dt`` from a fragment that was the highest so far; a difference of more than
+``2 dt``). From a sure start on, glom's chain does not depend on what came before, so events
+built this way are exactly glom's over the whole merged stream, and none is split at a slice
+boundary; one that straddles it is built by the earlier slice's builder.
+
+**Comparison** (:func:`compare`): fragments are matched by their number (the router replaces
+each payload with it), so every count is exact: fragments found at another place (the fewest
+that must move to turn one order into the other), late flags that differ, events (glom with
+``dt``) that are not the same fragments in the same order, barrier fragments whose resolution
+differs.
+
+glom is passed in (:class:`Glom`, ``orderer.spark.glom.event_starts``): the replay sits below the
+Spark job's layer and may not import it, and a second copy of the rule is what this simulation
+must not have.
+"""
+
+from __future__ import annotations
+
+import itertools
+from bisect import bisect_left
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from orderer.batch import EmittedBatch
+from orderer.replay.slicing import Slicing
+
+__all__ = ["Glom", "Merged", "Output", "Stream", "built_starts", "compare", "merge"]
+
+_U64 = 2**64 - 1
+_Resolution = tuple[bool, bool, tuple[int, ...]]
+"""A barrier's resolution: complete, homogeneous, the missing sources."""
+
+
+@dataclass(frozen=True, slots=True)
+class Glom:
+    """How events are built: glom's window ``dt`` and the function giving where events start in
+    an ordered stream (``starts(timestamps, barrier types)``, glom's own)."""
+
+    dt: int
+    starts: Callable[[npt.NDArray[np.uint64], npt.NDArray[np.uint32]], npt.NDArray[np.int64]]
+
+
+@dataclass(slots=True)
+class Stream:
+    """An ordered output, as far as the comparison needs it."""
+
+    id: npt.NDArray[np.int64]
+    ts: npt.NDArray[np.uint64]
+    barrier: npt.NDArray[np.uint32]
+    late: npt.NDArray[np.bool_]
+    resolution: dict[int, _Resolution]
+    """Per barrier row: the resolution it went out in."""
+    group: dict[int, int]
+    """Per barrier row: which resolution (counted from 0) it went out in."""
+
+    def __len__(self) -> int:
+        return int(self.id.shape[0])
+
+
+class Output:
+    """One orderer's output, gathered chunk by chunk."""
+
+    __slots__ = ("_chunks", "_groups", "_n_groups", "_resolution", "_stream")
+
+    def __init__(self) -> None:
+        self._chunks: list[tuple[np.ndarray, ...]] = []
+        self._resolution: dict[int, _Resolution] = {}
+        self._groups: dict[int, int] = {}
+        self._n_groups = 0
+        self._stream: Stream | None = None
+
+    def add(self, emitted: EmittedBatch, log: list[dict[str, Any]]) -> None:
+        if len(emitted):
+            ids = emitted.payload.view("<u8").astype(np.int64)
+            if ids.size != len(emitted):
+                raise ValueError("an emitted fragment without its 8-byte number")
+            self._chunks.append(
+                (ids, emitted.timestamp, emitted.barrier, emitted.late)
+            )
+        for entry in log:
+            group = self._n_groups
+            self._n_groups += 1
+            value = (bool(entry["complete"]), bool(entry["homogeneous"]), tuple(entry["missing"]))
+            for row in range(entry["offset"], entry["offset"] + len(entry["types"])):
+                self._resolution[row] = value
+                self._groups[row] = group
+        self._stream = None
+
+    def stream(self) -> Stream:
+        if self._stream is None:
+            empty = (np.zeros(0, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.uint32),
+                     np.zeros(0, np.bool_))
+            ids, ts, barrier, late = (
+                np.concatenate(c) for c in zip(*(self._chunks or [empty]), strict=True)
+            )
+            self._chunks = []
+            self._stream = Stream(
+                ids, ts, barrier, late, dict(self._resolution), dict(self._groups)
+            )
+        return self._stream
+
+    def summary(self, glom: Glom | None) -> dict[str, Any]:
+        """What one orderer's run holds: fragments, late ones, events, barrier resolutions."""
+        s = self.stream()
+        groups: dict[int, bool] = {}
+        for row, group in s.group.items():
+            groups[group] = s.resolution[row][0]
+        out: dict[str, Any] = {
+            "fragments": len(s),
+            "late": int(s.late.sum()),
+            "barrier_resolutions": {
+                "complete": sum(groups.values()), "incomplete": len(groups) - sum(groups.values())
+            },
+        }
+        if glom is not None:
+            out["events"] = int(glom.starts(s.ts, s.barrier).size) if len(s) else 0
+        return out
+
+
+@dataclass(slots=True)
+class Merged(Stream):
+    """The merged stream, with each row's piece (the slice that opened it)."""
+
+    piece: npt.NDArray[np.uint64]
+    copies_disagree: int
+    """Barriers whose copies the orderers resolved differently (complete, homogeneous or the
+    missing sources)."""
+
+
+def merge(outputs: list[Output], slicing: Slicing) -> Merged:
+    """The orderers' outputs as one stream: pieces in slice order, owned barriers only. Each
+    orderer's kept rows fall into runs (a piece, cut where a left-out copy was); the merged
+    columns are those runs' views joined in piece order, so nothing is sorted row by row."""
+    streams = [o.stream() for o in outputs]
+    runs: list[tuple[int, int, int, int]] = []  # (piece, orderer, first row, row after)
+    copies: dict[int, set[_Resolution]] = {}
+    for o, s in enumerate(streams):
+        slices = slicing.slice_of(s.ts)
+        keep = (s.barrier == 0) | (slices % np.uint64(slicing.orderers) == o)
+        kept = np.flatnonzero(keep)
+        piece = np.zeros(len(s), dtype=np.uint64)
+        if kept.size:
+            piece[kept] = np.maximum.accumulate(slices[kept])
+        del slices
+        cut = np.flatnonzero((piece[1:] != piece[:-1]) | ~keep[1:] | ~keep[:-1]) + 1
+        for a, b in zip(np.append(0, cut).tolist(), np.append(cut, len(s)).tolist(), strict=True):
+            if b > a and keep[a]:
+                runs.append((int(piece[a]), o, a, b))
+        for row, value in s.resolution.items():
+            copies.setdefault(int(s.id[row]), set()).add(value)
+    runs.sort()
+    lengths = np.array([b - a for _, _, a, b in runs], dtype=np.int64)
+    merged_at = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+    resolution: dict[int, _Resolution] = {}
+    group: dict[int, int] = {}
+    for (_, o, a, b), at in zip(runs, merged_at, strict=False):
+        s = streams[o]
+        for row in np.flatnonzero(s.barrier[a:b]).tolist():
+            resolution[at + row] = s.resolution[a + row]
+            group[at + row] = o << 32 | s.group[a + row]
+
+    def column(name: str, dtype: type) -> np.ndarray:
+        parts = [getattr(streams[o], name)[a:b] for _, o, a, b in runs]
+        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+
+    return Merged(
+        column("id", np.int64), column("ts", np.uint64), column("barrier", np.uint32),
+        column("late", np.bool_), resolution, group,
+        np.repeat(np.array([p for p, _, _, _ in runs], dtype=np.uint64), lengths),
+        sum(len(values) > 1 for values in copies.values()),
+    )
+
+
+def _sure_starts(m: Merged, slicing: Slicing, dt: int) -> npt.NDArray[np.bool_]:
+    """Positions where glom starts an event whatever came before (see the module's text).
+    "The highest so far" is judged within the piece: a fragment of the piece's own slice is above
+    everything before the piece, so a builder needs only the piece's own head."""
+    n = len(m)
+    sure = np.zeros(n, dtype=np.bool_)
+    if not n:
+        return sure
+    sure[0] = True
+    ts, barrier = m.ts, m.barrier
+    prev, cur = ts[:-1], ts[1:]
+    up = cur > prev
+    step = np.where(up, cur - prev, prev - cur)
+    highest = (ts == np.maximum.accumulate(ts)) & (slicing.slice_of(ts) == m.piece)
+    gap = up & (step > np.uint64(dt)) & highest[:-1]
+    wide = step > np.uint64(2 * dt) if 2 * dt < _U64 else np.zeros(n - 1, np.bool_)
+    sure[1:] = (barrier[1:] != 0) | (barrier[:-1] != 0) | gap | wide
+    return sure
+
+
+def built_starts(
+    m: Merged, slicing: Slicing, glom: Glom
+) -> tuple[npt.NDArray[np.int64], int]:
+    """Event starts of the merged stream as the slices' builders make them, each from its
+    piece's first sure start to the next's; and how many pieces held no sure start (their
+    fragments built by the builder before: a run of events longer than a slice)."""
+    n = len(m)
+    if not n:
+        return np.zeros(0, np.int64), 0
+    firsts = np.flatnonzero(np.concatenate([[True], m.piece[1:] != m.piece[:-1]]))
+    sure = np.flatnonzero(_sure_starts(m, slicing, glom.dt))
+    unit = sure[np.minimum(np.searchsorted(sure, firsts), sure.size - 1)]
+    unit = np.where(unit >= firsts, unit, n)  # a piece with no sure start from its start on
+    without = int((unit[:-1] >= firsts[1:]).sum()) + int(unit[-1] >= n)
+    bounds = np.append(np.unique(unit[unit < n]), n)
+    return _starts_between(m, bounds, glom), without
+
+
+def _starts_between(
+    m: Merged, bounds: npt.NDArray[np.int64], glom: Glom
+) -> npt.NDArray[np.int64]:
+    """glom run afresh from each bound to the next."""
+    parts = [
+        glom.starts(m.ts[a:b], m.barrier[a:b]) + a
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
+    ]
+    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+
+def _index(n: int) -> np.dtype[Any]:
+    """The narrowest signed integer that numbers ``n`` positions (a 10^8-fragment run's
+    comparison holds several such arrays at once)."""
+    return np.dtype(np.int32 if n < 2**31 - 1 else np.int64)
+
+
+def _same_events(
+    starts_a: npt.NDArray[np.int64], n_a: int, starts_b: npt.NDArray[np.int64], n_b: int,
+    where: npt.NDArray[np.integer],
+) -> int:
+    """How many events of stream a are events of stream b (the same fragments, in the same
+    order); ``where``: each position of a in b (-1: not in b)."""
+    if not starts_a.size:
+        return 0
+    index = _index(max(n_a, n_b) + 1)
+    len_a: npt.NDArray[np.integer] = np.diff(np.append(starts_a, n_a)).astype(index)
+    len_b: npt.NDArray[np.integer] = np.zeros(n_b + 1, dtype=index)
+    len_b[starts_b] = np.diff(np.append(starts_b, n_b))
+    joined = np.zeros(n_a, dtype=np.bool_)  # position i and i + 1 of a are neighbours in b
+    joined[:-1] = (where[1:] == where[:-1] + 1) & (where[:-1] >= 0)
+    breaks: npt.NDArray[np.integer] = np.zeros(n_a + 1, dtype=index)
+    np.cumsum(~joined, out=breaks[1:])
+    inner = breaks[starts_a + len_a - 1] - breaks[starts_a]
+    first = where[starts_a]
+    return int(((first >= 0) & (inner == 0) & (len_b[np.maximum(first, 0)] == len_a)).sum())
+
+
+def _moved(where: npt.NDArray[np.integer], n_b: int) -> int:
+    """The fewest fragments that must move to turn one order into the other: the fragments
+    present in both, less the longest run of them in the same order in both. ``where``: the
+    common fragments' positions in b, in a's order. Both orders agree up to every position where
+    a's first k fragments are b's first k; the longest run is only sought between them."""
+    if not where.size:
+        return 0
+    present = np.zeros(n_b, dtype=np.bool_)
+    present[where] = True
+    rank: npt.NDArray[np.integer] = np.cumsum(present, dtype=_index(n_b + 1))
+    del present
+    rank = rank[where]
+    rank -= 1
+    high = np.maximum.accumulate(rank)
+    high -= np.arange(rank.size, dtype=high.dtype)
+    ends = np.flatnonzero(high == 0)
+    del high
+    moved = 0
+    starts = np.append(0, ends[:-1] + 1)
+    for i in np.flatnonzero(ends > starts).tolist():
+        block = rank[starts[i] : ends[i] + 1].tolist()
+        moved += len(block) - _longest_increasing(block)
+    return moved
+
+
+def _longest_increasing(values: list[int]) -> int:
+    tails: list[int] = []
+    for value in values:
+        i = bisect_left(tails, value)
+        if i == len(tails):
+            tails.append(value)
+        else:
+            tails[i] = value
+    return len(tails)
+
+
+def _inconsistent_late(m: Merged, reset: bool) -> int:
+    """Rows whose late flag is not the contract's rule applied to the merged stream (below the
+    highest ordinary timestamp of the non-late rows before it); ``reset``: the high-water mark
+    forgotten after a complete homogeneous begin-run barrier, as ``reset_on_begin_run``."""
+    ordinary = m.barrier == 0
+    cuts = [0, len(m)]
+    if reset:
+        cuts[1:1] = sorted(
+            row + 1 for row, (complete, homogeneous, _) in m.resolution.items()
+            if complete and homogeneous and m.barrier[row] == 1
+        )
+    wrong = 0
+    for a, b in itertools.pairwise(cuts):
+        ts, late, plain = m.ts[a:b], m.late[a:b], ordinary[a:b]
+        raised = np.maximum.accumulate(np.where(plain & ~late, ts, 0)) if b > a else ts
+        before = np.concatenate([[0], raised[:-1]]).astype(np.uint64)
+        seen = np.concatenate([[False], np.logical_or.accumulate(plain & ~late)[:-1]])
+        wrong += int((plain & ((seen & (ts < before)) != late)).sum())
+    return wrong
+
+
+def _barriers(single: Stream, m: Merged, slicing: Slicing) -> dict[str, int]:
+    """Barrier fragments whose resolution differs from one orderer's; resolutions of one
+    orderer whose barriers lie in more than one slice (the merged stream splits them)."""
+    mine = {int(m.id[row]): value for row, value in m.resolution.items()}
+    differ = sum(mine.get(int(single.id[row])) != value for row, value in single.resolution.items())
+    slices: dict[int, set[int]] = {}
+    for row, group in single.group.items():
+        slices.setdefault(group, set()).add(int(single.ts[row]) // slicing.slice_ticks)
+    return {
+        "differ": differ,
+        "split": sum(len(s) > 1 for s in slices.values()),
+        "copies_disagree": m.copies_disagree,
+    }
+
+
+def compare(
+    single: Stream | Output, m: Merged, n_fragments: int, glom: Glom | None, slicing: Slicing,
+    *, reset_on_begin_run: bool = False,
+) -> dict[str, Any]:
+    """The differences between one orderer's output and the merged one, counted exactly."""
+    s = single.stream() if isinstance(single, Output) else single
+    position: npt.NDArray[np.integer] = np.full(
+        n_fragments, -1, dtype=_index(max(n_fragments, len(m)) + 1)
+    )
+    position[m.id] = np.arange(len(m), dtype=position.dtype)
+    where = position[s.id]
+    del position
+    common = where >= 0
+    n_common = int(common.sum())
+    out: dict[str, Any] = {
+        "fragments": {"single": len(s), "sliced": len(m), "only_single": len(s) - n_common,
+                      "only_sliced": len(m) - n_common},
+        "moved": _moved(where[common], len(m)),
+        "late": {
+            "single": int(s.late.sum()),
+            "sliced": int(m.late.sum()),
+            "differ": int((s.late[common] != m.late[where[common]]).sum()),
+            "not_the_contracts": _inconsistent_late(m, reset_on_begin_run),
+        },
+        "barriers": _barriers(s, m, slicing),
+    }
+    if glom is not None:
+        out["events"] = _events(s, m, where, glom, slicing)
+    return out
+
+
+def _events(
+    s: Stream, m: Merged, where: npt.NDArray[np.integer], glom: Glom, slicing: Slicing
+) -> dict[str, Any]:
+    """Events of one orderer against the slices' builders', and what building every slice
+    alone (from its piece's first fragment, no sure start sought) would have split."""
+    single = glom.starts(s.ts, s.barrier) if len(s) else np.zeros(0, np.int64)
+    built, without = built_starts(m, slicing, glom)
+    n = len(m)
+    whole = glom.starts(m.ts, m.barrier) if n else np.zeros(0, np.int64)
+    firsts = np.flatnonzero(np.concatenate([[True], m.piece[1:] != m.piece[:-1]])) if n else whole
+    alone = _starts_between(m, np.append(firsts, n), glom)
+    ends = np.append(built[1:], n) - 1
+    identity: npt.NDArray[np.integer] = np.arange(n, dtype=_index(n + 1))
+    return {
+        "single": int(single.size),
+        "sliced": int(built.size),
+        "differ": int(single.size) - _same_events(single, len(s), built, n, where),
+        "straddling": int((m.piece[built] != m.piece[ends]).sum()) if n else 0,
+        "differ_if_built_alone": int(built.size) - _same_events(built, n, alone, n, identity),
+        "pieces_without_sure_start": without,
+        "equal_to_glom_of_merged": bool(np.array_equal(built, whole)),
+    }
