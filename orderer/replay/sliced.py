@@ -274,8 +274,9 @@ class Router:
         self.counts["releases"] += int((kind == _END).sum())
         self.counts["routed"] += len(taken) + n_added
         keys = np.concatenate([3 * mine, np.concatenate(extra.key)[added]])
-        order = np.argsort(keys, kind="stable")
         t = np.concatenate([taken.times(), np.concatenate(extra.t)[added]])
+        sources = np.concatenate([taken.source, np.concatenate(extra.source)[added]])
+        order = np.lexsort((sources, t, keys))  # releases due before one row: by time, source
         lengths = np.concatenate([np.diff(taken.payload_offsets), np.zeros(n_added, np.uint64)])
         offsets = np.zeros(len(keys) + 1, dtype=np.uint64)
         np.cumsum(lengths[order], out=offsets[1:])
@@ -284,7 +285,7 @@ class Router:
         return ArrivalRecords(
             np.concatenate([taken.kind, kind])[order],
             t[order],
-            np.concatenate([taken.source, np.concatenate(extra.source)[added]])[order],
+            sources[order],
             np.concatenate([taken.value, np.concatenate(extra.value)[added]])[order],
             np.concatenate([taken.barrier, np.zeros(n_added, np.uint32)])[order],
             offsets,
@@ -366,13 +367,13 @@ def replay_sliced(
         if single is None:
             single = fleets[0][0].output
             summary = {"counters": fleets[0][0].orderer.counters(), **single.summary(glom)}
-        merged = merge([taker.output for taker in fleets[-1]], slicing)
+        merged = merge(
+            [taker.output for taker in fleets[-1]], slicing,
+            drop_late=config.late_policy == "drop", reset=config.reset_on_begin_run,
+        )
         for taker in fleets[-1]:
             taker.output = Output()  # the merged stream holds what is needed of it
-        diff = compare(
-            single, merged, n_fragments, glom, slicing,
-            reset_on_begin_run=config.reset_on_begin_run,
-        )
+        diff = compare(single, merged, n_fragments, glom, slicing)
         diff["routing"] = router.counts
         diff["orderers"] = [taker.orderer.counters() for taker in fleets[-1]]
         results.append((slicing, diff))

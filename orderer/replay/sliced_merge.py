@@ -141,14 +141,26 @@ class Merged(Stream):
 
     piece: npt.NDArray[np.uint64]
     copies_disagree: int
+    raised: int
+    """Fragments an orderer emitted not late that the merged stream makes late (below a
+    fragment of another orderer's earlier piece): flagged late here."""
+    lowered: int
+    """Fragments an orderer flagged late that the merged stream does not (only with
+    ``reset_on_begin_run``, where each orderer forgets its high-water mark at its own copy)."""
+    dropped: int
+    """Of the raised, those left out under ``late_policy: drop``."""
     """Barriers whose copies the orderers resolved differently (complete, homogeneous or the
     missing sources)."""
 
 
-def merge(outputs: list[Output], slicing: Slicing) -> Merged:
-    """The orderers' outputs as one stream: pieces in slice order, owned barriers only. Each
-    orderer's kept rows fall into runs (a piece, cut where a left-out copy was); the merged
-    columns are those runs' views joined in piece order, so nothing is sorted row by row."""
+def merge(
+    outputs: list[Output], slicing: Slicing, *, drop_late: bool = False, reset: bool = False
+) -> Merged:
+    """The orderers' outputs as one stream: pieces in slice order, owned barriers only, late
+    flags the contract's over the merged stream (``drop_late``: what only the merge finds late
+    is left out; ``reset``: ``reset_on_begin_run``). Each orderer's kept rows fall into runs (a
+    piece, cut where a left-out copy was); the merged columns are those runs' views joined in
+    piece order, so nothing is sorted row by row."""
     streams = [o.stream() for o in outputs]
     runs: list[tuple[int, int, int, int]] = []  # (piece, orderer, first row, row after)
     copies: dict[int, set[_Resolution]] = {}
@@ -181,11 +193,29 @@ def merge(outputs: list[Output], slicing: Slicing) -> Merged:
         parts = [getattr(streams[o], name)[a:b] for _, o, a, b in runs]
         return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
 
-    return Merged(
+    ids, ts, barrier, flagged = (
         column("id", np.int64), column("ts", np.uint64), column("barrier", np.uint32),
-        column("late", np.bool_), resolution, group,
-        np.repeat(np.array([p for p, _, _, _ in runs], dtype=np.uint64), lengths),
-        sum(len(values) > 1 for values in copies.values()),
+        column("late", np.bool_),
+    )
+    piece = np.repeat(np.array([p for p, _, _, _ in runs], dtype=np.uint64), lengths)
+    resets = sorted(
+        row + 1 for row, (complete, homogeneous, _) in resolution.items()
+        if complete and homogeneous and barrier[row] == 1
+    ) if reset else []
+    late = contract_late(ts, barrier, resets)
+    raised = late & ~flagged
+    lowered = int((flagged & ~late).sum())
+    dropped = 0
+    if drop_late and raised.any():  # what the merge makes late goes as the orderer's late did
+        keep = ~raised
+        dropped = int(raised.sum())
+        shift = np.cumsum(keep) - 1
+        resolution = {int(shift[row]): value for row, value in resolution.items()}
+        group = {int(shift[row]): value for row, value in group.items()}
+        ids, ts, barrier, late, piece = ids[keep], ts[keep], barrier[keep], late[keep], piece[keep]
+    return Merged(
+        ids, ts, barrier, late, resolution, group, piece,
+        sum(len(values) > 1 for values in copies.values()), int(raised.sum()), lowered, dropped,
     )
 
 
@@ -301,25 +331,24 @@ def _longest_increasing(values: list[int]) -> int:
     return len(tails)
 
 
-def _inconsistent_late(m: Merged, reset: bool) -> int:
-    """Rows whose late flag is not the contract's rule applied to the merged stream (below the
-    highest ordinary timestamp of the non-late rows before it); ``reset``: the high-water mark
-    forgotten after a complete homogeneous begin-run barrier, as ``reset_on_begin_run``."""
-    ordinary = m.barrier == 0
-    cuts = [0, len(m)]
-    if reset:
-        cuts[1:1] = sorted(
-            row + 1 for row, (complete, homogeneous, _) in m.resolution.items()
-            if complete and homogeneous and m.barrier[row] == 1
-        )
-    wrong = 0
-    for a, b in itertools.pairwise(cuts):
-        ts, late, plain = m.ts[a:b], m.late[a:b], ordinary[a:b]
-        raised = np.maximum.accumulate(np.where(plain & ~late, ts, 0)) if b > a else ts
-        before = np.concatenate([[0], raised[:-1]]).astype(np.uint64)
-        seen = np.concatenate([[False], np.logical_or.accumulate(plain & ~late)[:-1]])
-        wrong += int((plain & ((seen & (ts < before)) != late)).sum())
-    return wrong
+def contract_late(
+    ts: npt.NDArray[np.uint64], barrier: npt.NDArray[np.uint32],
+    resets: list[int] | None = None,
+) -> npt.NDArray[np.bool_]:
+    """The contract's late flag of every row of an ordered stream: an ordinary fragment below
+    the high-water mark. The mark is the highest ordinary timestamp before the row (the highest
+    one is never late, so the highest non-late one is the highest of all); ``resets``: the rows
+    after which it is forgotten (``reset_on_begin_run``)."""
+    late = np.zeros(ts.size, dtype=np.bool_)
+    ordinary = barrier == 0
+    for a, b in itertools.pairwise([0, *(resets or []), ts.size]):
+        if b <= a:
+            continue
+        plain = ordinary[a:b]
+        high = np.maximum.accumulate(np.where(plain, ts[a:b], 0))
+        seen = np.logical_or.accumulate(plain)
+        late[a + 1 : b] = plain[1:] & seen[:-1] & (ts[a + 1 : b] < high[:-1])
+    return late
 
 
 def _barriers(single: Stream, m: Merged, slicing: Slicing) -> dict[str, int]:
@@ -338,8 +367,7 @@ def _barriers(single: Stream, m: Merged, slicing: Slicing) -> dict[str, int]:
 
 
 def compare(
-    single: Stream | Output, m: Merged, n_fragments: int, glom: Glom | None, slicing: Slicing,
-    *, reset_on_begin_run: bool = False,
+    single: Stream | Output, m: Merged, n_fragments: int, glom: Glom | None, slicing: Slicing
 ) -> dict[str, Any]:
     """The differences between one orderer's output and the merged one, counted exactly."""
     s = single.stream() if isinstance(single, Output) else single
@@ -353,13 +381,14 @@ def compare(
     n_common = int(common.sum())
     out: dict[str, Any] = {
         "fragments": {"single": len(s), "sliced": len(m), "only_single": len(s) - n_common,
-                      "only_sliced": len(m) - n_common},
+                      "only_sliced": len(m) - n_common, "dropped_by_merge": m.dropped},
         "moved": _moved(where[common], len(m)),
         "late": {
             "single": int(s.late.sum()),
             "sliced": int(m.late.sum()),
             "differ": int((s.late[common] != m.late[where[common]]).sum()),
-            "not_the_contracts": _inconsistent_late(m, reset_on_begin_run),
+            "raised_by_merge": m.raised,
+            "lowered_by_merge": m.lowered,
         },
         "barriers": _barriers(s, m, slicing),
     }
