@@ -309,10 +309,11 @@ class _Taker:
 
 def _ordered(
     batches: Iterable[ArrivalRecords], config: OrdererConfig, routers: Sequence[Router | None]
-) -> tuple[list[list[_Taker]], int]:
+) -> tuple[list[tuple[list[Output], list[dict[str, Any]]]], int]:
     """One pass over the run: each router's orderers (None: one orderer, no routing) fed what it
     sends them; every run ends at the input's last time unless the input ended it. Returns each
-    router's orderers with their outputs, and how many fragments the run had."""
+    router's orderers' outputs and counters (the orderers themselves, whose queues keep their
+    largest size, are let go), and how many fragments the run had."""
     fleets = [
         [_Taker(Orderer(config, clock=SimulatedClock()))
          for _ in range(1 if router is None else router.slicing.orderers)]
@@ -335,7 +336,10 @@ def _ordered(
             if not walker.finish().run_ended and last_t is not None:
                 taker.orderer.end_run(now=last_t)
                 taker()
-    return fleets, first
+    return [
+        ([taker.output for taker in fleet], [taker.orderer.counters() for taker in fleet])
+        for fleet in fleets
+    ], first
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,19 +367,21 @@ def replay_sliced(
     for index, slicing in enumerate(slicings):
         router = Router(slicing, config.source_timeout)
         routers: list[Router | None] = [router] if index else [None, router]
-        fleets, n_fragments = _ordered(batches(), config, routers)
+        ordered, n_fragments = _ordered(batches(), config, routers)
         if single is None:
-            single = fleets[0][0].output
-            summary = {"counters": fleets[0][0].orderer.counters(), **single.summary(glom)}
+            single = ordered[0][0][0]
+            summary = {"counters": ordered[0][1][0], **single.summary(glom)}
+        outputs, counters = ordered.pop()
+        del ordered
         merged = merge(
-            [taker.output for taker in fleets[-1]], slicing,
+            outputs, slicing,
             drop_late=config.late_policy == "drop", reset=config.reset_on_begin_run,
         )
-        for taker in fleets[-1]:
-            taker.output = Output()  # the merged stream holds what is needed of it
+        del outputs  # the merged stream holds what is needed of them
         diff = compare(single, merged, n_fragments, glom, slicing)
+        del merged
         diff["routing"] = router.counts
-        diff["orderers"] = [taker.orderer.counters() for taker in fleets[-1]]
+        diff["orderers"] = counters
         results.append((slicing, diff))
     return SlicedRun(summary, results)
 

@@ -76,12 +76,14 @@ class Stream:
 
 
 class Output:
-    """One orderer's output, gathered chunk by chunk."""
+    """One orderer's output, gathered chunk by chunk, column by column (joined one column at a
+    time, each column's chunks let go as it is joined: a long run's output is not held twice)."""
 
-    __slots__ = ("_chunks", "_groups", "_n_groups", "_resolution", "_stream")
+    __slots__ = ("_columns", "_groups", "_n_groups", "_resolution", "_stream")
+    _DTYPES = (np.int64, np.uint64, np.uint32, np.bool_)
 
     def __init__(self) -> None:
-        self._chunks: list[tuple[np.ndarray, ...]] = []
+        self._columns: list[list[np.ndarray]] = [[] for _ in self._DTYPES]
         self._resolution: dict[int, _Resolution] = {}
         self._groups: dict[int, int] = {}
         self._n_groups = 0
@@ -92,9 +94,11 @@ class Output:
             ids = emitted.payload.view("<u8").astype(np.int64)
             if ids.size != len(emitted):
                 raise ValueError("an emitted fragment without its 8-byte number")
-            self._chunks.append(
-                (ids, emitted.timestamp, emitted.barrier, emitted.late)
+            values: tuple[np.ndarray, ...] = (
+                ids, emitted.timestamp, emitted.barrier, emitted.late
             )
+            for column, value in zip(self._columns, values, strict=True):
+                column.append(value)
         for entry in log:
             group = self._n_groups
             self._n_groups += 1
@@ -106,12 +110,12 @@ class Output:
 
     def stream(self) -> Stream:
         if self._stream is None:
-            empty = (np.zeros(0, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.uint32),
-                     np.zeros(0, np.bool_))
-            ids, ts, barrier, late = (
-                np.concatenate(c) for c in zip(*(self._chunks or [empty]), strict=True)
-            )
-            self._chunks = []
+            joined = []
+            for i, dtype in enumerate(self._DTYPES):
+                chunks, self._columns[i] = self._columns[i], []
+                joined.append(np.concatenate(chunks) if chunks else np.zeros(0, dtype))
+                del chunks
+            ids, ts, barrier, late = joined
             self._stream = Stream(
                 ids, ts, barrier, late, dict(self._resolution), dict(self._groups)
             )
