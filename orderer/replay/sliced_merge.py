@@ -94,11 +94,11 @@ class Output:
             ids = emitted.payload.view("<u8").astype(np.int64)
             if ids.size != len(emitted):
                 raise ValueError("an emitted fragment without its 8-byte number")
-            values: tuple[np.ndarray, ...] = (
+            columns: tuple[np.ndarray, ...] = (
                 ids, emitted.timestamp, emitted.barrier, emitted.late
             )
-            for column, value in zip(self._columns, values, strict=True):
-                column.append(value)
+            for chunks, column in zip(self._columns, columns, strict=True):
+                chunks.append(column)
         for entry in log:
             group = self._n_groups
             self._n_groups += 1
