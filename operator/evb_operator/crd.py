@@ -90,7 +90,7 @@ def _compare(path: tuple[str, ...], field: str, op: str, other: str, message: st
 
 BUILDING_FIELDS = (
     "dt", "noBuild", "maxFragments", "timestampPolicy", "output.format", "glomSourceId",
-    "followRuns",
+    "followRuns", "stages",
 )
 """How the Spark job builds a run's events, under ``spec.spark``: the job records them at the
 run's start and refuses to resume its checkpoint with others (``orderer/spark/job.py``,

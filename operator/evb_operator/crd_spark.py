@@ -187,7 +187,8 @@ def _stages() -> dict[str, Any]:
         "Analysis stages run on the built events (evb spark-job --stages): a Python file held"
         " in a ConfigMap of this namespace, which the Spark driver mounts read-only (the"
         " executors get the stages pickled, not the file). Unset: no stages. The ConfigMap is"
-        " read when the driver starts: a change of it reaches the job at its next submission.",
+        " read when the driver starts: a change of its content reaches the job at its next"
+        " submission (a run resumes only with the stages' graph it began with). Building.",
         {
             "configMap": _string(
                 "Name of the ConfigMap (in the EventBuilder's namespace).",
