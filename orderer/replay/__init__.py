@@ -8,7 +8,9 @@ settings over one pass of a run, and their table), :mod:`~orderer.replay.run_wal
 over an arrival stream, which the service's recovery shares: live = replay) and
 :mod:`~orderer.replay.synthetic` (synthetic DAQ runs, for ``evb demo``, ``evb send``, the tests
 and the benchmarks), with :mod:`~orderer.replay.physics` (the physics a synthetic run can carry,
-and the decoder of its payloads for the analysis stages). Files are read and written through
+and the decoder of its payloads for the analysis stages), and :mod:`~orderer.replay.sliced`
+with :mod:`~orderer.replay.slicing` and :mod:`~orderer.replay.sliced_merge` (``--orderers``: a
+run ordered as N time-sliced orderers would, docs/scale-out.md). Files are read and written through
 :mod:`orderer.formats`. This package imports neither the network (service, client, wire) nor an
 application; the service imports the walk.
 """
