@@ -126,6 +126,8 @@ class Router:
     arrival time, in input order. What a record's position becomes: row ``i`` of the chunk has
     key ``3 i``; a crossing watermark that fragment ``i`` causes, ``3 i + 1`` (right after it, at
     its time); a release due before row ``i`` (its time is after the release's), ``3 i - 1``.
+    The release follows the run's starting ``source_timeout``; a live change of it recorded in
+    an arrival log reaches the orderers (they are walked as any replay) but not the router.
     """
 
     __slots__ = ("_sources", "counts", "slicing", "source_timeout")
