@@ -25,7 +25,9 @@ from orderer.flags.forward import ForwardCommand
 from orderer.flags.serve import ServeCommand
 from orderer.wire.security import ENV_TLS_CA, ENV_TLS_CERT, ENV_TLS_KEY, ENV_TOKEN_FILE
 
-TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"))
+TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")).filter(
+    lambda text: text != "--"  # Python 3.11's argparse drops an option's value "--"
+)
 PATH = st.none() | TEXT.map(Path)
 POSITIVE_SECONDS = st.floats(min_value=0, exclude_min=True, allow_infinity=False)
 
