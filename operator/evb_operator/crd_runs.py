@@ -82,9 +82,11 @@ def run_properties() -> dict[str, Any]:
             ),
             "consumer": _string(
                 "Consumer name at the upstream (its committed offset is where a restarted"
-                " forwarder resumes); unset: forward-to-<this orderer's address>.",
+                " forwarder resumes); unset: forward-to-<this orderer's address>. Not '--',"
+                " which no command line passes on (argparse drops it).",
                 minLength=1,
                 maxLength=253,
+                pattern=r"^([^-].*|-|-[^-].*|--.+)$",
             ),
         },
         required=["target"],

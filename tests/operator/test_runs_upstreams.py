@@ -236,3 +236,17 @@ def test_two_forwarders_of_one_consumer_are_refused(
     else:
         with pytest.raises(InvalidSpec, match=r"^spec\.upstreams: two upstreams"):
             validation.validate(spec)
+
+
+@pytest.mark.parametrize(
+    ("consumer", "accepted"),
+    [("forward-a", True), ("-x", True), ("-", True), ("---", True), ("--a", True), ("--", False)],
+)
+def test_an_upstream_consumer_named_dash_dash_is_refused(consumer: str, accepted: bool) -> None:
+    """``evb forward --consumer=--`` reads no name (Python 3.11's argparse drops an option's
+    value ``--``): the API server refuses it rather than a forwarder that cannot start."""
+    from tests.operator.test_fuzz_spec import api_server_accepts
+
+    upstream = {"target": "lower-orderer.daq.svc:50051", "consumer": consumer}
+    ok, why = api_server_accepts({"upstreams": [upstream]})
+    assert ok is accepted, why
