@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orderer.flags.argv import command_arguments
 from orderer.wire.options import DEFAULT_CONNECT_TIMEOUT, add_security_arguments
 
 __all__ = [
@@ -116,51 +117,8 @@ class JobConfig:
         where no ``EVB_TLS_*``/``EVB_TOKEN_FILE`` variable says otherwise: an unset security
         file is left to them, as in the operator's pods). Every other value is written out,
         defaults included, so that a job whose defaults changed still reads this one."""
-        valued: list[tuple[str, object]] = [
-            ("--target", self.target),
-            ("--path", self.path),
-            ("--dt", self.dt),
-            ("--max-fragments", self.max_fragments),
-            ("--timestamp-policy", self.timestamp_policy.value),
-            ("--partitions", self.partitions),
-            ("--trigger-seconds", float(self.trigger_seconds)),
-            ("--tick-rate", float(self.tick_rate)),
-            ("--output", self.output),
-            ("--format", self.format.value),
-            ("--glom-source-id", self.glom_source_id),
-            ("--connect-timeout", float(self.connect_timeout)),
-            ("--consumer", self.consumer),
-            ("--poll", float(self.poll)),
-            ("--max-fragments-per-trigger", self.max_fragments_per_trigger),
-            ("--run", self.run),
-            ("--checkpoint", self.checkpoint),
-            ("--until-run", self.until_run),
-            ("--master", self.master),
-            ("--tls-ca", self.tls_ca),
-            ("--tls-cert", self.tls_cert),
-            ("--tls-key", self.tls_key),
-            ("--token-file", self.token_file),
-            ("--stages", self.stages),
-        ]
-        switches = (
-            ("--no-build", self.no_build),
-            ("--follow-runs", self.follow_runs),
-            ("--quiet", self.quiet),
-            ("--tls", self.tls),
-            ("--explain", self.explain),
-            ("--check-order", self.check_order),
-        )
-        argv: list[str] = []
-        for flag, value in valued:
-            if value is not None:
-                argv += _flag_value(flag, repr(value) if isinstance(value, float) else str(value))
-        return argv + [flag for flag, on in switches if on]
-
-
-def _flag_value(flag: str, text: str) -> list[str]:
-    """A flag and its value as arguments; ``--flag=value`` for a value that begins with a dash,
-    which argparse would take for a flag of its own (``-1e-05``, ``-inf``)."""
-    return [f"{flag}={text}"] if text.startswith("-") else [flag, text]
+        values = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        return command_arguments(None, build_parser(), values, defaults=True)
 
 
 _DEFAULTS = JobConfig(output="")

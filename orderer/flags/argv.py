@@ -17,25 +17,34 @@ __all__ = ["command_arguments", "read_command"]
 
 
 def command_arguments(
-    command: str, parser: argparse.ArgumentParser, values: Mapping[str, object]
+    command: str | None,
+    parser: argparse.ArgumentParser,
+    values: Mapping[str, object],
+    *,
+    defaults: bool = False,
 ) -> list[str]:
-    """``command`` and the arguments that give ``values`` (keyed by the actions' ``dest``) back
-    through ``parser``, in the parser's order. A value equal to its flag's default is left out:
-    the command's own default (the ``--config`` file's, for ``evb serve``) is then in force,
-    which only leaving the flag out says. A value beginning with a dash is written
+    """``command`` (None: none) and the arguments that give ``values`` (keyed by the actions'
+    ``dest``) back through ``parser``, in the parser's order. A value equal to its flag's
+    default is left out unless ``defaults``: the command's own default (the ``--config``
+    file's, for ``evb serve``) is then in force, which only leaving the flag out says; with
+    ``defaults`` every value but None is written, so that a command whose defaults changed
+    still reads these (the Spark job's). A value beginning with a dash is written
     ``--flag=value``, which argparse does not take for a flag of its own."""
     actions = {action.dest: action for action in parser._actions if action.option_strings}
     if unknown := sorted(set(values) - set(actions)):
         raise ValueError(f"{parser.prog} has no flag for {', '.join(unknown)}")
-    argv = [command]
+    argv = [] if command is None else [command]
     for dest, action in actions.items():
-        if dest not in values or values[dest] == action.default:
+        if dest not in values or values[dest] is None:
+            continue
+        if not defaults and values[dest] == action.default:
             continue
         value, option = values[dest], action.option_strings[0]
         if isinstance(action, argparse.BooleanOptionalAction):
             argv.append(option if value else action.option_strings[1])
         elif action.nargs == 0:  # a switch (store_true)
-            argv.append(option)
+            if value:
+                argv.append(option)
         else:
             text = repr(value) if isinstance(value, float) else str(value)
             argv += [f"{option}={text}"] if text.startswith("-") else [option, text]
