@@ -43,7 +43,8 @@ def glom_config(config: JobConfig) -> GlomConfig:
 
 def stages_plan(config: JobConfig) -> Plan | None:
     """The plan of ``--stages`` (None without): the user's module loaded and its stages
-    planned over the built events, a problem a ConfigError naming the file or the stage."""
+    planned over the built events, a problem a ConfigError naming the file or the stage. Not a
+    part of :func:`check_arguments`: it runs the user's module, which the job does once."""
     if config.stages is None:
         if config.explain:
             raise ConfigError("--explain", None, "explains the --stages: give them")
@@ -75,7 +76,6 @@ def check_arguments(config: JobConfig) -> None:
     from orderer.spark.source import segment_files
 
     glom_config(config)
-    stages_plan(config)
     check_glom_source_id(config.glom_source_id)
     runs.check_arguments(config)
     if config.run is not None and not RUN_NAME.fullmatch(config.run):

@@ -95,13 +95,14 @@ class JobResult:
     batches: int
 
 
-def run(spark: Any, config: JobConfig) -> JobResult:
-    """Build the events, then write the summary and the report; returns where they are."""
+def run(spark: Any, config: JobConfig, plan: Plan | None = None) -> JobResult:
+    """Build the events, then write the summary and the report; returns where they are.
+    ``plan``: the ``--stages``' when the caller has it (None: made here, if there are any)."""
     from orderer.spark.source import register
 
     register(spark)
     glom = glom_config(config)
-    plan = stages_plan(config)
+    plan = stages_plan(config) if plan is None else plan
     layout = Layout.of(config)
     started = time.monotonic()
     if config.target:
@@ -111,7 +112,7 @@ def run(spark: Any, config: JobConfig) -> JobResult:
     return _finish(spark, config, glom, layout, batches, time.monotonic() - started, plan=plan)
 
 
-def follow_runs(spark: Any, config: JobConfig) -> list[JobResult]:
+def follow_runs(spark: Any, config: JobConfig, plan: Plan | None = None) -> list[JobResult]:
     """``--follow-runs``: every run of the orderer's run table, one after another
     (:func:`orderer.spark.runs.follow`), until SIGTERM, a query that stopped, or
     ``--until-run``; returns the runs built, in order."""
@@ -120,7 +121,7 @@ def follow_runs(spark: Any, config: JobConfig) -> list[JobResult]:
 
     register(spark)
     glom = glom_config(config)
-    plan = stages_plan(config)
+    plan = stages_plan(config) if plan is None else plan
     target = config.target
     assert target is not None  # --follow-runs needs --target (checked before Spark starts)
     security = channel_security(config)
@@ -251,14 +252,14 @@ def _reach_orderer(target: str, config: JobConfig) -> None:
     )
 
 
-def check_stages_order(spark: Any, config: JobConfig) -> int:
+def check_stages_order(spark: Any, config: JobConfig, plan: Plan | None = None) -> int:
     """``--check-order``: 0 when every stage's declaration held, 1 naming one that did not."""
     from orderer.spark.source import register
 
     register(spark)
     glom = glom_config(config)
-    plan = stages_plan(config)
-    assert plan is not None  # check_arguments refuses --check-order without --stages
+    plan = stages_plan(config) if plan is None else plan
+    assert plan is not None  # stages_plan refuses --check-order without --stages
     fragments = config.max_fragments_per_trigger or CHECK_FRAGMENTS
 
     def read(partitions: int) -> Any:
@@ -288,9 +289,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = JobConfig.from_argv(argv)
     try:
         check_arguments(config)
+        plan = stages_plan(config)  # the user's module, run once, before Spark starts
         if config.explain:  # the plan alone, without Spark
-            plan = stages_plan(config)
-            assert plan is not None  # check_arguments refuses --explain without --stages
+            assert plan is not None  # stages_plan refuses --explain without --stages
             print(plan.explain(config.partitions))
             return 0
     except ConfigError as error:
@@ -311,11 +312,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     spark = create_session(config.master)
     try:
         if config.check_order:
-            return check_stages_order(spark, config)
+            return check_stages_order(spark, config, plan)
         if config.follow_runs:
-            follow_runs(spark, config)
+            follow_runs(spark, config, plan)
         else:
-            run(spark, config)
+            run(spark, config, plan)
     except ConfigError as error:  # seen only once Spark reads the output (a resumed run)
         print(f"evb spark-job: {error}", file=sys.stderr)
         return 2
