@@ -182,6 +182,10 @@ class EmittedBatch:
     """When each fragment arrived (the orderer's output has it: ``t - arrival`` is its delay in
     the orderer); None where the batch was read back from the ordered log, which has no such
     column."""
+    payload_row: npt.NDArray[np.uint64] | None = None
+    """Where each fragment's payload lies: its row in the arrival log, which the ordered log
+    keeps instead of a second copy of the payload (readers gather the payloads from there);
+    None where nothing says where they lie (an orderer's output, a log written before)."""
 
     def __len__(self) -> int:
         return int(self.timestamp.shape[0])
@@ -205,6 +209,7 @@ class EmittedBatch:
             payload_offsets=offsets - np.uint64(base),
             payload=self.payload[base : int(offsets[-1])],
             arrival=None if self.arrival is None else self.arrival[start:stop],
+            payload_row=None if self.payload_row is None else self.payload_row[start:stop],
         )
 
     def copy(self) -> EmittedBatch:
@@ -220,6 +225,7 @@ class EmittedBatch:
             payload_offsets=self.payload_offsets.copy(),
             payload=self.payload.copy(),
             arrival=None if self.arrival is None else self.arrival.copy(),
+            payload_row=None if self.payload_row is None else self.payload_row.copy(),
         )
 
     def records(self) -> Iterator[dict[str, object]]:
@@ -263,6 +269,7 @@ class EmittedBatch:
             return batches[0]
         offsets, payload = concat_payloads([(b.payload_offsets, b.payload) for b in batches])
         arrivals = [b.arrival for b in batches if b.arrival is not None]
+        rows = [b.payload_row for b in batches if b.payload_row is not None]
         return cls(
             batches[0].first_seq,
             np.concatenate([b.t for b in batches]),
@@ -273,6 +280,7 @@ class EmittedBatch:
             offsets,
             payload,
             np.concatenate(arrivals) if len(arrivals) == len(batches) else None,
+            np.concatenate(rows) if len(rows) == len(batches) else None,
         )
 
 

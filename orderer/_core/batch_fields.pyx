@@ -92,7 +92,7 @@ cdef inline cnp.ndarray _column(Py_ssize_t n, int typenum, bint zeros):
 
 cdef Py_ssize_t _fill_columns(const BatchFields *f, Columns *out, Py_ssize_t n,
                               uint64_t max_payload, Violation *what) noexcept nogil:
-    """Copies the checked fields into the columns (the single source into each entry), then
+    """Copies the checked fields but the payload (a view of the message) into the columns (the single source into each entry), then
     scans them for the rules every batch keeps (rules.pyx): the first fragment breaking one,
     or -1."""
     cdef Py_ssize_t i
@@ -107,7 +107,6 @@ cdef Py_ssize_t _fill_columns(const BatchFields *f, Columns *out, Py_ssize_t n,
     if f.payload_offsets.size == 0:
         return _first_violation(out.timestamp, NULL, n, max_payload, what)
     memcpy(out.payload_offsets, f.payload_offsets.data, f.payload_offsets.size)
-    memcpy(out.payload, f.payload.data, f.payload.size)
     return _first_violation(out.timestamp, out.payload_offsets, n, max_payload, what)
 
 
@@ -151,7 +150,8 @@ cdef list _distinct(const uint32_t *source, Py_ssize_t n):
         PyMem_RawFree(ordered)
 
 
-cdef tuple _batch_columns(const BatchFields *f, SubmitLimits limits, dict sequences):
+cdef tuple _batch_columns(const BatchFields *f, SubmitLimits limits, dict sequences,
+                          bytes data, const uint8_t *base):
     """``(source, timestamp, barrier, payload_offsets, payload, single source, first sequence,
     next sequence, sources)`` of a checked batch: the first rule it breaks raises
     ``InterfaceError`` naming the field (the order of the checks is the order of the errors a
@@ -159,7 +159,10 @@ cdef tuple _batch_columns(const BatchFields *f, SubmitLimits limits, dict sequen
     source, no sequence numbers. With ``sequences`` a single-source batch is deduplicated
     (:func:`_new_part`): its columns are the part not seen yet, the first sequence is that
     part's, the next sequence what the source's is once it is taken (the ack it is owed).
-    ``sources`` are the batch's distinct sources, ascending."""
+    ``sources`` are the batch's distinct sources, ascending.
+
+    The payload is a view of ``data``, the message (whose bytes begin at ``base``), not a copy:
+    the arrival log's join is its one copy in user space before the log's write."""
     cdef Py_ssize_t n = _packed_count("timestamps", &f.timestamps, 8, -1)
     cdef bint several = f.sources.size != 0
     cdef bint has_payload = f.payload_offsets.size != 0
@@ -208,13 +211,14 @@ cdef tuple _batch_columns(const BatchFields *f, SubmitLimits limits, dict sequen
     cdef cnp.ndarray timestamp = _column(n, cnp.NPY_UINT64, False)
     cdef cnp.ndarray barrier = _column(n, cnp.NPY_UINT32, f.barrier_types.size == 0)
     cdef cnp.ndarray offsets = _column(n + 1, cnp.NPY_UINT64, not has_payload)
-    cdef cnp.ndarray payload = _column(f.payload.size, cnp.NPY_UINT8, False)
+    cdef cnp.ndarray payload = (
+        np.frombuffer(data, dtype=np.uint8, count=f.payload.size, offset=f.payload.data - base)
+        if f.payload.size else _column(0, cnp.NPY_UINT8, False))
     cdef Columns out
     out.source = <uint32_t *>cnp.PyArray_DATA(source)
     out.timestamp = <uint64_t *>cnp.PyArray_DATA(timestamp)
     out.barrier = <uint32_t *>cnp.PyArray_DATA(barrier)
     out.payload_offsets = <uint64_t *>cnp.PyArray_DATA(offsets)
-    out.payload = <uint8_t *>cnp.PyArray_DATA(payload)
     cdef Violation what
     cdef Py_ssize_t culprit
     if f.timestamps.size + f.payload.size >= NOGIL_MIN_BYTES:
@@ -259,7 +263,7 @@ def decode_submit(bytes data not None, SubmitLimits limits not None, dict sequen
             f"SubmitRequest: not a valid protobuf message ({fault.why.decode()} at byte "
             f"{fault.at})")
     if fields.item == SUBMIT_BATCH:
-        return SUBMIT_BATCH, _batch_columns(&fields.batch, limits, sequences)
+        return SUBMIT_BATCH, _batch_columns(&fields.batch, limits, sequences, data, p)
     if fields.item == SUBMIT_NONE:
         raise InterfaceError("item: an empty SubmitRequest")
     if not limits._is_declared(fields.source):

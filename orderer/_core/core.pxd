@@ -63,12 +63,12 @@ cdef struct SubmitFields:
 
 
 cdef struct Columns:
-    # where a batch's columns are written (numpy arrays made for it)
+    # where a batch's columns are written (numpy arrays made for it; the payload is a view of
+    # the message, not a column)
     uint32_t *source
     uint64_t *timestamp
     uint32_t *barrier
     uint64_t *payload_offsets
-    uint8_t *payload
 
 
 cdef struct WireFault:
@@ -289,4 +289,5 @@ cdef Py_ssize_t _fill_columns(const BatchFields *f, Columns *out, Py_ssize_t n,
 cdef tuple _new_part(uint32_t source, uint64_t first, Py_ssize_t n, dict sequences)
 cdef int _ascending(const void *a, const void *b) noexcept nogil
 cdef list _distinct(const uint32_t *source, Py_ssize_t n)
-cdef tuple _batch_columns(const BatchFields *f, SubmitLimits limits, dict sequences)
+cdef tuple _batch_columns(const BatchFields *f, SubmitLimits limits, dict sequences,
+                          bytes data, const uint8_t *base)

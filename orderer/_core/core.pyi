@@ -39,6 +39,14 @@ def event_starts_of(
     timestamp: _U64, is_barrier: _U8, dt: int, span: int
 ) -> npt.NDArray[np.int64]: ...
 
+# payload_gather.pyx: payloads of rows of several large_binary columns, each (offsets, data)
+def gather_payloads(
+    parts: list[tuple[npt.NDArray[np.int64], _U8]],
+    which: npt.NDArray[np.int64],
+    row: npt.NDArray[np.int64],
+    fill: bool = True,
+) -> tuple[_U64, _U8 | None]: ...
+
 class OrdererCore:
     def __init__(
         self,

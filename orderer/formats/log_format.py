@@ -43,6 +43,7 @@ __all__ = [
     "END_OF_STREAM",
     "ORDERED",
     "ORDERED_SCHEMA",
+    "ORDERED_SCHEMA_WITH_PAYLOADS",
     "PARAMETERS",
     "SegmentReader",
     "arrivals_from_arrow",
@@ -51,7 +52,7 @@ __all__ = [
     "emitted_to_arrow",
     "first_row",
     "log_segments",
-    "ordered_batches",
+    "ordered_format_of",
     "ordered_segments",
     "parameters_bytes",
     "read_batch_at",
@@ -94,10 +95,22 @@ ORDERED_SCHEMA = pa.schema(
         ("timestamp", pa.uint64()),
         ("barrier", pa.uint32()),
         ("late", pa.bool_()),
-        ("payload", pa.large_binary()),
+        ("payload_row", pa.uint64()),  # the fragment's row in the arrival log: its payload
     ]
 )
+"""The ordered log's record batches. The payloads are not here: each payload byte is written
+once, in the arrival log, and readers gather them by ``payload_row``
+(:class:`orderer.formats.payloads.ArrivalPayloads`)."""
 
+ORDERED_SCHEMA_WITH_PAYLOADS = pa.schema(
+    [*[ORDERED_SCHEMA.field(i) for i in range(6)], pa.field("payload", pa.large_binary())]
+)
+"""The ordered stream with its payloads in itself: ``evb replay``'s ``.arrow`` and ``.parquet``
+outputs (files that stand alone), and the ordered log as evb wrote it before it stopped writing
+each payload twice. Such an ordered log is still read (:func:`~orderer.formats.payloads.
+ordered_batches`, the Spark job's ``--path``); a service does not continue its run."""
+
+_NO_BYTES = np.zeros(0, dtype=np.uint8)
 END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 """The IPC stream format's end-of-stream marker (continuation token, zero length)."""
 _SEGMENT_DIGITS = 20
@@ -127,14 +140,16 @@ class SegmentReader:
     Iterating yields ``(byte position of the batch's IPC message, record batch)``; the batches
     are views of the memory-mapped file. Once iterated, :attr:`whole` is the length of the
     segment's whole part in bytes: the whole file when it ends cleanly, the end of the last whole
-    batch when its tail is torn, 0 when nothing in it is whole (not even the schema).
+    batch when its tail is torn, 0 when nothing in it is whole (not even the schema); and
+    :attr:`schema` the segment's, one of the ``schemas`` it may have (another is an error).
     """
 
-    __slots__ = ("schema", "segment", "whole")
+    __slots__ = ("schema", "schemas", "segment", "whole")
 
-    def __init__(self, segment: Path, schema: pa.Schema) -> None:
+    def __init__(self, segment: Path, *schemas: pa.Schema) -> None:
         self.segment = Path(segment)
-        self.schema = schema
+        self.schemas = schemas
+        self.schema: pa.Schema | None = None
         self.whole = 0
 
     def __iter__(self) -> Iterator[tuple[int, pa.RecordBatch]]:
@@ -144,7 +159,8 @@ class SegmentReader:
                 reader = pa.ipc.open_stream(source)
             except (pa.ArrowInvalid, OSError):
                 return  # a torn schema
-            if not reader.schema.equals(self.schema):
+            self.schema = next((s for s in self.schemas if reader.schema.equals(s)), None)
+            if self.schema is None:
                 raise InternalOrdererError(f"{self.segment}: unexpected schema {reader.schema}")
             position = source.tell()
             while True:
@@ -175,12 +191,17 @@ def ordered_segments(path: Path) -> list[Path]:
     return log_segments(directory, ORDERED)
 
 
-def ordered_batches(segment: Path) -> Iterator[EmittedBatch]:
-    """What one segment of the ordered log holds whole, as views of the mapped file, one
-    record batch at a time (empty ones left out); ``first_seq`` is the offset of the first."""
-    for _, batch in SegmentReader(segment, ORDERED_SCHEMA):
-        if batch.num_rows:
-            yield emitted_from_arrow(batch)
+def ordered_format_of(directory: Path) -> pa.Schema | None:
+    """The schema of the first segment of the ordered log in ``directory`` (its ``ordered/``):
+    :data:`ORDERED_SCHEMA`, :data:`ORDERED_SCHEMA_WITH_PAYLOADS`, or None without a readable
+    one."""
+    for segment in log_segments(Path(directory), ORDERED):
+        reader = SegmentReader(segment, ORDERED_SCHEMA, ORDERED_SCHEMA_WITH_PAYLOADS)
+        for _ in reader:
+            break
+        if reader.schema is not None:
+            return reader.schema
+    return None
 
 
 # ------------------------------------------------------------------------------ columns
@@ -292,9 +313,17 @@ def arrivals_from_arrow(batch: pa.RecordBatch) -> ArrivalRecords:
     return ArrivalRecords(kind, t, source, value, barrier, offsets, payload, sequence, sequenced)
 
 
-def emitted_to_arrow(emitted: EmittedBatch) -> pa.RecordBatch:
-    """Emitted fragments as one record batch of the ordered log (offsets from ``first_seq``)."""
+def emitted_to_arrow(emitted: EmittedBatch, schema: pa.Schema = ORDERED_SCHEMA) -> pa.RecordBatch:
+    """Emitted fragments as one record batch of ``schema`` (offsets from ``first_seq``): the
+    ordered log's, which keeps where each payload lies (``payload_row``, which they must have),
+    or :data:`ORDERED_SCHEMA_WITH_PAYLOADS`, which keeps the payloads."""
     first, n = emitted.first_seq, len(emitted)
+    if schema.equals(ORDERED_SCHEMA_WITH_PAYLOADS):
+        last = _binary_column(emitted.payload_offsets, emitted.payload, n)
+    elif emitted.payload_row is None:
+        raise InternalOrdererError("the ordered log keeps payload rows: emitted without them")
+    else:
+        last = _column(emitted.payload_row)
     return pa.record_batch(
         [
             _column(np.arange(first, first + n, dtype=np.uint64)),
@@ -303,20 +332,30 @@ def emitted_to_arrow(emitted: EmittedBatch) -> pa.RecordBatch:
             _column(emitted.timestamp),
             _column(emitted.barrier),
             _column(emitted.late),
-            _binary_column(emitted.payload_offsets, emitted.payload, n),
+            last,
         ],
-        schema=ORDERED_SCHEMA,
+        schema=schema,
     )
 
 
-def emitted_from_arrow(batch: pa.RecordBatch) -> EmittedBatch:
-    """A record batch of the ordered log as emitted fragments (views where Arrow allows)."""
+def emitted_from_arrow(batch: pa.RecordBatch, *, payload: bool = True) -> EmittedBatch:
+    """A record batch of the ordered log as emitted fragments (views where Arrow allows): with
+    ``payload_row`` and no payloads, or with the payloads of a log that held them (left out
+    without ``payload``)."""
     first = int(batch.column("offset")[0].as_py()) if batch.num_rows else 0
     t, source, timestamp, barrier, late = _columns(
         batch, "t", "source", "timestamp", "barrier", "late"
     )
-    offsets, payload = _unpack_binary(batch.column("payload"))
-    return EmittedBatch(first, t, source, timestamp, barrier, late, offsets, payload)
+    n = batch.num_rows
+    if batch.schema.get_field_index("payload_row") >= 0:
+        rows = _numpy(batch.column("payload_row"))
+        none = np.zeros(n + 1, dtype=np.uint64)
+        return EmittedBatch(first, t, source, timestamp, barrier, late, none, _NO_BYTES, None, rows)
+    if not payload:
+        none = np.zeros(n + 1, dtype=np.uint64)
+        return EmittedBatch(first, t, source, timestamp, barrier, late, none, _NO_BYTES)
+    offsets, data = _unpack_binary(batch.column("payload"))
+    return EmittedBatch(first, t, source, timestamp, barrier, late, offsets, data)
 
 
 def parameters_bytes(config: OrdererConfig) -> bytes:

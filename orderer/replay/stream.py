@@ -224,9 +224,9 @@ class _ArrowSink:
 
     def __init__(self, path: Path, parquet: bool) -> None:
         self._writer: Any = (
-            pq.ParquetWriter(str(path), log_format.ORDERED_SCHEMA)
+            pq.ParquetWriter(str(path), log_format.ORDERED_SCHEMA_WITH_PAYLOADS)
             if parquet
-            else pa.ipc.new_stream(str(path), log_format.ORDERED_SCHEMA)
+            else pa.ipc.new_stream(str(path), log_format.ORDERED_SCHEMA_WITH_PAYLOADS)
         )
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evb-replay-write")
         self._in_flight: Future[None] | None = None
@@ -238,7 +238,7 @@ class _ArrowSink:
 
     def write(self, emitted: EmittedBatch) -> None:
         if len(emitted):
-            batch = log_format.emitted_to_arrow(emitted)
+            batch = log_format.emitted_to_arrow(emitted, log_format.ORDERED_SCHEMA_WITH_PAYLOADS)
             self._wait()
             self._in_flight = self._thread.submit(self._writer.write_batch, batch)
 

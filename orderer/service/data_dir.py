@@ -117,6 +117,16 @@ def open_run(
     arrivals: ArrivalLog | None = None
     ordered: OrderedLog | None = None
     try:
+        written = log_format.ordered_format_of(directory / ORDERED)
+        if written is log_format.ORDERED_SCHEMA_WITH_PAYLOADS:
+            raise ConfigError(
+                DATA_DIR_FLAG,
+                str(directory),
+                "holds a run whose ordered log keeps a second copy of every payload, as evb "
+                "wrote it before it wrote each payload once: this evb reads that run (evb "
+                "spark-job --path, evb replay) but does not continue it; finish it with the evb "
+                "that began it, or begin the next run in a new --data-dir",
+            )
         recorded = log_format.read_parameters(directory)
         unrecorded = recorded is None and _holds_logs(directory)
         changes: tuple[restart.LiveChange, ...] = ()

@@ -3,8 +3,9 @@
 Why rounds: an fsync costs as much for one record as for a thousand. The service stages what
 each intake pass, configure or end of run took in (arrival records) and what the orderer
 emitted (taken out of the core on the orderer's thread); one background task then runs write
-rounds: each round writes everything staged to the arrival log and to the ordered log, each log
-on a thread of its own and both at once, forces each to disk with one fsync, and only then
+rounds: each round writes everything staged to the arrival log and then to the ordered log
+(which points at the arrival log's rows), each log on a thread of its own, the ordered log's
+write beside the arrival log's fsync, forces each to disk with one fsync, and only then
 tells the service, which releases the acks and the new output (nothing unwritten is ever
 acknowledged or shown to a subscriber).
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -66,6 +68,17 @@ def _records(rows: ArrivalRecords | list[tuple[float, IntakePass]]) -> int:
     if isinstance(rows, list):
         return sum(taken.records for _, taken in rows)
     return len(rows)
+
+
+class _Written:
+    """A round's arrival records are written (:attr:`event`), and whether they all were
+    (:attr:`ok`): the ordered log's thread waits for it."""
+
+    __slots__ = ("event", "ok")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.ok = False
 
 
 def _retryable(error: OSError) -> bool:
@@ -197,29 +210,41 @@ class GroupCommit:
 
     # ------------------------------------------------------------------ rounds
 
-    def _write_arrivals(self) -> None:
-        """Write the staged arrival records, in order, then force the log to disk (the
-        arrival log's thread).
+    def _write_arrivals(self, entries: int, written: _Written) -> None:
+        """Write the first ``entries`` staged arrival records, in order, then force the log to
+        disk (the arrival log's thread); ``written`` tells the ordered log's thread once they
+        are written (before the sync).
 
         An entry leaves its queue only once written, and a failed append leaves its log as it
         was (segments.py cuts what it half wrote), so after an error such as a full volume the
         next round simply tries again from the same entry."""
-        arrivals = self._unwritten_arrivals
-        while arrivals:
-            t, rows = arrivals[0]
-            if isinstance(rows, list):  # a group of intake passes: joined once, kept joined
-                rows = arrival_records(rows)
-                arrivals[0] = (None, rows)
-            self.arrivals.append_rows(t, rows)
-            arrivals.popleft()
-            self.records_written += len(rows)
+        try:
+            arrivals = self._unwritten_arrivals
+            for _ in range(entries):
+                t, rows = arrivals[0]
+                if isinstance(rows, list):  # a group of intake passes: joined once, kept joined
+                    rows = arrival_records(rows)
+                    arrivals[0] = (None, rows)
+                self.arrivals.append_rows(t, rows)
+                arrivals.popleft()
+                self.records_written += len(rows)
+            written.ok = True
+        finally:
+            written.event.set()
         self._sync("arrival", self.arrivals)
 
-    def _write_output(self) -> None:
-        """Write the staged output, in order, then force the log to disk (the ordered log's
-        thread)."""
+    def _write_output(self, entries: int, written: _Written) -> None:
+        """Write the first ``entries`` staged outputs, in order, then force the log to disk
+        (the ordered log's thread), once the arrival records of the round are written: the
+        ordered log points at rows of the arrival log (``payload_row``), and a process killed
+        between the two writes must not leave it pointing at rows that were never written.
+        While the arrival log's thread syncs, this one writes. After a failed arrival write
+        nothing is written here (the next round writes both)."""
+        written.event.wait()
+        if not written.ok:
+            return
         output = self._unwritten_output
-        while output:
+        for _ in range(entries):
             self.ordered.append(output[0])  # after a failed try: appends only what it lacks
             output.popleft()
         self._sync("ordered", self.ordered)
@@ -233,12 +258,20 @@ class GroupCommit:
         self.fsync_seconds[name].observe(time.perf_counter() - began)
 
     async def _write_out(self) -> None:
-        """Both logs written and synced at once, each on its thread; the first error (after
-        both have stopped: neither is left writing)."""
+        """Both logs written and synced, each on its thread (the ordered log written once the
+        arrival log is); the first error (after both have stopped: neither is left writing)."""
         loop = asyncio.get_running_loop()
+        written = _Written()
+        # What the round writes is what is staged now: output staged from here on may come from
+        # intake passes not yet grouped for the arrival log, whose rows this round does not
+        # write (the ordered log would get ahead of the arrival log: after a kill, recovery
+        # could not rebuild it, and its payload rows would point at nothing).
+        arrivals, output = len(self._unwritten_arrivals), len(self._unwritten_output)
         results = await asyncio.gather(
-            loop.run_in_executor(self._threads["arrival"], self._write_arrivals),
-            loop.run_in_executor(self._threads["ordered"], self._write_output),
+            loop.run_in_executor(
+                self._threads["arrival"], self._write_arrivals, arrivals, written
+            ),
+            loop.run_in_executor(self._threads["ordered"], self._write_output, output, written),
             return_exceptions=True,
         )
         for result in results:

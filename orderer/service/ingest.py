@@ -29,6 +29,7 @@ from orderer.clock import MonotonicClock
 from orderer.errors import EvbError, InterfaceError, ServiceUnavailable
 from orderer.service.intake import Intake, IntakePass
 from orderer.service.orderer_thread import Command, OrdererThread, Step
+from orderer.service.payload_rows import rows_of
 from orderer.service.submit_stream import END_OF_STREAM, SubmitStream
 from orderer.wire import submit
 
@@ -53,6 +54,7 @@ class Ingest:
         run_ended: bool,
         limits: submit.BatchLimits,
         taken_offset: int,
+        arrival_rows: int,
         unwritten_room: Callable[[int], bool],
         refusal: Callable[[], ServiceUnavailable | None],
         deliver: Callable[[list[Step]], None],
@@ -73,6 +75,9 @@ class Ingest:
         self._refusal = refusal
         self._unwritten_room = unwritten_room
         self._records_taken = 0  # arrival-log rows of every step made so far
+        self._arrival_rows = arrival_rows
+        """Rows the arrival log held when the thread began: the next record's row is this plus
+        ``_records_taken`` (steps are written in the order they are made)."""
         self.stopping = False
         """Set by the loop when input stops: what is queued goes in whatever the writes."""
         self.closed = False
@@ -166,7 +171,7 @@ class Ingest:
             self._pass(steps)
             if steps and self.orderer.emitted_seq > self._taken_offset:
                 # the output leaves the core at every cycle: warm buffers (PASS_MESSAGES)
-                emitted = self.orderer.take_emitted()
+                emitted = rows_of(self.orderer.take_emitted())
                 self._taken_offset = emitted.first_seq + len(emitted)
                 steps[-1].emitted = emitted
         return left
@@ -228,6 +233,7 @@ class Ingest:
         if not self._intake and not self._refused and not self._new_sources:
             return
         taken = self._intake.take()
+        taken.first_row = self._arrival_rows + self._records_taken
         if taken.batches or taken.markers:
             # the decoder checked every batch as the core does: the core cannot refuse one here
             step = self._called(self._tick(), taken.run)

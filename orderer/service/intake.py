@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from orderer._core.core import arrival_rows
 from orderer.batch import ArrivalKind, ArrivalRecords, FragmentBatch
+from orderer.service.payload_rows import fragments_with_rows
 
 if TYPE_CHECKING:
     from orderer.api import Orderer
@@ -55,6 +56,8 @@ class IntakePass:
     acks: list[tuple[Any, int, int]] = field(default_factory=list)
     """(stream, source, durable sequence) owed once this pass is written."""
     fragments: int = 0
+    first_row: int = 0
+    """Row number in the arrival log of the pass's first record (set when it is taken)."""
 
     def __bool__(self) -> bool:
         return bool(self.batches or self.markers or self.acks)
@@ -66,22 +69,30 @@ class IntakePass:
 
     def run(self, orderer: Orderer, now: float) -> None:
         """The orderer calls of this pass at ``now``: the batches between two markers in one
-        call (:meth:`Orderer.submit_batches`, a submit of each in turn), markers between them.
+        call (:meth:`Orderer.submit_batches`, a submit of each in turn), markers between them;
+        each fragment's row in the arrival log (from :attr:`first_row`) in place of its payload
+        (:mod:`~orderer.service.payload_rows`).
 
         Not the batches joined into one: the same output (records of one arrival time, each
         followed by a flush, see above), without the copy that joining costs; the arrival
         log's rows are joined once for many passes (:func:`arrival_records`)."""
-        start = 0
-        for before, marker in self.markers:
-            if before > start:
-                orderer.submit_batches(self.batches[start:before], now=now)
-            start = before
-            if marker.kind is ArrivalKind.WATERMARK:
-                orderer.watermark(marker.source, marker.value, now=now)
+        row = self.first_row
+        run: list[FragmentBatch] = []
+        for item in self.rows():
+            if isinstance(item, _Marker):
+                if run:
+                    orderer.submit_batches(run, now=now)
+                    run = []
+                if item.kind is ArrivalKind.WATERMARK:
+                    orderer.watermark(item.source, item.value, now=now)
+                else:
+                    orderer.end_source(item.source, now=now)
+                row += 1
             else:
-                orderer.end_source(marker.source, now=now)
-        if len(self.batches) > start:
-            orderer.submit_batches(self.batches[start:], now=now)
+                run.append(fragments_with_rows(item, row))
+                row += len(item)
+        if run:
+            orderer.submit_batches(run, now=now)
 
     def rows(self) -> Iterator[FragmentBatch | _Marker]:
         """The pass's batches and markers in arrival order."""

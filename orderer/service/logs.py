@@ -30,6 +30,7 @@ from orderer.batch import ArrivalKind, ArrivalRecords, EmittedBatch
 from orderer.errors import InterfaceError, InternalOrdererError
 from orderer.formats import log_format
 from orderer.formats.json_lines import write_records
+from orderer.formats.payloads import ArrivalPayloads
 from orderer.service.segments import FsyncPolicy, SegmentedStream
 
 __all__ = ["APPEND_CHUNK", "ArrivalLog", "OrderedLog"]
@@ -74,10 +75,21 @@ class _Log:
 
 
 class ArrivalLog(_Log):
-    """Write-ahead log of everything that arrived, in arrival order, with its arrival time."""
+    """Write-ahead log of everything that arrived, in arrival order, with its arrival time; the
+    only copy of the payloads on disk (:attr:`payloads` gathers them by row for readers)."""
 
     _NAME = log_format.ARRIVALS
     _SCHEMA = log_format.ARRIVAL_SCHEMA
+
+    def __init__(self, stream: SegmentedStream) -> None:
+        super().__init__(stream)
+        self.payloads = ArrivalPayloads(stream.directory)
+        """The payloads by row, for the readers of the ordered log (on the event loop's
+        thread)."""
+
+    def close(self) -> None:
+        super().close()
+        self.payloads.close()
 
     @property
     def records(self) -> int:
@@ -115,7 +127,8 @@ class ArrivalLog(_Log):
 
 
 class OrderedLog(_Log):
-    """The durable ordered output; offsets are consecutive from 0 and never reused."""
+    """The durable ordered output; offsets are consecutive from 0 and never reused. It keeps
+    where each fragment's payload lies in the arrival log (``payload_row``), not the payload."""
 
     _NAME = log_format.ORDERED
     _SCHEMA = log_format.ORDERED_SCHEMA
@@ -166,7 +179,9 @@ class OrderedLog(_Log):
         self._last_t = float(emitted.t[-1])
 
     def read(self, from_offset: int, max_fragments: int = 65536) -> EmittedBatch:
-        """Up to ``max_fragments`` fragments from ``from_offset``; empty once caught up."""
+        """Up to ``max_fragments`` fragments from ``from_offset``, with their ``payload_row``
+        and without their payloads (:func:`~orderer.formats.payloads.with_payloads` gathers
+        them); empty once caught up."""
         if from_offset < self.first_offset:
             raise InterfaceError(
                 f"offset {from_offset} was removed by retention; the log starts at "

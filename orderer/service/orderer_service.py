@@ -137,6 +137,7 @@ class OrdererService:
             run_ended=recovered.run_ended,
             limits=self.limits,
             taken_offset=ordered.next_offset,
+            arrival_rows=arrivals.records,
             unwritten_room=self._commit.room_for_records,
             refusal=self._storage_refusal,
             deliver=self._apply,

@@ -24,6 +24,7 @@ from orderer.config import OrdererConfig
 from orderer.errors import InternalOrdererError
 from orderer.replay.run_walk import walk_arrivals
 from orderer.service.logs import ArrivalLog, OrderedLog
+from orderer.service.payload_rows import records_with_rows, rows_of
 
 __all__ = ["Recovered", "recover"]
 
@@ -61,7 +62,7 @@ def recover(config: OrdererConfig, arrivals: ArrivalLog, ordered: OrderedLog) ->
     logged = ordered.next_offset
 
     def complete_log() -> None:
-        emitted = orderer.take_emitted()
+        emitted = rows_of(orderer.take_emitted())
         n = len(emitted)
         if n == 0:
             return
@@ -74,6 +75,9 @@ def recover(config: OrdererConfig, arrivals: ArrivalLog, ordered: OrderedLog) ->
         ordered.append(emitted)
 
     def noting_sequences() -> Iterator[ArrivalRecords]:
+        """The arrival log's records as the live orderer took them in (each record's row in
+        place of its payload), noting each source's next sequence number on the way."""
+        row = 0
         for records in arrivals.read_records():
             if records.sequence is not None:
                 sources, values = records.source, records.sequence
@@ -81,7 +85,8 @@ def recover(config: OrdererConfig, arrivals: ArrivalLog, ordered: OrderedLog) ->
                 for source in np.unique(sources[valid]):
                     top = int(values[valid & (sources == source)].max())
                     next_sequence[int(source)] = max(next_sequence.get(int(source), 0), top + 1)
-            yield records
+            yield records_with_rows(records, row)
+            row += len(records)
 
     walk = walk_arrivals(orderer, noting_sequences(), complete_log)
     run, run_start_offset = walk.runs[-1] if walk.runs else (None, 0)

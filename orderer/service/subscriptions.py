@@ -18,6 +18,7 @@ import numpy as np
 
 from orderer.batch import EmittedBatch
 from orderer.errors import InterfaceError, ServiceUnavailable
+from orderer.formats.payloads import ArrivalPayloads, with_payloads
 from orderer.service.consumers import ConsumerOffsets
 from orderer.service.diagnostics import EmitTimes
 from orderer.service.group_commit import GroupCommit
@@ -118,11 +119,15 @@ class Subscriptions:
                     batch = self._commit.ordered.read(offset, min(limit, durable - offset))
                     if not len(batch):
                         raise ServiceUnavailable(f"offset {offset} is not readable yet")
-                    # A read is a view into a whole record batch (up to 65,536 fragments with
-                    # their payloads); a subscriber that stops reading holds its reply while it
-                    # waits for flow control, and must pin only that reply
-                    # (tests/e2e/test_stalled_subscriber.py).
-                    batch = self._cut_bytes(batch, payload).copy()
+                    # A read is a view into a whole record batch (up to 65,536 fragments); a
+                    # subscriber that stops reading holds its reply while it waits for flow
+                    # control, and must pin only that reply
+                    # (tests/e2e/test_stalled_subscriber.py). The payloads are gathered from
+                    # the arrival log once the reply is cut: only what it sends is copied.
+                    payloads = self._commit.arrivals.payloads if payload else None
+                    batch = self._cut_bytes(batch, payloads).copy()
+                    if payloads is not None:
+                        batch = with_payloads(batch, payloads)
                     offset += len(batch)
                     yield batch, durable
                 else:
@@ -132,15 +137,22 @@ class Subscriptions:
         finally:
             self.subscribers -= 1
 
-    def _cut_bytes(self, batch: EmittedBatch, payload: bool) -> EmittedBatch:
+    def _cut_bytes(self, batch: EmittedBatch, payloads: ArrivalPayloads | None) -> EmittedBatch:
         """The longest head of ``batch`` whose reply encodes to at most ``subscribe_max_bytes``
-        (at least one fragment), whatever the payload sizes. Why the encoded size and not the
-        payload alone: the per-fragment columns add 25-33 bytes a fragment, and a reply of
-        4 MiB of payload plus those went past the 4 MiB a default gRPC reader accepts."""
+        (at least one fragment), whatever the payload sizes (taken from ``payloads``; None:
+        the reply has none). Why the encoded size and not the payload alone: the per-fragment
+        columns add 25-33 bytes a fragment, and a reply of 4 MiB of payload plus those went
+        past the 4 MiB a default gRPC reader accepts."""
         n = len(batch)
+        payload = payloads is not None
         sizes = np.zeros(n + 1, np.int64)  # payload bytes of the first k fragments
-        if payload:
-            sizes = batch.payload_offsets.astype(np.int64) - np.int64(batch.payload_offsets[0])
+        if payloads is not None:
+            offsets, _ = (
+                payloads.gather(batch.payload_row, fill=False)
+                if batch.payload_row is not None
+                else (batch.payload_offsets, None)
+            )
+            sizes = offsets.astype(np.int64) - np.int64(offsets[0])
         if ordered_batch_bytes(n, int(sizes[-1]), payload=payload) <= self._max_bytes:
             return batch
         # reply size of the first k fragments, for k = 0..n (increasing in k)

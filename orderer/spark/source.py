@@ -48,6 +48,7 @@ to the executors).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import time
@@ -69,7 +70,8 @@ from pyspark.sql.types import StructType
 
 from orderer.batch import EmittedBatch
 from orderer.errors import ConfigError, InterfaceError, ServiceUnavailable
-from orderer.formats.log_format import ordered_batches, ordered_segments
+from orderer.formats.log_format import ordered_segments
+from orderer.formats.payloads import ArrivalPayloads, read_ordered, with_payloads
 from orderer.spark.glom import (
     EVENT_SPARK_SCHEMA,
     FRAGMENT_SCHEMA,
@@ -462,14 +464,21 @@ def segment_files(path: Path) -> list[Path]:
 
 
 def _read_segments(partition: OffsetRange) -> Iterator[pa.RecordBatch]:
-    for name in partition.segments:
-        for batch in ordered_batches(Path(name)):
-            low, high = batch.first_seq, batch.first_seq + len(batch)
-            if high <= partition.first or low >= partition.until:
-                continue
-            start = max(partition.first, low) - low
-            stop = min(partition.until, high) - low
-            yield fragment_rows(batch.slice(start, stop))
+    """The partition's fragments, with the payloads of those alone gathered from the run's
+    arrival log."""
+    if not partition.segments:
+        return
+    with contextlib.closing(
+        ArrivalPayloads.of_data_dir(Path(partition.segments[0]).parent.parent)
+    ) as payloads:
+        for name in partition.segments:
+            for batch in read_ordered(Path(name)):
+                low, high = batch.first_seq, batch.first_seq + len(batch)
+                if high <= partition.first or low >= partition.until:
+                    continue
+                start = max(partition.first, low) - low
+                stop = min(partition.until, high) - low
+                yield fragment_rows(with_payloads(batch.slice(start, stop), payloads))
 
 
 def plan_log(
@@ -521,7 +530,7 @@ def plan_log(
 def _log_chunks(segments: Sequence[Path]) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
     """The ordered log's timestamps and barrier types, one record batch at a time."""
     for segment in segments:
-        for batch in ordered_batches(segment):
+        for batch in read_ordered(segment):
             yield batch.first_seq, batch.timestamp, batch.barrier
 
 
@@ -537,7 +546,7 @@ class EvbBatchReader(DataSourceReader):
             segments = segment_files(options.path)
             spans = []  # (first offset, offset after the last, segment) of each segment
             for segment in segments:
-                rows = [(b.first_seq, b.first_seq + len(b)) for b in ordered_batches(segment)]
+                rows = [(b.first_seq, b.first_seq + len(b)) for b in read_ordered(segment)]
                 if rows:
                     spans.append((rows[0][0], rows[-1][1], str(segment)))
             if not spans:

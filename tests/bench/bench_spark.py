@@ -57,7 +57,7 @@ if str(ROOT) not in sys.path:
 
 from orderer.apps.send import send_synthetic  # noqa: E402
 from orderer.client import SourceClient, end_run  # noqa: E402
-from orderer.formats.log_format import ordered_batches  # noqa: E402
+from orderer.formats.payloads import ordered_batches  # noqa: E402
 from orderer.replay.synthetic import Stall, SyntheticRun  # noqa: E402
 from orderer.spark.demo import _Server  # noqa: E402
 from orderer.spark.glom import GlomConfig, build_events, event_starts  # noqa: E402

@@ -43,8 +43,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from orderer.batch import EmittedBatch  # noqa: E402
-from orderer.service.logs import OrderedLog  # noqa: E402
-from orderer.service.segments import FsyncPolicy  # noqa: E402
+from tests.spark.logdata import run_writer  # noqa: E402
 
 SOURCES = 6
 TRIGGER_TICKS = 100_000  # 1 ms at 100 MHz
@@ -94,10 +93,9 @@ def _parser() -> argparse.ArgumentParser:
 def write_run(data_dir: Path, n: int, seed: int = 1) -> int:
     """An ordered log of ``n`` fragments (see the module docstring); returns the late count."""
     rng = np.random.default_rng(seed)
-    log = OrderedLog.open(data_dir / "ordered", fsync=FsyncPolicy.NEVER)
     high_water = 0
     late_total = 0
-    try:
+    with run_writer(data_dir) as log:
         for first in range(0, n, CHUNK):
             size = min(CHUNK, n - first)
             index = np.arange(first, first + size, dtype=np.int64)
@@ -126,8 +124,6 @@ def write_run(data_dir: Path, n: int, seed: int = 1) -> int:
                     payload=np.zeros(8 * size, np.uint8),
                 )
             )
-    finally:
-        log.close()
     return late_total
 
 

@@ -19,6 +19,7 @@ from orderer.config import OrdererConfig
 from orderer.errors import ConfigError
 from orderer.formats import log_format
 from orderer.formats.json_lines import read_records
+from orderer.formats.payloads import ordered_batches
 from orderer.replay.stream import input_batches, replay_path
 from tests.conftest import example_dirs
 
@@ -81,7 +82,7 @@ def test_columnar_inputs_replay_like_the_json_path(
     replay_path(source, tmp_path / "got.arrow", None, config)
     with pa.ipc.open_stream(str(tmp_path / "got.arrow")) as reader:
         table = reader.read_all()
-    assert table.schema.equals(log_format.ORDERED_SCHEMA)
+    assert table.schema.equals(log_format.ORDERED_SCHEMA_WITH_PAYLOADS)
     lines = [json.loads(line) for line in (tmp_path / "json.jsonl").read_text().splitlines()]
     assert table.column("offset").to_pylist() == [line["seq"] for line in lines]
     assert table.column("timestamp").to_pylist() == [line["ts"] for line in lines]
@@ -93,7 +94,7 @@ def test_columnar_inputs_replay_like_the_json_path(
 def _log_rows(directory: Path) -> list[tuple[int, float, int, int, int, bool, bytes]]:
     rows = []
     for segment in log_format.ordered_segments(directory):
-        for batch in log_format.ordered_batches(segment):
+        for batch in ordered_batches(segment):
             rows += [
                 (batch.first_seq + i, float(batch.t[i]), int(batch.source[i]),
                  int(batch.timestamp[i]), int(batch.barrier[i]), bool(batch.late[i]),

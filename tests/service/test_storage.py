@@ -1,5 +1,10 @@
 """Durable storage: the ordered log's segments, torn tails, retention, and recovery of a crashed
-run from the arrival log with every offset written exactly once."""
+run from the arrival log with every offset written exactly once.
+
+The runs here do by hand what the service does: each arrival logged, taken in with its row in
+the arrival log in place of its payload (:mod:`orderer.service.payload_rows`), the output
+appended to the ordered log, which keeps the rows; payloads are read back from the arrival
+log."""
 
 from __future__ import annotations
 
@@ -21,8 +26,10 @@ from orderer import (
 from orderer.batch import ArrivalKind, ArrivalRecords
 from orderer.clock import SimulatedClock
 from orderer.formats.json_lines import read_records
+from orderer.formats.payloads import ArrivalPayloads, with_payloads
 from orderer.replay.simulate import replay
 from orderer.service.logs import ArrivalLog, OrderedLog
+from orderer.service.payload_rows import fragments_with_rows, rows_of
 from orderer.service.recovery import recover
 from orderer.service.segments import FsyncPolicy
 
@@ -55,16 +62,17 @@ def _live_run(
             payloads=[f"{source}:{s}".encode() for s in stamps],
         )
         sequence = np.arange(step * 5, step * 5 + len(batch), dtype=np.uint64)
+        row = arrivals.records
         arrivals.append_rows(t, ArrivalRecords.fragments(batch, sequence, None))
-        orderer.submit(batch, now=t)
-        ordered.append(orderer.take_emitted())
+        orderer.submit(fragments_with_rows(batch, row), now=t)
+        ordered.append(rows_of(orderer.take_emitted()))
         if step == 40:
             arrivals.append_rows(t, ArrivalRecords.marker(ArrivalKind.WATERMARK, 2, 450))
             orderer.watermark(2, 450, now=t)
-            ordered.append(orderer.take_emitted())
+            ordered.append(rows_of(orderer.take_emitted()))
     if timer_after_last:
         orderer.advance(now=t + 1.0)  # a deadline timer after the last arrival
-        ordered.append(orderer.take_emitted())
+        ordered.append(rows_of(orderer.take_emitted()))
     arrivals.sync()
     ordered.sync()
     return arrivals, ordered
@@ -73,8 +81,9 @@ def _live_run(
 def _all(ordered: OrderedLog) -> list[tuple[int, int, int, bool, bytes]]:
     rows = []
     offset = ordered.first_offset
+    payloads = ArrivalPayloads(ordered.directory.parent / "arrivals")
     while True:
-        batch = ordered.read(offset, 1000)
+        batch = with_payloads(ordered.read(offset, 1000), payloads)
         if not len(batch):
             return rows
         rows += [
@@ -103,7 +112,7 @@ def test_offsets_continue_across_segments_and_reopening(tmp_path: Path) -> None:
 
 
 def test_a_torn_tail_is_cut_and_appends_go_on_without_a_gap(tmp_path: Path) -> None:
-    _arrivals, ordered = _live_run(tmp_path)
+    arrivals, ordered = _live_run(tmp_path)
     rows = _all(ordered)
     ordered.close()
     last = sorted((tmp_path / "ordered").glob("*.arrow"))[-1]
@@ -114,8 +123,12 @@ def test_a_torn_tail_is_cut_and_appends_go_on_without_a_gap(tmp_path: Path) -> N
     assert torn.next_offset < len(rows)
     assert _all(torn) == rows[: torn.next_offset]
     one = Orderer({"startup_delay": 0}, clock=SimulatedClock())
-    one.submit(FragmentBatch.from_arrays(source=9, timestamp=[1]), now=0.0)
-    fragment = one.take_emitted()
+    row = arrivals.records
+    batch = FragmentBatch.from_arrays(source=9, timestamp=[1])
+    arrivals.append_rows(100.0, ArrivalRecords.fragments(batch))
+    arrivals.sync()
+    one.submit(fragments_with_rows(batch, row), now=0.0)
+    fragment = rows_of(one.take_emitted())
     with pytest.raises(InternalOrdererError, match="was handed offsets 0 to 1"):
         torn.append(fragment)
     next_offset = torn.next_offset
@@ -142,7 +155,7 @@ def test_recovery_writes_every_offset_exactly_once(tmp_path: Path) -> None:
     assert _all(ordered) == complete[: ordered.next_offset]
     # the restarted service's timer runs the deadlines the lost part of the log came from
     recovered.orderer.advance(now=recovered.resume_time + 1.0)
-    ordered.append(recovered.orderer.take_emitted())
+    ordered.append(rows_of(recovered.orderer.take_emitted()))
     assert _all(ordered) == complete
     assert set(recovered.next_sequence) <= {1, 2, 3}
     assert max(recovered.next_sequence.values()) == 59 * 5 + 5
@@ -160,7 +173,7 @@ def test_recovered_orderer_carries_on_where_the_run_stopped(tmp_path: Path) -> N
     assert recovered.orderer.emitted_seq == before
     assert recovered.resume_time >= ordered.last_emit_time
     recovered.orderer.end_run(now=recovered.resume_time + 1)
-    ordered.append(recovered.orderer.take_emitted())
+    ordered.append(rows_of(recovered.orderer.take_emitted()))
     counters = recovered.orderer.counters()["totals"]
     assert counters["received"] == counters["emitted"] + counters["dropped"]
     assert ordered.next_offset == counters["emitted"]
@@ -172,7 +185,7 @@ def test_arrival_record_replays_to_the_ordered_log(tmp_path: Path) -> None:
     recovered = recover(CONFIG, arrivals, ordered)
     orderer = recovered.orderer
     orderer.end_run(now=recovered.resume_time)
-    ordered.append(orderer.take_emitted())
+    ordered.append(rows_of(orderer.take_emitted()))
     record = tmp_path / "arrivals.jsonl"
     assert arrivals.export_replay(record) == 0
     with record.open() as lines:
@@ -206,8 +219,9 @@ def test_fsync_policies_are_named(tmp_path: Path) -> None:
     for policy in ("always", "batch", "never"):
         log = OrderedLog.open(tmp_path / policy, fsync=FsyncPolicy(policy))
         orderer = Orderer({"startup_delay": 0}, clock=SimulatedClock())
-        orderer.submit(FragmentBatch.from_arrays(source=1, timestamp=[1, 2]), now=1.0)
-        log.append(orderer.take_emitted())
+        batch = FragmentBatch.from_arrays(source=1, timestamp=[1, 2])
+        orderer.submit(fragments_with_rows(batch, 0), now=1.0)
+        log.append(rows_of(orderer.take_emitted()))
         log.sync()
         log.close()
         assert OrderedLog.open(tmp_path / policy).next_offset == 2
@@ -222,8 +236,9 @@ def test_a_large_append_is_stored_in_bounded_record_batches(tmp_path: Path) -> N
     log = OrderedLog.open(tmp_path / "ordered")
     orderer = Orderer({"startup_delay": 0}, clock=SimulatedClock())
     n = 2 * APPEND_CHUNK + 10
-    orderer.submit(FragmentBatch.from_arrays(source=1, timestamp=np.arange(n)), now=0.0)
-    log.append(orderer.take_emitted())
+    batch = FragmentBatch.from_arrays(source=1, timestamp=np.arange(n))
+    orderer.submit(fragments_with_rows(batch, 0), now=0.0)
+    log.append(rows_of(orderer.take_emitted()))
     assert [ref.rows for ref in log._stream.batches] == [APPEND_CHUNK, APPEND_CHUNK, 10]
     part = log.read(APPEND_CHUNK - 5, 20)
     assert part.first_seq == APPEND_CHUNK - 5

@@ -144,7 +144,7 @@ def test_help_says_what_the_timestamp_policies_and_the_layout_are(
 
 def test_a_table_of_the_oracle_writes_as_a_log(tmp_path: Path) -> None:
     """The helper the tests use for ``--path`` writes what the job's source reads back."""
-    from orderer.formats.log_format import ordered_batches
+    from orderer.formats.payloads import ordered_batches
     from orderer.spark.source import fragment_rows, segment_files
     from tests.spark.oracle import fragments_of
 
