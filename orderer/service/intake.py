@@ -56,6 +56,7 @@ class IntakePass:
     acks: list[tuple[Any, int, int]] = field(default_factory=list)
     """(stream, source, durable sequence) owed once this pass is written."""
     fragments: int = 0
+    payload_bytes: int = 0
     first_row: int = 0
     """Row number in the arrival log of the pass's first record (set when it is taken)."""
 
@@ -152,6 +153,7 @@ class Intake:
             self._pass.batches.append(batch)
             self._pass.sequences.append(first_sequence)
             self._pass.fragments += len(batch)
+            self._pass.payload_bytes += batch.payload.shape[0]
 
     def add_watermark(self, source: int, watermark: int) -> None:
         marker = _Marker(ArrivalKind.WATERMARK, source, watermark)

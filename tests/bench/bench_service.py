@@ -1,12 +1,13 @@
-"""Benchmark of the gRPC service: ingest to durable ordered log, a bare gRPC peer, latency, memory.
+"""Benchmark of the gRPC service: ingest to durable ordered log, bare gRPC peers, latency, memory.
 
 Not a pytest test: run it as ``python tests/bench/bench_service.py [--fragments N]`` (with the
-repository on ``PYTHONPATH``, or from the checkout). Every figure comes from one run on one
-synthetic data set (:mod:`orderer.replay.synthetic`: 16 sources, per-source increasing timestamps
-interleaved in arrival order, batches of 1000 fragments with 32-byte payloads), generated and
-encoded up front and never timed. The servers run in subprocesses on 127.0.0.1; this process is
-the sender (one asyncio loop, a few ``Submit`` streams on their own channels, the sources spread
-over them), so on a two-core machine the server gets one core and the sender the other.
+repository on ``PYTHONPATH``, or from the checkout). Every figure comes from one run on
+synthetic data (:mod:`orderer.replay.synthetic`: 16 sources, per-source increasing timestamps
+interleaved in arrival order, batches of 1000 fragments with 32-byte payloads, or at each size
+of the payload sweep), generated and encoded up front and never timed. The servers run in
+subprocesses on 127.0.0.1; this process is the sender (one asyncio loop, a few ``Submit``
+streams on their own channels, the sources spread over them), so on a two-core machine the
+server gets one core and the sender the other.
 
 The sender writes pre-encoded ``SubmitRequest`` messages (bytes, no serialiser) on raw stubs:
 what the server can take, not what a client costs. ``1b`` sends the same batches through the
@@ -24,6 +25,21 @@ until acknowledged) to show what a data source gets.
    what the host's cores give per 1000 fragments at the target rate, what is left once the
    sender and a server that only receives (the bare peer) are paid, against what evb spends
    beyond that transport;
+2b. the transport-plus-disk baseline: the durable bare peer (``--bare-server --durable DIR``)
+   takes each Submit message as raw bytes, parses what its ack needs, appends the bytes once to
+   one file (a writer thread) and acknowledges only once an ``fdatasync`` (a sync thread) that
+   started after the write returns, one sync for all that came meanwhile, as in evb's group
+   commit (:class:`GroupSync`); ``GetStats`` counts only what is synced. The ratio
+   evb / durable bare is what evb's ordering and its logs' format cost over writing each byte
+   once and syncing like evb.
+
+1, 2 and 2b run as a payload sweep (``--payloads``, 32, 256, 1024 and 4096 bytes by default):
+at each size the three alternate (evb, bare, durable, then the reverse order; best of
+``--repeat``), with ``min(--fragments, --bytes-budget / payload)`` fragments, so each size sends
+about the same bytes. The sweep's table gives at each size the rates, evb over both baselines,
+the servers' CPU, evb's busiest thread and the bytes evb's data directory holds (its ``*.arrow``
+files) per payload byte received; the main table gives 1, 2 and 2b at ``--payload`` (else at the
+sweep's first size), the size that 1b, 3 and 4 use;
 3. latency at paced loads (``--latency-points RATE@N,...``: N fragments per message, RATE in
    all; the first, 1 M/s in messages of 250, has every source send every 4 ms), each on a fresh
    server: the same fragments re-cut into messages of N per source, each written at the
@@ -43,8 +59,9 @@ until acknowledged) to show what a data source gets.
    stops a source's writes until XON); the server's ``VmRSS`` is sampled. Then the stalled source
    ends (one flush releases the backlog up to the others' mark), then every source ends.
 
-``--json PATH`` writes the figures as JSON. ``--profile py-spy|cprofile`` profiles the server of
-phase 1 (``--profile-out``).
+``--json PATH`` writes the figures as JSON (the sweep under ``payload_sweep``, a dict per size).
+``--profile py-spy|cprofile`` profiles the server of phase 1's first run at the main table's size
+(``--profile-out``).
 """
 
 from __future__ import annotations
@@ -64,7 +81,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +101,7 @@ from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
 from orderer.batch import FragmentBatch
 from orderer.replay.synthetic import SyntheticRun, iter_batches
+from orderer.service.threads import single_thread
 from orderer.wire import convert
 
 MANY_CORES = (os.cpu_count() or 1) >= 8
@@ -139,17 +158,21 @@ def _encode(batch: FragmentBatch, first: int) -> bytes:
     return pb.SubmitRequest(batch=convert.batch_to_pb(batch, first)).SerializeToString()
 
 
-def generate(args: argparse.Namespace) -> Data:
-    """The run: synthetic batches in arrival order, encoded once."""
+def generate(
+    args: argparse.Namespace, *, payload: int, fragments: int, columns: bool = True
+) -> Data:
+    """The run: synthetic batches in arrival order, encoded once. ``columns`` also keeps every
+    source's timestamps and payloads (what the paced phases re-cut); the payload sweep leaves
+    them out, since at its larger payloads they would double the sender's memory."""
     spec = SyntheticRun(
         n_sources=args.sources,
-        fragments_per_source=max(1, args.fragments // args.sources),
+        fragments_per_source=max(1, fragments // args.sources),
         rate=args.data_rate / args.sources,
         jitter=args.jitter,
         batch_size=args.batch,
         barriers=False,
         end_of_source=False,
-        payload_size=args.payload,
+        payload_size=payload,
         seed=args.seed,
     )
     batches: list[Message] = []
@@ -159,11 +182,12 @@ def generate(args: argparse.Namespace) -> Data:
         source = int(batch.source[0])
         batches.append(Message(source, len(batch), _encode(batch, sequence[source]), t))
         sequence[source] += len(batch)
-        parts[source].append(batch)
+        if columns:
+            parts[source].append(batch)
     return Data(
         sources=spec.source_ids,
         fragments=sum(m.count for m in batches),
-        payload_size=args.payload,
+        payload_size=payload,
         rate=args.data_rate,
         batches=batches,
         timestamps={s: np.concatenate([c.timestamp for c in p]) for s, p in parts.items()},
@@ -281,6 +305,14 @@ class Server:
         except OSError:
             return 0.0
 
+    def log_tail(self, lines: int = 30) -> str:
+        """The last ``lines`` of the server's stderr."""
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:]) + "\n"
+
     def kill(self) -> None:
         if self.process.poll() is None:
             self.process.kill()
@@ -335,8 +367,13 @@ def start_evb(
     return Server([*python, "-m", "orderer.cli", *flags], log_path)
 
 
-def start_bare(log_path: Path) -> Server:
-    return Server([sys.executable, str(Path(__file__).resolve()), "--bare-server"], log_path)
+def start_bare(log_path: Path, durable: Path | None = None) -> Server:
+    """The bare peer (this file, ``--bare-server``); with ``durable`` a directory, the durable
+    one, which appends every message to a file there and syncs before it acknowledges."""
+    flags = [] if durable is None else ["--durable", str(durable)]
+    return Server(
+        [sys.executable, str(Path(__file__).resolve()), "--bare-server", *flags], log_path
+    )
 
 
 class PySpy:
@@ -644,6 +681,7 @@ async def send_with_client(
 
 def _throughput(sent: Sent, payload_size: int) -> dict[str, Any]:
     return {
+        "payload_bytes": payload_size,
         "fragments": sent.fragments,
         "seconds": sent.seconds,
         "writes_seconds": sent.writes_seconds,
@@ -667,35 +705,115 @@ def _throughput(sent: Sent, payload_size: int) -> dict[str, Any]:
     }
 
 
-def phase_ingest(args: argparse.Namespace, data: Data, work: Path) -> dict[str, Any]:
-    """1. evb serve, raw stubs, everything, ends; until durable."""
-    best: dict[str, Any] | None = None
+def _drive(
+    args: argparse.Namespace, data: Data, server: Server, spy: PySpy | None = None
+) -> Sent:
+    """Phase 1, 2 or 2b's sender against ``server``, which is stopped after (``spy`` first).
+    On a failure the end of the server's log goes to stderr: the work directory, logs and all,
+    is gone once the benchmark exits."""
+    failed = True
+    try:
+        sent = asyncio.run(send(server.target, data.batches, data.sources, server,
+                                streams=args.streams))
+        failed = False
+        return sent
+    finally:
+        if spy is not None:
+            spy.stop()
+        server.stop()
+        if failed:
+            sys.stderr.write(f"--- the end of {server.log_path.name}:\n{server.log_tail()}")
+
+
+def _ingest_once(
+    args: argparse.Namespace, data: Data, work: Path, tag: str, profile: str | None
+) -> dict[str, Any]:
+    """1. One run of evb serve on a fresh data directory, raw stubs, everything, ends; until
+    durable. Also the bytes evb's logs hold afterwards (``data_dir_bytes``)."""
+    data_dir = work / f"ingest-{tag}"
+    profile_out = args.profile_out if profile else None
+    server = start_evb(data_dir, work / f"ingest-{tag}.log", data.sources, args.build_window,
+                       profile, profile_out)
+    spy = PySpy(server.pid, args.profile_out) if profile == "py-spy" else None
+    figures = _throughput(_drive(args, data, server, spy), data.payload_size)
+    figures["data_dir_bytes"] = sum(p.stat().st_size for p in data_dir.rglob("*.arrow"))
+    shutil.rmtree(data_dir, ignore_errors=True)
+    os.sync()  # the next run does not start under the writeback of this one
+    return figures
+
+
+def _bare_once(
+    args: argparse.Namespace, data: Data, work: Path, tag: str, profile: str | None
+) -> dict[str, Any]:
+    """2. One run of the bare grpc.aio peer, same sender (``profile``: not for this one)."""
+    server = start_bare(work / f"bare-{tag}.log")
+    return _throughput(_drive(args, data, server), data.payload_size)
+
+
+def _durable_once(
+    args: argparse.Namespace, data: Data, work: Path, tag: str, profile: str | None
+) -> dict[str, Any]:
+    """2b. One run of the durable bare peer (every message appended to one file, acknowledged
+    once an fdatasync covers it), same sender; also the bytes its file holds afterwards."""
+    directory = work / f"durable-{tag}"
+    directory.mkdir()
+    server = start_bare(work / f"durable-{tag}.log", durable=directory)
+    figures = _throughput(_drive(args, data, server), data.payload_size)
+    figures["file_bytes"] = sum(p.stat().st_size for p in directory.iterdir())
+    shutil.rmtree(directory, ignore_errors=True)
+    os.sync()
+    return figures
+
+
+SWEEP_PHASES = {"ingest": _ingest_once, "bare": _bare_once, "durable": _durable_once}
+"""The phases of the payload sweep, in the order of a first round."""
+
+
+def sweep_fragments(args: argparse.Namespace, payload: int) -> int:
+    """Fragments sent at one payload size: ``--fragments``, fewer where that would be more than
+    ``--bytes-budget`` bytes of payload, so every size sends about the same bytes (and the
+    pre-encoded messages of the largest fit in memory)."""
+    return max(args.sources, min(args.fragments, args.bytes_budget // payload))
+
+
+def sweep_point(
+    args: argparse.Namespace, data: Data, work: Path, phases: list[str], profile: bool
+) -> dict[str, Any]:
+    """Phases 1, 2 and 2b at one payload size, alternated: round k runs them in order, round
+    k + 1 in the reverse order (whatever drifts over a run, page cache, writeback, a noisy
+    neighbour, falls on each alike); best of ``--repeat`` rounds each. ``profile``: the first
+    evb run is profiled (``--profile``)."""
+    best: dict[str, dict[str, Any]] = {}
     for attempt in range(args.repeat):
-        data_dir = work / f"ingest-{attempt}"
-        profile = args.profile if attempt == 0 else None
-        profile_out = args.profile_out if profile else None
-        server = start_evb(data_dir, work / f"ingest-{attempt}.log", data.sources,
-                           args.build_window, profile, profile_out)
-        spy = PySpy(server.pid, args.profile_out) if profile == "py-spy" else None
-        try:
-            sent = asyncio.run(send(server.target, data.batches, data.sources, server,
-                                    streams=args.streams))
-        finally:
-            if spy is not None:
-                spy.stop()
-            server.stop()
-        figures = _throughput(sent, data.payload_size)
-        figures["data_dir_bytes"] = sum(p.stat().st_size for p in data_dir.rglob("*.arrow"))
-        shutil.rmtree(data_dir, ignore_errors=True)
-        os.sync()  # the next run does not start under the writeback of this one
-        if best is None or figures["fragments_per_s"] > best["fragments_per_s"]:
-            best = figures
-    assert best is not None
-    if args.profile:
-        best["profile"] = str(args.profile_out)
+        order = phases if attempt % 2 == 0 else phases[::-1]
+        tag = f"{data.payload_size}-{attempt}"
+        for name in order:
+            spy = args.profile if profile and name == "ingest" and attempt == 0 else None
+            figures = SWEEP_PHASES[name](args, data, work, tag, spy)
+            if name not in best or figures["fragments_per_s"] > best[name]["fragments_per_s"]:
+                best[name] = figures
+    if profile and args.profile and "ingest" in best:  # of the first run, maybe not the best
+        best["ingest"]["profile"] = str(args.profile_out)
         if args.profile == "py-spy" and args.profile_out.exists():
-            best["profile_top"] = summarise_collapsed(args.profile_out)
-    return best
+            best["ingest"]["profile_top"] = summarise_collapsed(args.profile_out)
+    payload_bytes = data.fragments * data.payload_size
+    point: dict[str, Any] = {
+        "payload_bytes": data.payload_size,
+        "fragments": data.fragments,
+        "payload_total_bytes": payload_bytes,
+        "wire_bytes": sum(len(m.data) for m in data.batches),
+        **best,
+    }
+    ingest, bare, durable = best.get("ingest"), best.get("bare"), best.get("durable")
+    if ingest and bare:
+        point["ratio_evb_over_bare"] = ingest["fragments_per_s"] / bare["fragments_per_s"]
+    if ingest and durable:
+        point["ratio_evb_over_durable"] = ingest["fragments_per_s"] / durable["fragments_per_s"]
+    if ingest:
+        point["evb_data_dir_bytes_per_payload_byte"] = ingest["data_dir_bytes"] / payload_bytes
+    if durable:
+        point["durable_file_bytes_per_payload_byte"] = durable["file_bytes"] / payload_bytes
+    return point
 
 
 def phase_client(args: argparse.Namespace, data: Data, work: Path) -> dict[str, Any]:
@@ -716,23 +834,6 @@ def phase_client(args: argparse.Namespace, data: Data, work: Path) -> dict[str, 
             server.stop()
             shutil.rmtree(data_dir, ignore_errors=True)
             os.sync()
-        figures = _throughput(sent, data.payload_size)
-        if best is None or figures["fragments_per_s"] > best["fragments_per_s"]:
-            best = figures
-    assert best is not None
-    return best
-
-
-def phase_bare(args: argparse.Namespace, data: Data, work: Path) -> dict[str, Any]:
-    """2. The bare grpc.aio peer, same sender."""
-    best: dict[str, Any] | None = None
-    for attempt in range(args.repeat):
-        server = start_bare(work / f"bare-{attempt}.log")
-        try:
-            sent = asyncio.run(send(server.target, data.batches, data.sources, server,
-                                    streams=args.streams))
-        finally:
-            server.stop()
         figures = _throughput(sent, data.payload_size)
         if best is None or figures["fragments_per_s"] > best["fragments_per_s"]:
             best = figures
@@ -1047,6 +1148,33 @@ def phase_stall(args: argparse.Namespace, data: Data, work: Path) -> dict[str, A
 # ---------------------------------------------------------------------------------- bare peer
 
 
+class _Stream:
+    """One ``Submit`` stream of a bare peer: the acks it owes, what is not yet durable."""
+
+    def __init__(self) -> None:
+        self.acks: dict[int, int] = {}  # source -> sequence to acknowledge
+        self.wake = asyncio.Event()
+        self.reading = True
+        self.unsynced = 0  # messages taken in and not yet durable (the durable peer)
+
+    def ack(self, source: int, sequence: int) -> None:
+        self.acks[source] = sequence
+        self.wake.set()
+
+    async def replies(self) -> AsyncIterator[pb.SubmitReply]:
+        """The acks, one per source per wake-up, like evb; ends once the client has closed
+        its side and everything it sent is acknowledged."""
+        while True:
+            if self.acks:
+                source, sequence = self.acks.popitem()
+                yield pb.SubmitReply(ack=pb.Ack(source=source, durable_sequence=sequence))
+            elif not self.reading and not self.unsynced:
+                return
+            else:
+                self.wake.clear()
+                await self.wake.wait()
+
+
 class BareServicer(pb_grpc.OrdererServicer):
     """Parses, counts and acknowledges; nothing else."""
 
@@ -1054,9 +1182,7 @@ class BareServicer(pb_grpc.OrdererServicer):
         self.fragments = 0
 
     async def Submit(self, request_iterator: Any, context: Any) -> Any:
-        acks: dict[int, int] = {}
-        wake = asyncio.Event()
-        reading = [True]
+        stream = _Stream()
 
         async def read() -> None:
             async for request in request_iterator:
@@ -1064,22 +1190,14 @@ class BareServicer(pb_grpc.OrdererServicer):
                     batch = request.batch
                     n = len(batch.timestamps) >> 3
                     self.fragments += n
-                    acks[batch.source] = batch.first_sequence + n
-                    wake.set()
-            reading[0] = False
-            wake.set()
+                    stream.ack(batch.source, batch.first_sequence + n)
+            stream.reading = False
+            stream.wake.set()
 
         reader = asyncio.create_task(read())
         try:
-            while True:
-                if acks:
-                    source, sequence = acks.popitem()
-                    yield pb.SubmitReply(ack=pb.Ack(source=source, durable_sequence=sequence))
-                elif not reading[0]:
-                    return
-                else:
-                    wake.clear()
-                    await wake.wait()
+            async for reply in stream.replies():
+                yield reply
         finally:
             reader.cancel()
 
@@ -1087,18 +1205,179 @@ class BareServicer(pb_grpc.OrdererServicer):
         return pb.Stats(next_offset=self.fragments, now=time.monotonic())
 
 
-async def _bare_server() -> None:
+def _write_all(fd: int, buffers: list[bytes]) -> None:
+    """Append ``buffers`` to ``fd``: ``writev`` of up to ``IOV_MAX`` at a time; what a short
+    write leaves is written on."""
+    step = os.sysconf("SC_IOV_MAX")
+    for start in range(0, len(buffers), step):
+        chunk = buffers[start : start + step]
+        written = os.writev(fd, chunk)
+        for data in chunk:
+            if written >= len(data):
+                written -= len(data)
+                continue
+            rest = memoryview(data)[written:]
+            written = 0
+            while rest:
+                rest = rest[os.write(fd, rest) :]
+
+
+class GroupSync:
+    """Every Submit message appended once to one file and made durable in rounds, as evb's
+    group commit does: what a round's fdatasync covers is acknowledged only once it returns,
+    and one sync covers however many messages came while the one before ran.
+
+    The event loop only stages messages (the bare peer's work, and no more). A writer thread
+    appends whatever is staged to the file, continuously; a sync thread fdatasyncs, each sync
+    covering everything written before it started, then the acks owed for that are released.
+    Writing and syncing overlap, so the disk is never idle while messages wait: the limit of a
+    server that writes each byte once and syncs like evb, not a copy of evb's own rounds.
+
+    Owed acks are kept per message (stream, source, sequence) and released in order, so a
+    source's ack never runs ahead of what is on disk. A failed write or sync ends the rounds
+    with its error, and the server with them (as in evb, where a failed fsync is fatal)."""
+
+    FILE = "submits.bin"
+
+    def __init__(self, directory: Path) -> None:
+        self.fd = os.open(directory / self.FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.durable_fragments = 0
+        self._staged: list[bytes] = []
+        self._owed: deque[tuple[_Stream, int | None, int, int]] = deque()  # in staging order
+        self._written = 0  # messages written, in all
+        self._synced = 0  # messages synced, in all
+        self._staged_more = asyncio.Event()
+        self._written_more = asyncio.Event()
+        self._writer = single_thread("bare-write")
+        self._syncer = single_thread("bare-sync")
+
+    def stage(self, data: bytes, stream: _Stream, source: int | None, sequence: int,
+              fragments: int) -> None:
+        """Take in one message: ``source`` None for one that is not a batch (nothing to ack,
+        but it is written and the stream waits for it all the same)."""
+        self._staged.append(data)
+        self._owed.append((stream, source, sequence, fragments))
+        stream.unsynced += 1
+        self._staged_more.set()
+
+    async def run(self) -> None:
+        """Write and sync until cancelled or a write or sync fails."""
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(self._writes())
+                tasks.create_task(self._syncs())
+        finally:
+            self._writer.shutdown(wait=True)
+            self._syncer.shutdown(wait=True)
+            os.close(self.fd)
+
+    async def _writes(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._staged_more.wait()
+            self._staged_more.clear()
+            staged, self._staged = self._staged, []
+            await loop.run_in_executor(self._writer, _write_all, self.fd, staged)
+            self._written += len(staged)
+            self._written_more.set()
+
+    async def _syncs(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._written_more.wait()
+            self._written_more.clear()
+            covered = self._written  # all of it written before the sync starts
+            await loop.run_in_executor(self._syncer, os.fdatasync, self.fd)
+            for _ in range(covered - self._synced):
+                stream, source, sequence, fragments = self._owed.popleft()
+                stream.unsynced -= 1
+                self.durable_fragments += fragments
+                if source is not None:
+                    stream.ack(source, sequence)
+                else:
+                    stream.wake.set()  # the stream may be done
+            self._synced = covered
+
+
+class DurableServicer:
+    """The bare peer plus the disk: each Submit message, taken as raw bytes, is parsed for what
+    its ack needs (as :class:`BareServicer` parses it) and appended to :class:`GroupSync`'s file
+    as received, each payload byte written once; acknowledged once synced. ``GetStats`` counts
+    the durable fragments, so the sender's clock stops at durable, as with evb."""
+
+    def __init__(self, sync: GroupSync) -> None:
+        self.sync = sync
+
+    async def Submit(self, request_iterator: Any, context: Any) -> Any:
+        stream = _Stream()
+
+        async def read() -> None:
+            async for data in request_iterator:
+                request = pb.SubmitRequest.FromString(data)
+                if request.WhichOneof("item") == "batch":
+                    batch = request.batch
+                    n = len(batch.timestamps) >> 3
+                    self.sync.stage(data, stream, batch.source, batch.first_sequence + n, n)
+                else:
+                    self.sync.stage(data, stream, None, 0, 0)
+            stream.reading = False
+            stream.wake.set()
+
+        reader = asyncio.create_task(read())
+        try:
+            async for reply in stream.replies():
+                yield reply
+        finally:
+            reader.cancel()
+
+    async def GetStats(self, request: Any, context: Any) -> pb.Stats:
+        return pb.Stats(next_offset=self.sync.durable_fragments, now=time.monotonic())
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        """Submit with no request deserializer (the servicer gets each message's bytes, to
+        write them as they came), GetStats as generated."""
+        return grpc.method_handlers_generic_handler("evb.v1.Orderer", {
+            "Submit": grpc.stream_stream_rpc_method_handler(
+                self.Submit, request_deserializer=None,
+                response_serializer=pb.SubmitReply.SerializeToString,
+            ),
+            "GetStats": grpc.unary_unary_rpc_method_handler(
+                self.GetStats, request_deserializer=pb.GetStatsRequest.FromString,
+                response_serializer=pb.Stats.SerializeToString,
+            ),
+        })
+
+
+async def _bare_server(durable: Path | None) -> None:
+    """Serve until SIGTERM or SIGINT; with ``durable``, the durable peer (files in it), whose
+    failed write or sync ends the process with the error."""
     server = grpc.aio.server(options=OPTIONS)
-    pb_grpc.add_OrdererServicer_to_server(BareServicer(), server)
+    syncing: asyncio.Task[None] | None = None
+    if durable is None:
+        pb_grpc.add_OrdererServicer_to_server(BareServicer(), server)
+    else:
+        sync = GroupSync(durable)
+        syncing = asyncio.create_task(sync.run())
+        server.add_generic_rpc_handlers((DurableServicer(sync).handler(),))
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
-    print(f"bare server: listening on 127.0.0.1:{port}", flush=True)
+    kind = "bare server" if durable is None else "durable bare server"
+    print(f"{kind}: listening on 127.0.0.1:{port}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    await stop.wait()
+    stopping = asyncio.create_task(stop.wait())
+    waits = [stopping] if syncing is None else [stopping, syncing]
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
     await server.stop(1)
+    if syncing is not None:
+        if syncing.done():
+            syncing.result()  # the failed write or sync, raised
+        syncing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await syncing
 
 
 # ---------------------------------------------------------------------------------- report
@@ -1108,9 +1387,50 @@ def _rate(value: float) -> str:
     return f"{value / 1e6:,.2f} M/s"
 
 
+def _mb(value: float) -> str:
+    return f"{value:,.0f} MB/s"
+
+
+def sweep_table(points: list[dict[str, Any]]) -> Table:
+    """The payload sweep, one row a size: each server's rate (fragments and payload bytes),
+    evb's over the two baselines of the same run, the servers' CPU, evb's busiest thread and
+    what evb's logs hold per payload byte received."""
+    table = Table(title="payload sweep: evb against the bare and the durable bare peer "
+                  "(same run, same sender)", box=box.SIMPLE_HEAD, title_justify="left")
+    for name in ("payload", "fragments", "evb", "bare", "durable bare", "evb /\nbare",
+                 "evb /\ndurable", "server CPU\nus / 1000\nevb", "\n\nbare", "\n\ndurable",
+                 "evb busiest\nthread\nus / 1000", "evb bytes\non disk /\npayload byte"):
+        table.add_column(name, justify="right")
+
+    def rate(figures: dict[str, Any] | None) -> str:
+        if not figures:
+            return "-"
+        return f"{_rate(figures['fragments_per_s'])}\n{_mb(figures['payload_mb_per_s'])}"
+
+    def ratio(point: dict[str, Any], key: str) -> str:
+        return f"{point[key]:.2f}" if key in point else "-"
+
+    for point in points:
+        ingest = point.get("ingest")
+        cpu = [
+            f"{point[name]['server_cpu_us_per_1000']:,.0f}" if name in point else "-"
+            for name in ("ingest", "bare", "durable")
+        ]
+        busiest = (f"{ingest['server_busiest_thread_cpu_us_per_1000']:,.0f}\n"
+                   f"({ingest['server_busiest_thread']})" if ingest else "-")
+        written = point.get("evb_data_dir_bytes_per_payload_byte")
+        table.add_row(
+            f"{point['payload_bytes']:,} B", f"{point['fragments']:,}", rate(ingest),
+            rate(point.get("bare")), rate(point.get("durable")),
+            ratio(point, "ratio_evb_over_bare"), ratio(point, "ratio_evb_over_durable"),
+            *cpu, busiest, "-" if written is None else f"{written:.2f}",
+        )
+    return table
+
+
 def report(figures: dict[str, Any], console: Console) -> None:
     table = Table(title="evb service benchmark", box=box.SIMPLE_HEAD, title_justify="left")
-    table.add_column("what")
+    table.add_column("what", no_wrap=True)
     table.add_column("figure", justify="right")
     table.add_column("target", justify="right")
     table.add_column("", justify="center")
@@ -1122,7 +1442,8 @@ def report(figures: dict[str, Any], console: Console) -> None:
     ingest, bare = figures.get("ingest"), figures.get("bare")
     if ingest:
         fps = ingest["fragments_per_s"]
-        row(f"1. evb serve, raw stubs: {ingest['fragments']:,} fragments", _rate(fps),
+        row(f"1. evb serve, raw stubs: {ingest['fragments']:,} fragments of "
+            f"{ingest['payload_bytes']} B", _rate(fps),
             _rate(TARGET_THROUGHPUT), fps >= TARGET_THROUGHPUT)
         row("   to durable output", f"{ingest['seconds']:.2f} s")
         row("   payload / on the wire",
@@ -1170,6 +1491,20 @@ def report(figures: dict[str, Any], console: Console) -> None:
             f"{budget:.0f} us")
         row("   left once sender + bare transport are paid / evb uses beyond transport",
             f"{left:.0f} / {beyond:.0f} us")
+    durable = figures.get("durable")
+    if durable:
+        row("2b. durable bare peer (each byte written once, fdatasync'd)",
+            _rate(durable["fragments_per_s"]))
+        row("   payload / on the wire",
+            f"{durable['payload_mb_per_s']:.0f} / {durable['wire_mb_per_s']:.0f} MB/s")
+        row("   server / sender CPU per 1000 fragments",
+            f"{durable['server_cpu_us_per_1000']:.0f} / "
+            f"{durable['sender_cpu_us_per_1000']:.0f} us")
+        row("   per server thread", _threads(durable))
+    if ingest and durable:
+        ratio = ingest["fragments_per_s"] / durable["fragments_per_s"]
+        figures["ratio_evb_over_durable"] = ratio
+        row("   ratio evb / durable bare", f"{ratio:.2f}")
     for k, point in enumerate(figures.get("latency_points", [])):
         row(f"3{'abcdefgh'[k]}. paced {_rate(point['offered_fragments_per_s'])}, "
             f"{point['message_fragments']} / message (a source every "
@@ -1204,6 +1539,8 @@ def report(figures: dict[str, Any], console: Console) -> None:
         row("   read back with Subscribe; GetStats at most",
             f"{stall['read_back_seconds']:.2f} s; {stall['read_back_stats_rtt_max_ms']:,.0f} ms")
     console.print(table)
+    if figures.get("payload_sweep"):
+        console.print(sweep_table(figures["payload_sweep"]))
     top = (ingest or {}).get("profile_top")
     if top:
         profile = Table(title="where the server's time goes (py-spy, phase 1)",
@@ -1219,21 +1556,51 @@ def report(figures: dict[str, Any], console: Console) -> None:
 # ---------------------------------------------------------------------------------- main
 
 
-PHASES = ("ingest", "client", "bare", "latency", "stall")
+PHASES = ("ingest", "client", "bare", "durable", "latency", "stall")
+PAYLOADS = "32,256,1024,4096"
+"""Payload sizes (bytes) of the sweep of phases 1, 2 and 2b by default."""
+BYTES_BUDGET = 1 << 30
+"""Payload bytes sent at one size of the sweep at most (1 GiB): the sender holds every message
+of a size encoded in memory, and the fragments of the larger sizes are cut to this."""
+
+
+def _payloads(text: str) -> list[int]:
+    """``--payloads``: sizes in bytes, comma-separated, each at least 1."""
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from error
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"sizes of at least 1 byte wanted: {text!r}")
+    return list(dict.fromkeys(sizes))
+
+
+def _save(figures: dict[str, Any], path: Path | None) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fragments", type=int, default=8_000_000,
-                        help="fragments in total for phases 1 and 2 (8,000,000)")
+                        help="fragments in total for phases 1 and 2 (8,000,000; fewer at the "
+                        "larger payloads of the sweep, see --bytes-budget)")
     parser.add_argument("--sources", type=int, default=16, help="sources (16)")
     parser.add_argument("--batch", type=int, default=1000, help="fragments per batch (1000)")
-    parser.add_argument("--payload", type=int, default=32, help="payload bytes (32)")
+    parser.add_argument("--payload", type=int, default=32,
+                        help="payload bytes of phases 1b, 3 and 4, and of the main table's "
+                        "figures of 1, 2 and 2b when among --payloads (32)")
+    parser.add_argument("--payloads", type=_payloads, default=_payloads(PAYLOADS),
+                        help=f"payload sizes of the sweep of phases 1, 2 and 2b ({PAYLOADS})")
+    parser.add_argument("--bytes-budget", type=int, default=BYTES_BUDGET,
+                        help="payload bytes at one size of the sweep at most: fragments = "
+                        f"min(--fragments, this / payload) ({BYTES_BUDGET:,})")
     parser.add_argument("--jitter", type=float, default=0.0005,
                         help="mean network jitter of a batch in the arrival order, s (0.0005)")
     parser.add_argument("--streams", type=int, default=4, help="Submit streams (4)")
     parser.add_argument("--build-window", type=float, default=1.0, help="seconds (1)")
-    parser.add_argument("--repeat", type=int, default=2, help="best of N for 1, 1b, 2 (2)")
+    parser.add_argument("--repeat", type=int, default=2, help="best of N for 1, 1b, 2, 2b (2)")
     parser.add_argument("--data-rate", type=float, default=1e6,
                         help="fragments/s of all sources in the data's timestamps (1e6)")
     parser.add_argument("--latency-seconds", type=float, default=5.0,
@@ -1250,60 +1617,83 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--phases", default=",".join(PHASES),
                         help=f"which phases ({','.join(PHASES)})")
     parser.add_argument("--profile", choices=["py-spy", "cprofile"],
-                        help="profile the server of phase 1")
+                        help="profile the server of phase 1 (its first run at --payload)")
     parser.add_argument("--profile-out", type=Path, default=Path("bench-output/service.prof"))
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the figures here")
     parser.add_argument("--bare-server", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--durable", type=Path, metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.bare_server:
-        asyncio.run(_bare_server())
+        asyncio.run(_bare_server(args.durable))
         return 0
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     unknown = set(phases) - set(PHASES)
     if unknown:
         parser.error(f"--phases: unknown {sorted(unknown)}")
-    console = Console(width=max(Console().width, 110))
-    console.print(f"generating {args.fragments:,} fragments ...")
-    data = generate(args)
+    swept = [name for name in SWEEP_PHASES if name in phases]
+    # the main table's figures of 1, 2 and 2b: those at --payload, else the first size's
+    main_size = args.payload if args.payload in args.payloads else args.payloads[0]
+    console = Console(width=max(Console().width, 150))
     figures: dict[str, Any] = {
-        "sources": len(data.sources),
-        "fragments": data.fragments,
+        "sources": args.sources,
+        "fragments": args.fragments,
         "batch": args.batch,
         "payload_bytes": args.payload,
+        "payload_sizes": args.payloads if swept else [],
+        "bytes_budget": args.bytes_budget,
+        "main_table_payload_bytes": main_size,
         "streams": args.streams,
         "build_window": args.build_window,
         "sender": "raw stubs, pre-encoded SubmitRequest bytes (1b: orderer.client)",
         "python": sys.version.split()[0],
         "cpus": os.cpu_count(),
     }
+    data: Data | None = None  # at --payload: phases 1b, 3 and 4
+    if any(name in phases for name in ("client", "latency", "stall")):
+        console.print(f"generating {args.fragments:,} fragments of {args.payload} B ...")
+        data = generate(args, payload=args.payload, fragments=args.fragments)
+        figures["fragments"] = data.fragments
     if args.profile:
         args.profile_out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="evb-bench-service-"))
     try:
+        if swept:
+            figures["payload_sweep"] = []
+            console.print(f"1, 2, 2b. {', '.join(swept)} at {len(args.payloads)} payload "
+                          f"size(s), alternated, best of {args.repeat} ...")
+        for size in args.payloads if swept else []:
+            fragments = sweep_fragments(args, size)
+            if data is not None and size == args.payload and fragments == args.fragments:
+                sized = data
+            else:
+                console.print(f"   generating {fragments:,} fragments of {size} B ...")
+                sized = generate(args, payload=size, fragments=fragments, columns=False)
+            console.print(f"   {size} B: {sized.fragments:,} fragments ...")
+            point = sweep_point(args, sized, work, swept, profile=size == main_size)
+            del sized  # the next size's messages are not generated beside this one's
+            figures["payload_sweep"].append(point)
+            if size == main_size:
+                figures.update({name: point[name] for name in swept})
+            _save(figures, args.json)  # a later phase that fails leaves the earlier figures
         steps = [
-            ("ingest", "1. ingest -> durable ordered log (evb serve) ...", phase_ingest),
             ("client", "1b. the same through orderer.client ...", phase_client),
-            ("bare", "2. bare grpc.aio peer ...", phase_bare),
             ("latency", "3. latency at a paced load ...", phase_latency),
             ("stall", "4. memory under a stalled source ...", phase_stall),
         ]
         for name, title, phase in steps:
             if name in phases:
+                assert data is not None
                 console.print(title)
                 figures[name] = phase(args, data, work)
                 if name == "latency":
                     figures["latency_points"] = figures["latency"]
                     figures["latency"] = figures["latency_points"][0]
-                if args.json:  # a later phase that fails leaves the earlier figures
-                    args.json.parent.mkdir(parents=True, exist_ok=True)
-                    args.json.write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
+                _save(figures, args.json)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report(figures, console)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
+    _save(figures, args.json)
     return 0
 
 
