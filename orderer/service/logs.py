@@ -9,6 +9,12 @@ whole output after a crash: :mod:`orderer.service.recovery` replays it and appen
 The ordered log is what consumers read (``Subscribe``, ``evb tail``, Spark); its offsets are the
 ``seq`` of ``evb replay``.
 
+Why each payload is written once: the ordered log keeps, for each fragment, its row in the
+arrival log (``payload_row``) instead of a second copy of its payload, and readers gather the
+payloads from the arrival log (:mod:`orderer.formats.payloads`). Twice the bytes on disk was
+twice the disk bandwidth and the volume a run needs, and a copy more of every byte in the
+process; the arrival log is kept for the whole run anyway.
+
 Each log is one segmented stream (:mod:`orderer.service.segments`) of its schema, in its own
 directory; the format (schemas, segment names, the torn-tail rule, the conversions) is
 :mod:`orderer.formats.log_format`'s, which the readers outside the service share. Here is what

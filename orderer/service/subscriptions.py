@@ -3,8 +3,9 @@ in replies that fit a reader's message limit; their committed offsets; and the r
 deletes old segments of the log without taking what a known consumer has not processed.
 
 Why apart from the service's input side: readers see only what :mod:`~orderer.service.group_commit`
-made durable, and never touch the orderer or the arrival log; a slow reader costs one reply of
-memory, since the log is read on demand.
+made durable, and never touch the orderer; a slow reader costs one reply of memory, since the
+log is read on demand, and the payloads of a reply are gathered from the arrival log once it is
+cut to size (the ordered log keeps where they lie, not the payloads).
 """
 
 from __future__ import annotations
