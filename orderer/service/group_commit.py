@@ -37,7 +37,14 @@ from orderer.service.logs import ArrivalLog, OrderedLog
 from orderer.service.metrics import FSYNC_BUCKETS, Histogram
 from orderer.service.threads import single_thread
 
-__all__ = ["JOIN_BYTES", "JOIN_RECORDS", "MAX_UNWRITTEN", "STORAGE_RETRY", "GroupCommit"]
+__all__ = [
+    "JOIN_BYTES",
+    "JOIN_RECORDS",
+    "MAX_UNWRITTEN",
+    "MAX_UNWRITTEN_BYTES",
+    "STORAGE_RETRY",
+    "GroupCommit",
+]
 
 log = logging.getLogger("evb.service")
 
@@ -45,6 +52,13 @@ MAX_UNWRITTEN = 1_000_000
 """Records taken in but not yet written (the disk behind the network). Past this the service
 stops reading Submit streams until a write round catches up: HTTP/2 flow control then holds
 the clients back, instead of the server's memory growing with the length of the run."""
+
+MAX_UNWRITTEN_BYTES = 256 << 20
+"""... or payload bytes taken in but not yet written: at 4 KiB payloads ``MAX_UNWRITTEN``
+records alone would be 4 GiB of memory. It is also as much freed memory as the serving process
+keeps for its next allocations (``server.py``): the received messages wait here until their
+rows are written, and memory given back to the kernel between two bursts of them was faulted in
+again page by page on the event loop's thread (the README's Performance)."""
 
 JOIN_RECORDS = 32768
 """Intake passes are joined into arrival-log record batches of about this many rows: a record
@@ -74,6 +88,13 @@ def _records(rows: ArrivalRecords | list[tuple[float, IntakePass]]) -> int:
     if isinstance(rows, list):
         return sum(taken.records for _, taken in rows)
     return len(rows)
+
+
+def _payload_bytes(rows: ArrivalRecords | list[tuple[float, IntakePass]]) -> int:
+    """Payload bytes an entry adds to the arrival log."""
+    if isinstance(rows, list):
+        return sum(taken.payload_bytes for _, taken in rows)
+    return int(rows.payload.shape[0])
 
 
 class _Written:
@@ -124,9 +145,12 @@ class GroupCommit:
         """Offset after what the orderer emitted; after what of it is durable (subscribers
         see only below ``durable_offset``)."""
         self.max_unwritten = MAX_UNWRITTEN
+        self.max_unwritten_bytes = MAX_UNWRITTEN_BYTES
         self.records_written = 0
-        """Arrival-log rows written so far (by the arrival log's thread; the orderer's thread
-        reads it to hold its intake to ``max_unwritten``)."""
+        self.bytes_written = 0
+        """Arrival-log rows and their payload bytes written so far (by the arrival log's
+        thread; the orderer's thread reads them to hold its intake to ``max_unwritten`` and
+        ``max_unwritten_bytes``)."""
         self.degraded: OSError | None = None
         """The log volume refuses writes (full): input is refused until a retry succeeds."""
         self._failed: BaseException | None = None
@@ -138,6 +162,7 @@ class GroupCommit:
         self._pending_passes: list[tuple[float, IntakePass]] = []
         self._pending_records = 0
         self._pending_bytes = 0
+        self._unwritten_bytes = 0
         self._unwritten_output: deque[EmittedBatch] = deque()
         self._unwritten_records = 0
         self._caught_up = asyncio.Event()
@@ -154,6 +179,7 @@ class GroupCommit:
         """Arrival records taken in at ``t`` (a configure, an end of run), for the next round."""
         self._group_pending()
         self._unwritten_arrivals.append((t, rows))
+        self._unwritten_bytes += _payload_bytes(rows)
 
     def stage_input(self, t: float, taken: IntakePass) -> None:
         """An intake pass: counted against ``max_unwritten``, and grouped with the passes
@@ -164,9 +190,10 @@ class GroupCommit:
         self._pending_records += taken.records
         self._pending_bytes += taken.payload_bytes
         self._unwritten_records += taken.records
+        self._unwritten_bytes += taken.payload_bytes
         if self._pending_records >= JOIN_RECORDS or self._pending_bytes >= JOIN_BYTES:
             self._group_pending()
-        if self._unwritten_records >= self.max_unwritten:
+        if not self._room():
             self._caught_up.clear()
 
     def _group_pending(self) -> None:
@@ -196,11 +223,22 @@ class GroupCommit:
         if self._task is None and self._failed is None:
             self._task = asyncio.get_running_loop().create_task(self._rounds())
 
-    def room_for_records(self, taken: int) -> bool:
-        """Whether input may go on with ``taken`` arrival-log rows taken in so far (every one
-        ever, counted by the orderer's thread): fewer than ``max_unwritten`` of them are not
-        written yet. Read on the orderer's thread (plain numbers, written by the others)."""
-        return taken - self.records_written < self.max_unwritten
+    def _room(self) -> bool:
+        """What is staged and not written is under both bounds (the loop's count)."""
+        return (
+            self._unwritten_records < self.max_unwritten
+            and self._unwritten_bytes < self.max_unwritten_bytes
+        )
+
+    def room_for_records(self, taken: int, taken_bytes: int) -> bool:
+        """Whether input may go on with ``taken`` arrival-log rows and ``taken_bytes`` payload
+        bytes taken in so far (every one ever, counted by the orderer's thread): fewer than
+        ``max_unwritten`` rows and ``max_unwritten_bytes`` bytes of them are not written yet.
+        Read on the orderer's thread (plain numbers, written by the others)."""
+        return (
+            taken - self.records_written < self.max_unwritten
+            and taken_bytes - self.bytes_written < self.max_unwritten_bytes
+        )
 
     async def room_for_input(self) -> None:
         """Returns at once unless the writes are ``max_unwritten`` records behind; then when a
@@ -237,6 +275,7 @@ class GroupCommit:
                 self.arrivals.append_rows(t, rows)
                 arrivals.popleft()
                 self.records_written += len(rows)
+                self.bytes_written += int(rows.payload.shape[0])
             written.ok = True
         finally:
             written.event.set()
@@ -315,7 +354,10 @@ class GroupCommit:
                 self._unwritten_records = self._pending_records + sum(
                     _records(rows) for _, rows in self._unwritten_arrivals
                 )
-                if self._unwritten_records < self.max_unwritten:
+                self._unwritten_bytes = self._pending_bytes + sum(
+                    _payload_bytes(rows) for _, rows in self._unwritten_arrivals
+                )
+                if self._room():
                     self._caught_up.set()
                 self.synced_generation = generation
                 advanced = offset > self.durable_offset

@@ -55,7 +55,7 @@ class Ingest:
         limits: submit.BatchLimits,
         taken_offset: int,
         arrival_rows: int,
-        unwritten_room: Callable[[int], bool],
+        unwritten_room: Callable[[int, int], bool],
         refusal: Callable[[], ServiceUnavailable | None],
         deliver: Callable[[list[Step]], None],
         on_error: Callable[[BaseException], None],
@@ -75,6 +75,7 @@ class Ingest:
         self._refusal = refusal
         self._unwritten_room = unwritten_room
         self._records_taken = 0  # arrival-log rows of every step made so far
+        self._bytes_taken = 0  # and their payload bytes
         self._arrival_rows = arrival_rows
         """Rows the arrival log held when the thread began: the next record's row is this plus
         ``_records_taken`` (steps are written in the order they are made)."""
@@ -156,7 +157,7 @@ class Ingest:
                     if data is None:
                         self._intake.owe_ack(stream, END_OF_STREAM, 0)
                     elif not stream.refused:
-                        if not self._room_for(self._intake.records):
+                        if not self._room_for(self._intake.records, self._intake.payload_bytes):
                             left = items[k:]
                             break
                         self._take(stream, data)
@@ -176,13 +177,16 @@ class Ingest:
                 steps[-1].emitted = emitted
         return left
 
-    def _room_for(self, pending: int) -> bool:
+    def _room_for(self, pending: int, pending_bytes: int) -> bool:
         """Whether the next message may go in: the arrival-log rows taken in and not yet
-        written (with ``pending`` of the pass being made) are under ``max_unwritten``, or input
-        is stopping or refused (then the cap no longer holds anything back)."""
+        written, and their payload bytes (with ``pending`` rows and ``pending_bytes`` of the
+        pass being made), are under ``max_unwritten`` and ``max_unwritten_bytes``, or input is
+        stopping or refused (then the cap no longer holds anything back)."""
         if self.stopping or self._refusal() is not None:
             return True
-        return self._unwritten_room(self._records_taken + pending)
+        return self._unwritten_room(
+            self._records_taken + pending, self._bytes_taken + pending_bytes
+        )
 
     def _take(self, stream: SubmitStream, data: bytes) -> None:
         """One message into the intake: decoded, checked and deduplicated against the sequence
@@ -252,8 +256,10 @@ class Ingest:
         """A step made, its arrival-log rows counted against ``max_unwritten``."""
         if isinstance(step.rows, IntakePass):
             self._records_taken += step.rows.records
+            self._bytes_taken += step.rows.payload_bytes
         elif step.rows is not None:
             self._records_taken += len(step.rows)
+            self._bytes_taken += int(step.rows.payload.shape[0])
         steps.append(step)
 
     def _called(self, now: float, call: Callable[[Orderer, float], object]) -> Step:

@@ -148,6 +148,11 @@ class Intake:
         """Arrival-log rows the pass so far adds."""
         return self._pass.records
 
+    @property
+    def payload_bytes(self) -> int:
+        """Their payload bytes."""
+        return self._pass.payload_bytes
+
     def add_batch(self, batch: FragmentBatch, first_sequence: int | None) -> None:
         if len(batch):
             self._pass.batches.append(batch)

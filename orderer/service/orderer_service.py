@@ -306,6 +306,15 @@ class OrdererService:
     def max_unwritten(self, records: int) -> None:
         self._commit.max_unwritten = records
 
+    @property
+    def max_unwritten_bytes(self) -> int:
+        """Their payload bytes past which Submit streams are not read either."""
+        return self._commit.max_unwritten_bytes
+
+    @max_unwritten_bytes.setter
+    def max_unwritten_bytes(self, payload_bytes: int) -> None:
+        self._commit.max_unwritten_bytes = payload_bytes
+
     async def room_for_input(self) -> None:
         """Returns at once unless the writes are ``max_unwritten`` records behind or the
         orderer's thread has too much queued; then once they have caught up (or the service

@@ -28,6 +28,7 @@ from grpc_reflection.v1alpha import reflection
 
 from orderer.config import OrdererConfig
 from orderer.service import binding, servicer
+from orderer.service.group_commit import MAX_UNWRITTEN_BYTES
 from orderer.service.metrics import MetricsSnapshot, ServiceMetrics
 from orderer.service.orderer_service import OrdererService
 from orderer.service.security import ServerSecurity
@@ -236,9 +237,12 @@ what one cycle of the orderer's thread or one arrival-log join allocates at a ti
 orderer's queues of a stalled run (a higher threshold raised the stalled-source benchmark's
 memory peak at the same speed: README, "The service")."""
 
-TRIM_THRESHOLD = 32 << 20
-"""Free bytes at the top of a malloc heap that glibc keeps instead of giving back (more was
-no faster: README, "The service")."""
+TRIM_THRESHOLD = MAX_UNWRITTEN_BYTES
+"""Free bytes at the top of a malloc heap that glibc keeps instead of giving back: as much as
+the received messages waiting for the arrival log's writes may hold. With 32 MiB, the memory of
+large-payload messages (1-4 KiB a fragment) was given back between two bursts and faulted in
+again by gRPC's receive on the event loop's thread, which then spent most of its time zeroing
+fresh pages (README, "The service"); at 32-byte payloads more was no faster."""
 
 
 def _keep_freed_memory() -> None:

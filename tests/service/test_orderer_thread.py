@@ -24,12 +24,17 @@ from tests.service.harness import arrival_writes_stalled, run, serving, serving_
 from tests.service.test_server import _Stream
 
 CONFIG = OrdererConfig(build_window=0.3, startup_delay=0.0, sources=(1,))
-FRAGMENTS = 1000  # per message: 1000 timestamps, about 9 kB on the wire
+FRAGMENTS = 1000  # per message: 1000 timestamps and payloads, about 33 kB on the wire
+
+
+PAYLOAD = 16  # bytes a fragment
 
 
 def _message(k: int) -> pb.SubmitRequest:
     timestamps = np.arange(k * FRAGMENTS, (k + 1) * FRAGMENTS, dtype=np.uint64)
-    batch = FragmentBatch.from_arrays(source=1, timestamp=timestamps)
+    batch = FragmentBatch.from_arrays(
+        source=1, timestamp=timestamps, payloads=[bytes(PAYLOAD)] * FRAGMENTS
+    )
     return pb.SubmitRequest(batch=convert.batch_to_pb(batch, k * FRAGMENTS))
 
 
@@ -60,18 +65,23 @@ def test_the_loop_stops_reading_while_the_orderer_thread_is_behind(
     run(body())
 
 
+@pytest.mark.parametrize("bound", ["records", "payload bytes"])
 def test_the_orderer_thread_takes_in_no_more_than_the_writes_allow(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bound: str
 ) -> None:
     """With the arrival log's writes stalled, the orderer's thread stops taking messages in
-    once ``max_unwritten`` records wait to be written (what the loop read waits as raw bytes),
-    however much its queue holds; once the disk catches up, everything goes in."""
+    once ``max_unwritten`` records (or ``max_unwritten_bytes`` of their payloads) wait to be
+    written (what the loop read waits as raw bytes), however much its queue holds; once the disk
+    catches up, everything goes in."""
     monkeypatch.setattr(orderer_thread, "MAX_QUEUED_BYTES", 1 << 30)
 
     async def body() -> None:
         async with serving_channel(tmp_path, CONFIG) as (running, channel):
             service = running.service
-            service.max_unwritten = 5000
+            if bound == "records":
+                service.max_unwritten = 5000
+            else:
+                service.max_unwritten_bytes = 5000 * PAYLOAD
             with arrival_writes_stalled(service):
                 call = _Stream(channel)
                 ingest = service._ingest
