@@ -75,7 +75,7 @@ cdef void _fill_arrival_rows(const _RowGroup *groups, Py_ssize_t k,
         for j in range(n):
             out.payload_offsets[row + 1 + j] = g.offsets[j + 1] + shift
         size = g.offsets[n] - g.offsets[0]
-        if size:
+        if size and out.payload != NULL:
             memcpy(out.payload + byte, g.payload + g.offsets[0], size)
         byte += size
         if out.sequence != NULL:
@@ -97,10 +97,13 @@ def arrival_rows(list groups):
     row carries one, ``sequenced`` (which rows do) None when all do.
 
     A batch's columns must agree in length and its payload hold the bytes its offsets span
-    (its interior offsets are copied as they are: the core's batch rules checked them)."""
+    (its interior offsets are copied as they are: the core's batch rules checked them).
+
+    One batch alone keeps its payload where it is: the ``payload`` returned is a view of the
+    batch's (the bytes its offsets span), not a copy; Arrow's writer writes it from there."""
     cdef Py_ssize_t k = len(groups), i, n, total = 0
     cdef uint64_t start, stop, payload_bytes = 0
-    cdef bint any_sequenced = False, all_sequenced = True
+    cdef bint any_sequenced = False, all_sequenced = True, lone
     cdef tuple group
     cdef cnp.ndarray source, value, barrier, offsets, payload
     cdef _RowGroup *g
@@ -163,7 +166,12 @@ def arrival_rows(list groups):
         value = _column(total, cnp.NPY_UINT64, False)
         barrier = _column(total, cnp.NPY_UINT32, False)
         offsets = _column(total + 1, cnp.NPY_UINT64, False)
-        payload = _column(<Py_ssize_t>payload_bytes, cnp.NPY_UINT8, False)
+        lone = k == 1 and len(groups[0]) != 4
+        if lone:  # a view of the batch's own bytes
+            payload = _held_column(groups[0][6], cnp.NPY_UINT8, held)[
+                parts[0].offsets[0]:parts[0].offsets[parts[0].n]]
+        else:
+            payload = _column(<Py_ssize_t>payload_bytes, cnp.NPY_UINT8, False)
         sequence = _column(total, cnp.NPY_UINT64, False) if any_sequenced else None
         sequenced = None if all_sequenced else _column(total, cnp.NPY_BOOL, False)
         out.kind = <uint8_t *>cnp.PyArray_DATA(kind)
@@ -172,7 +180,7 @@ def arrival_rows(list groups):
         out.value = <uint64_t *>cnp.PyArray_DATA(value)
         out.barrier = <uint32_t *>cnp.PyArray_DATA(barrier)
         out.payload_offsets = <uint64_t *>cnp.PyArray_DATA(offsets)
-        out.payload = <uint8_t *>cnp.PyArray_DATA(payload)
+        out.payload = NULL if lone else <uint8_t *>cnp.PyArray_DATA(payload)
         out.sequence = (NULL if sequence is None
                         else <uint64_t *>cnp.PyArray_DATA(<cnp.ndarray>sequence))
         out.sequenced = (NULL if sequenced is None

@@ -267,13 +267,18 @@ class GroupCommit:
         next round simply tries again from the same entry."""
         try:
             arrivals = self._unwritten_arrivals
-            for _ in range(entries):
+            left = entries
+            while left:
                 t, rows = arrivals[0]
-                if isinstance(rows, list):  # a group of intake passes: joined once, kept joined
-                    rows = arrival_records(rows)
-                    arrivals[0] = (None, rows)
+                if isinstance(rows, list):  # intake passes: joined once, into record batches
+                    pieces = arrival_records(rows)
+                    arrivals.popleft()
+                    arrivals.extendleft((None, piece) for piece in reversed(pieces))
+                    left += len(pieces) - 1
+                    continue
                 self.arrivals.append_rows(t, rows)
                 arrivals.popleft()
+                left -= 1
                 self.records_written += len(rows)
                 self.bytes_written += int(rows.payload.shape[0])
             written.ok = True

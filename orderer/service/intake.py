@@ -32,7 +32,7 @@ from orderer.service.payload_rows import fragments_with_rows
 if TYPE_CHECKING:
     from orderer.api import Orderer
 
-__all__ = ["Intake", "IntakePass", "arrival_records"]
+__all__ = ["ALONE_BYTES", "Intake", "IntakePass", "arrival_records"]
 
 
 @dataclass(slots=True)
@@ -105,27 +105,50 @@ class IntakePass:
         yield from self.batches[start:]
 
 
-def arrival_records(passes: Sequence[tuple[float, IntakePass]]) -> ArrivalRecords:
+ALONE_BYTES = 512 << 10
+"""A batch with at least this many payload bytes is an arrival-log record batch of its own,
+its payload written from the received message where it lies; smaller ones are joined (the
+figures: README, "The service")."""
+
+
+def arrival_records(passes: Sequence[tuple[float, IntakePass]]) -> list[ArrivalRecords]:
     """Taken passes as arrival-log rows in arrival order, each row with its pass's arrival
-    time, joined in one compiled call (:func:`orderer._core.core.arrival_rows`) that copies
-    every column without the GIL: the service calls this on a writer thread while the event
-    loop's and the orderer's threads are busy, where each of the numpy calls it took before
-    could wait for the GIL. Here only a tuple per batch and per marker is made. Passes without
-    a row at all raise ``ValueError``, as before (the service stages none)."""
+    time, in pieces that are each one record batch of the log: runs of small batches and
+    markers joined, each batch of :data:`ALONE_BYTES` or more alone.
+
+    Why joined: a record batch has a fixed cost (its metadata, a write per column) that dwarfs
+    the rows of one small message. Why a large batch alone: its payload then needs no copy at
+    all before the kernel's (Arrow writes it from the message), where joining copied every
+    payload byte once more. Each piece is one compiled call (:func:`orderer._core.core.
+    arrival_rows`) that makes the columns without the GIL: the service calls this on a writer
+    thread while the event loop's and the orderer's threads are busy, where each of the numpy
+    calls it took before could wait for the GIL. Here only a tuple per batch and per marker is
+    made. Passes without a row at all raise ``ValueError``, as before (the service stages
+    none)."""
+    pieces: list[ArrivalRecords] = []
     groups: list[tuple[Any, ...]] = []
     for t, taken in passes:
         sequences = iter(taken.sequences)
         for row in taken.rows():
             if isinstance(row, _Marker):
                 groups.append((t, row.kind, row.source, row.value))
-            else:
-                groups.append((
-                    t, next(sequences), row.source, row.timestamp, row.barrier,
-                    row.payload_offsets, row.payload,
-                ))
-    if not groups:
+                continue
+            group = (
+                t, next(sequences), row.source, row.timestamp, row.barrier,
+                row.payload_offsets, row.payload,
+            )
+            if row.payload.shape[0] < ALONE_BYTES:
+                groups.append(group)
+                continue
+            if groups:
+                pieces.append(ArrivalRecords(*arrival_rows(groups)))
+                groups = []
+            pieces.append(ArrivalRecords(*arrival_rows([group])))
+    if groups:
+        pieces.append(ArrivalRecords(*arrival_rows(groups)))
+    if not pieces:
         raise ValueError("arrival records of passes without batches or markers")
-    return ArrivalRecords(*arrival_rows(groups))
+    return pieces
 
 
 class Intake:

@@ -1,15 +1,18 @@
 """The arrival-log rows of taken intake passes (:func:`orderer.service.intake.arrival_records`,
-one compiled call: ``orderer/_core/arrival_rows.pyx``) against the numpy join it replaced
-(:func:`reference`, kept here as the specification).
+one compiled call a record batch: ``orderer/_core/arrival_rows.pyx``) against the numpy join it
+replaced (:func:`reference`, kept here as the specification).
 
 On random passes (batches of one source with sequence numbers, of several sources without,
 watermarks and ends of source between them, acks only, batches whose payload offsets start
-above 0 in a larger payload, empty payloads, columns that are strided views) every column is
-the same, dtype included, and so is whether ``sequence`` and ``sequenced`` are None.
+above 0 in a larger payload, empty payloads, columns that are strided views) every column of the
+pieces put together is the same, dtype included; each piece's ``sequence`` and ``sequenced`` are
+None as the join's would be; a batch with ``ALONE_BYTES`` of payload or more is a piece of its
+own whose payload is the batch's own memory (no copy).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 
@@ -21,6 +24,7 @@ from hypothesis import strategies as st
 
 from orderer.batch import ArrivalKind, ArrivalRecords, FragmentBatch, concat_payloads
 from orderer.errors import InternalOrdererError
+from orderer.service import intake as intake_module
 from orderer.service.intake import Intake, IntakePass, _Marker, arrival_records
 
 SOAK = bool(os.environ.get("EVB_SOAK"))
@@ -82,6 +86,48 @@ def reference(passes: Sequence[tuple[float, IntakePass]]) -> ArrivalRecords:
         payload=payload,
         sequence=sequence if carries.any() else None,
         sequenced=None if carries.all() else carries,
+    )
+
+
+def joined(pieces: list[ArrivalRecords]) -> ArrivalRecords:
+    """The pieces as one, with the join's rule for ``sequence`` and ``sequenced`` (each piece
+    checked to keep that rule itself)."""
+    carries = []
+    for piece in pieces:
+        n = len(piece)
+        row_carries = (
+            np.zeros(n, np.bool_) if piece.sequence is None
+            else np.ones(n, np.bool_) if piece.sequenced is None
+            else piece.sequenced
+        )
+        assert (piece.sequence is None) == (not row_carries.any())
+        assert (piece.sequenced is None) == bool(row_carries.all())
+        carries.append(row_carries)
+    carried = np.concatenate(carries)
+    sequence = np.concatenate(
+        [p.sequence if p.sequence is not None else np.zeros(len(p), np.uint64) for p in pieces]
+    )
+    offsets, payload = concat_payloads([(p.payload_offsets, p.payload) for p in pieces])
+    return ArrivalRecords(
+        np.concatenate([p.kind for p in pieces]),
+        np.concatenate([p.times() for p in pieces]),
+        np.concatenate([p.source for p in pieces]),
+        np.concatenate([p.value for p in pieces]),
+        np.concatenate([p.barrier for p in pieces]),
+        offsets,
+        payload,
+        sequence if carried.any() else None,
+        None if carried.all() else carried,
+    )
+
+
+def uncarried_zeroed(records: ArrivalRecords) -> ArrivalRecords:
+    """The records with the sequence of rows that carry none set to 0 (the join gives them
+    their place in their batch; a piece without any gives them nothing)."""
+    if records.sequence is None or records.sequenced is None:
+        return records
+    return dataclasses.replace(
+        records, sequence=np.where(records.sequenced, records.sequence, np.uint64(0))
     )
 
 
@@ -166,15 +212,34 @@ def intake_passes(draw: st.DrawFn) -> list[tuple[float, IntakePass]]:
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-@given(passes=intake_passes())
-def test_rows_are_the_numpy_join(passes: list[tuple[float, IntakePass]]) -> None:
+@given(passes=intake_passes(), alone=st.sampled_from([intake_module.ALONE_BYTES, 1, 6]))
+def test_rows_are_the_numpy_join(passes: list[tuple[float, IntakePass]], alone: int) -> None:
+    kept, intake_module.ALONE_BYTES = intake_module.ALONE_BYTES, alone
     try:
-        want = reference(passes)
-    except ValueError:  # no row at all: numpy has nothing to concatenate
-        with pytest.raises(ValueError):
-            arrival_records(passes)
-        return
-    assert_same(arrival_records(passes), want)
+        try:
+            want = reference(passes)
+        except ValueError:  # no row at all: numpy has nothing to concatenate
+            with pytest.raises(ValueError):
+                arrival_records(passes)
+            return
+        pieces = arrival_records(passes)
+        if alone == kept:  # nothing this small is alone: one piece
+            assert len(pieces) == 1
+            assert_same(pieces[0], want)
+        assert_same(uncarried_zeroed(joined(pieces)), uncarried_zeroed(want))
+        large = [
+            row for _, taken in passes for row in taken.rows()
+            if isinstance(row, FragmentBatch) and row.payload.shape[0] >= alone
+        ]
+        alone_pieces = [
+            p for p in pieces
+            if p.payload.shape[0] and any(np.shares_memory(p.payload, b.payload) for b in large)
+        ]
+        assert len(alone_pieces) == sum(
+            1 for b in large if int(b.payload_offsets[-1]) > int(b.payload_offsets[0])
+        )
+    finally:
+        intake_module.ALONE_BYTES = kept
 
 
 def test_no_rows_is_an_error_as_before() -> None:
