@@ -60,6 +60,7 @@ constraints:
 bench: $(STAMP)
 	$(PY) tests/bench/bench_orderer.py --json bench-output/orderer.json
 	$(PY) tests/bench/bench_service.py --json bench-output/service.json
+	$(PY) tests/bench/bench_read.py --json bench-output/read.json
 	$(PY) tests/bench/bench_spark.py --json bench-output/spark.json
 	$(PY) tests/bench/bench_spark_scaling.py --json bench-output/spark-scaling.json
 	$(PY) tests/bench/bench_stages.py --json bench-output/stages.json

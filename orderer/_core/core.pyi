@@ -47,6 +47,10 @@ def gather_payloads(
     fill: bool = True,
 ) -> tuple[_U64, _U8 | None]: ...
 
+def locate_rows(
+    rows: npt.NDArray[np.int64], firsts: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]: ...
+
 class OrdererCore:
     def __init__(
         self,

@@ -73,3 +73,79 @@ def gather_payloads(list parts, const int64_t[::1] which, const int64_t[::1] row
         return offsets, payload
     finally:
         PyMem_RawFree(table)
+
+
+cdef inline Py_ssize_t _batch_of(const int64_t *firsts, Py_ssize_t m, int64_t row,
+                                 Py_ssize_t hint) noexcept nogil:
+    """The last batch whose first row is <= ``row`` (``row`` >= firsts[0]), searched from
+    ``hint`` outwards by doubling steps, then by halving: a row next to the last one costs a
+    comparison or two, where a plain binary search costs log2(m) cache misses."""
+    cdef Py_ssize_t low, high, step = 1, middle
+    if firsts[hint] <= row:
+        low = hint
+        high = hint + 1
+        while high < m and firsts[high] <= row:
+            low = high
+            high = high + step
+            step *= 2
+        if high > m:
+            high = m
+    else:
+        high = hint
+        low = hint - 1
+        while low > 0 and firsts[low] > row:
+            high = low
+            low = low - step
+            step *= 2
+        if low < 0:
+            low = 0
+    # firsts[low] <= row < firsts[high] (high == m: past the last)
+    while high - low > 1:
+        middle = low + (high - low) // 2
+        if firsts[middle] <= row:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def locate_rows(const int64_t[::1] rows, const int64_t[::1] firsts):
+    """For each of ``rows`` (each >= ``firsts[0]``; ``firsts`` the ascending first rows of the
+    record batches), which batch holds it: ``(part, in_batch, batches)``, the batches the rows
+    touch numbered from 0 in the order first met (``batches[part[i]]`` holds row ``i``, as its
+    row ``in_batch[i]``). Rows in output order lie close to one another in the arrival log, so
+    each search starts where the last one ended."""
+    cdef Py_ssize_t n = rows.shape[0], m = firsts.shape[0], i, b, hint = 0, k = 0
+    cdef Py_ssize_t low = m, high = -1
+    if m == 0 and n:
+        raise ValueError("rows located in no record batch")
+    cdef cnp.ndarray batch = np.empty(n, dtype=np.int64)
+    cdef cnp.ndarray in_batch = np.empty(n, dtype=np.int64)
+    cdef int64_t *batch_of = <int64_t *>cnp.PyArray_DATA(batch)
+    cdef int64_t *row_in = <int64_t *>cnp.PyArray_DATA(in_batch)
+    cdef int64_t *mark
+    with nogil:
+        for i in range(n):
+            b = _batch_of(&firsts[0], m, rows[i], hint)
+            hint = b
+            batch_of[i] = b
+            row_in[i] = rows[i] - firsts[b]
+            if b < low:
+                low = b
+            if b > high:
+                high = b
+    if n == 0:
+        return batch, in_batch, np.zeros(0, dtype=np.int64)
+    cdef cnp.ndarray marks = np.full(high - low + 1, -1, dtype=np.int64)
+    cdef cnp.ndarray touched = np.empty(high - low + 1, dtype=np.int64)
+    mark = <int64_t *>cnp.PyArray_DATA(marks)
+    cdef int64_t *seen = <int64_t *>cnp.PyArray_DATA(touched)
+    with nogil:
+        for i in range(n):
+            b = batch_of[i] - low
+            if mark[b] < 0:
+                mark[b] = k
+                seen[k] = batch_of[i]
+                k += 1
+            batch_of[i] = mark[b]
+    return batch, in_batch, touched[:k]

@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from orderer._core.core import gather_payloads
+from orderer._core.core import gather_payloads, locate_rows
 from orderer.batch import EmittedBatch
 from orderer.errors import InterfaceError
 from orderer.formats.log_format import (
@@ -46,6 +46,7 @@ from orderer.formats.log_format import (
 __all__ = [
     "MAPPED_SEGMENTS",
     "ArrivalPayloads",
+    "Located",
     "ordered_batches",
     "read_ordered",
     "with_payloads",
@@ -77,9 +78,36 @@ class _Segment:
     mapped: pa.MemoryMappedFile | None = None
     mapped_size: int = 0
     parts: dict[int, _Part] = field(default_factory=dict)
+    _firsts_array: npt.NDArray[np.int64] | None = None
 
     def __post_init__(self) -> None:
         self.end = self.first
+
+    def firsts_array(self) -> npt.NDArray[np.int64]:
+        """:attr:`firsts` as an array (made again only once a scan found more)."""
+        if self._firsts_array is None or self._firsts_array.shape[0] != len(self.firsts):
+            self._firsts_array = np.asarray(self.firsts, dtype=np.int64)
+        return self._firsts_array
+
+
+@dataclass(frozen=True, slots=True)
+class Located:
+    """Where some payloads lie (:meth:`ArrivalPayloads.locate`): row ``i``'s is row
+    ``in_batch[i]`` of the record batch whose payload column is ``parts[which[i]]``."""
+
+    parts: list[_Part]
+    which: npt.NDArray[np.int64]
+    in_batch: npt.NDArray[np.int64]
+
+    def gather(
+        self, stop: int | None = None, *, fill: bool = True
+    ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint8] | None]:
+        """The first ``stop`` (all) payloads: ``(offsets from 0, bytes)``; with ``fill`` false
+        only the offsets, ``None`` for the bytes (one compiled call without the GIL)."""
+        which, in_batch = self.which[:stop], self.in_batch[:stop]
+        if which.shape[0] == 0:
+            return np.zeros(1, dtype=np.uint64), (np.zeros(0, np.uint8) if fill else None)
+        return gather_payloads(self.parts, which, in_batch, fill)
 
 
 class ArrivalPayloads:
@@ -88,7 +116,7 @@ class ArrivalPayloads:
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
         self._segments: list[_Segment] = []
-        self._firsts: list[int] = []
+        self._segment_firsts = np.zeros(0, dtype=np.int64)
         self._lru: OrderedDict[int, None] = OrderedDict()
 
     @classmethod
@@ -108,38 +136,56 @@ class ArrivalPayloads:
     ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint8] | None]:
         """The payloads of arrival rows ``rows``, in that order: ``(n + 1 offsets from 0,
         bytes)``; with ``fill`` false only the offsets (the sizes), ``None`` for the bytes."""
+        return self.locate(rows).gather(fill=fill)
+
+    def locate(self, rows: npt.NDArray[np.uint64]) -> Located:
+        """Where the payloads of arrival rows ``rows`` lie: found once, then sized and copied
+        (a reply is sized before it is cut, and only what it keeps is copied).
+
+        One compiled pass over the rows finds each one's record batch, searching from where the
+        last one was found (rows in output order lie close together in the arrival log), and
+        numbers the batches they touch; a segment's rows are found apart only when the rows
+        span several segments."""
         rows = np.asarray(rows, dtype=np.uint64)
-        if rows.size == 0:
-            return np.zeros(1, dtype=np.uint64), (np.zeros(0, np.uint8) if fill else None)
-        wanted = rows.astype(np.int64)
-        if int(wanted.min()) < 0:  # a row >= 2**63 wrapped: it cannot exist
+        n = rows.shape[0]
+        parts: list[_Part] = []
+        which = np.empty(n, dtype=np.int64)
+        in_batch = np.empty(n, dtype=np.int64)
+        if n == 0:
+            return Located(parts, which, in_batch)
+        wanted = rows.view(np.int64)
+        if int(wanted.min()) < 0:  # a row >= 2**63: it cannot exist
             raise self._missing(int(rows[int(np.argmin(wanted))]))
         top = int(wanted.max())
         if not self._segments or top >= self._segments[-1].end:
             self._refresh(top)
-        seg_index = np.searchsorted(np.asarray(self._firsts, np.int64), wanted, "right") - 1
-        if int(seg_index.min()) < 0:
-            raise self._missing(int(rows[int(np.argmin(seg_index))]))
-        parts: list[_Part] = []
-        which = np.empty(rows.size, dtype=np.int64)
-        in_batch = np.empty(rows.size, dtype=np.int64)
-        for s in np.unique(seg_index).tolist():
-            segment = self._segments[s]
-            here = np.flatnonzero(seg_index == s)
+        if not self._segments or int(wanted.min()) < self._segments[0].first:
+            raise self._missing(int(rows[int(np.argmin(wanted))]))
+        first = int(np.searchsorted(self._segment_firsts, int(wanted.min()), "right")) - 1
+        if first == int(np.searchsorted(self._segment_firsts, top, "right")) - 1:
+            # all in one segment (the usual case): its batches found in one pass, as they are
+            segment = self._segments[first]
+            if top >= segment.end:
+                self._scan(first)
+                if top >= segment.end:
+                    raise self._missing(top)
+            which, in_batch, batches = locate_rows(wanted, segment.firsts_array())
+            return Located([self._part(first, int(b)) for b in batches], which, in_batch)
+        seg_part, _, segments = locate_rows(wanted, self._segment_firsts)
+        for j, s in enumerate(segments.tolist()):
+            here = np.flatnonzero(seg_part == j)
             local = wanted[here]
+            segment = self._segments[s]
             last = int(local.max())
             if last >= segment.end:
                 self._scan(s)
                 if last >= segment.end:
                     raise self._missing(last)
-            firsts = np.asarray(segment.firsts, np.int64)
-            batch = np.searchsorted(firsts, local, "right") - 1
-            for b in np.unique(batch).tolist():
-                picked = here[batch == b]
-                which[picked] = len(parts)
-                in_batch[picked] = wanted[picked] - firsts[b]
-                parts.append(self._part(s, b))
-        return gather_payloads(parts, which, in_batch, fill)
+            part, row_in, batches = locate_rows(local, segment.firsts_array())
+            which[here] = part + len(parts)
+            in_batch[here] = row_in
+            parts.extend(self._part(s, int(b)) for b in batches)
+        return Located(parts, which, in_batch)
 
     def _missing(self, row: int) -> InterfaceError:
         return InterfaceError(
@@ -156,7 +202,7 @@ class ArrivalPayloads:
         for path in log_segments(self.directory, ARRIVALS):
             if path not in known:
                 self._segments.append(_Segment(path, first_row(path)))
-                self._firsts.append(self._segments[-1].first)
+        self._segment_firsts = np.asarray([seg.first for seg in self._segments], dtype=np.int64)
         if self._segments and row >= self._segments[-1].end:
             self._scan(len(self._segments) - 1)
 

@@ -194,7 +194,7 @@ class OrderedLog(_Log):
                 f"{self.first_offset}"
             )
         stream = self._stream
-        parts: list[EmittedBatch] = []
+        parts: list[pa.RecordBatch] = []
         wanted = min(max_fragments, self.next_offset - from_offset)
         index = stream.find(from_offset) if wanted > 0 else len(stream.batches)
         offset = from_offset
@@ -203,13 +203,16 @@ class OrderedLog(_Log):
             batch = stream.read_batch(ref)
             start = offset - ref.first
             take = min(wanted, ref.rows - start)
-            parts.append(log_format.emitted_from_arrow(batch.slice(start, take)))
+            parts.append(batch.slice(start, take))
             offset += take
             wanted -= take
             index += 1
         if not parts:
             return EmittedBatch.empty(from_offset)
-        return parts[0] if len(parts) == 1 else EmittedBatch.concat(parts)
+        # one conversion of the joined rows (Arrow joins them in one call): a read spans many
+        # record batches, one a cycle of the orderer's thread
+        whole = parts[0] if len(parts) == 1 else pa.concat_batches(parts)
+        return log_format.emitted_from_arrow(whole)
 
     def apply_retention(
         self,

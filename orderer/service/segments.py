@@ -84,6 +84,8 @@ class SegmentedStream:
         self._position = 0  # bytes written to the open segment
         self._segment: Path | None = None
         self._dirty = False
+        self._mapped: tuple[Path, pa.MemoryMappedFile, int] | None = None
+        """The segment the last read mapped, its map and the map's size."""
         directory.mkdir(parents=True, exist_ok=True)
         for segment in self.segments():
             self._scan(segment)
@@ -99,6 +101,8 @@ class SegmentedStream:
 
     def drop_segment(self, segment: Path) -> None:
         """Delete a sealed segment and forget its batches (retention)."""
+        if self._mapped is not None and self._mapped[0] == segment:
+            self._mapped = None
         segment.unlink()
         self.batches = [ref for ref in self.batches if ref.segment != segment]
 
@@ -213,7 +217,20 @@ class SegmentedStream:
                     raise
 
     def read_batch(self, ref: BatchRef) -> pa.RecordBatch:
-        return log_format.read_batch_at(ref.segment, ref.position, self.schema)
+        """The record batch ``ref`` as views of its segment's map. The last segment read stays
+        mapped (mapped again once it grew past the map): a read of many small batches maps it
+        once, not once a batch. Called on one thread (the service's loop)."""
+        mapped = self._mapped
+        if mapped is None or mapped[0] != ref.segment or ref.position >= mapped[2]:
+            source = pa.memory_map(str(ref.segment))
+            mapped = self._mapped = (ref.segment, source, source.size())
+        source = mapped[1]
+        source.seek(ref.position)
+        try:
+            return pa.ipc.read_record_batch(pa.ipc.read_message(source), self.schema)
+        except (pa.ArrowInvalid, OSError, EOFError):  # past the map: the file grew since
+            self._mapped = None
+            return log_format.read_batch_at(ref.segment, ref.position, self.schema)
 
     def find(self, row: int) -> int:
         """Index of the batch holding ``row``."""

@@ -14,12 +14,13 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import numpy as np
+import numpy.typing as npt
 
 from orderer.batch import EmittedBatch
 from orderer.errors import InterfaceError, ServiceUnavailable
-from orderer.formats.payloads import ArrivalPayloads, with_payloads
 from orderer.service.consumers import ConsumerOffsets
 from orderer.service.diagnostics import EmitTimes
 from orderer.service.group_commit import GroupCommit
@@ -110,6 +111,7 @@ class Subscriptions:
         if max_fragments:
             limit = min(limit, max_fragments)
         offset = from_offset
+        per_fragment = 0.0  # bytes a fragment of the last reply took
         self.subscribers += 1
         try:
             while True:
@@ -117,7 +119,10 @@ class Subscriptions:
                     raise ServiceUnavailable("the orderer is shutting down; resubscribe")
                 durable = self._commit.durable_offset
                 if offset < durable:
-                    batch = self._commit.ordered.read(offset, min(limit, durable - offset))
+                    wanted = min(limit, durable - offset)
+                    if per_fragment:  # what a reply can hold, with room: no more is read
+                        wanted = min(wanted, max(1024, int(1.5 * self._max_bytes / per_fragment)))
+                    batch = self._commit.ordered.read(offset, wanted)
                     if not len(batch):
                         raise ServiceUnavailable(f"offset {offset} is not readable yet")
                     # A read is a view into a whole record batch (up to 65,536 fragments); a
@@ -125,10 +130,18 @@ class Subscriptions:
                     # control, and must pin only that reply
                     # (tests/e2e/test_stalled_subscriber.py). The payloads are gathered from
                     # the arrival log once the reply is cut: only what it sends is copied.
-                    payloads = self._commit.arrivals.payloads if payload else None
-                    batch = self._cut_bytes(batch, payloads).copy()
-                    if payloads is not None:
-                        batch = with_payloads(batch, payloads)
+                    located = None
+                    if payload and batch.payload_row is not None:
+                        located = self._commit.arrivals.payloads.locate(batch.payload_row)
+                        sizes = located.gather(fill=False)[0]
+                    else:
+                        sizes = batch.payload_offsets if payload else None
+                    batch = self._cut_bytes(batch, sizes).copy()
+                    if located is not None:
+                        offsets, data = located.gather(len(batch))
+                        assert data is not None
+                        batch = replace(batch, payload_offsets=offsets, payload=data)
+                        per_fragment = ordered_batch_bytes(len(batch), data.shape[0]) / len(batch)
                     offset += len(batch)
                     yield batch, durable
                 else:
@@ -138,29 +151,26 @@ class Subscriptions:
         finally:
             self.subscribers -= 1
 
-    def _cut_bytes(self, batch: EmittedBatch, payloads: ArrivalPayloads | None) -> EmittedBatch:
+    def _cut_bytes(
+        self, batch: EmittedBatch, sizes: npt.NDArray[np.uint64] | None
+    ) -> EmittedBatch:
         """The longest head of ``batch`` whose reply encodes to at most ``subscribe_max_bytes``
-        (at least one fragment), whatever the payload sizes (taken from ``payloads``; None:
-        the reply has none). Why the encoded size and not the payload alone: the per-fragment
-        columns add 25-33 bytes a fragment, and a reply of 4 MiB of payload plus those went
-        past the 4 MiB a default gRPC reader accepts."""
+        (at least one fragment), whatever the payload sizes (``sizes``: the payloads' n + 1
+        offsets; None: the reply has none). Why the encoded size and not the payload alone:
+        the per-fragment columns add 25-33 bytes a fragment, and a reply of 4 MiB of payload
+        plus those went past the 4 MiB a default gRPC reader accepts."""
         n = len(batch)
-        payload = payloads is not None
-        sizes = np.zeros(n + 1, np.int64)  # payload bytes of the first k fragments
-        if payloads is not None:
-            offsets, _ = (
-                payloads.gather(batch.payload_row, fill=False)
-                if batch.payload_row is not None
-                else (batch.payload_offsets, None)
-            )
-            sizes = offsets.astype(np.int64) - np.int64(offsets[0])
-        if ordered_batch_bytes(n, int(sizes[-1]), payload=payload) <= self._max_bytes:
+        payload = sizes is not None
+        total = np.zeros(n + 1, np.int64)  # payload bytes of the first k fragments
+        if sizes is not None:
+            total = sizes.astype(np.int64) - np.int64(sizes[0])
+        if ordered_batch_bytes(n, int(total[-1]), payload=payload) <= self._max_bytes:
             return batch
         # reply size of the first k fragments, for k = 0..n (increasing in k)
         bound = ordered_batch_bytes(0, 0, payload=payload)
         per_fragment = ordered_batch_bytes(1, 0, payload=payload) - bound
-        sizes = sizes + per_fragment * np.arange(n + 1, dtype=np.int64) + bound
-        fits = int(np.searchsorted(sizes, self._max_bytes, "right")) - 1
+        total = total + per_fragment * np.arange(n + 1, dtype=np.int64) + bound
+        fits = int(np.searchsorted(total, self._max_bytes, "right")) - 1
         return batch.slice(0, max(fits, 1))
 
     def commit(
