@@ -20,7 +20,7 @@ naming the row).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -49,6 +49,7 @@ __all__ = [
     "Located",
     "ordered_batches",
     "read_ordered",
+    "read_ordered_range",
     "with_payloads",
 ]
 
@@ -314,3 +315,63 @@ def ordered_batches(segment: Path, *, payload: bool = True) -> Iterator[EmittedB
     finally:
         if payloads is not None:
             payloads.close()
+
+
+READ_ROWS = 65536
+"""Rows a range read (:func:`read_ordered_range`) joins before it gathers their payloads: the
+ordered log's record batches are a cycle's output each (a few thousand rows), and a gather has
+a fixed cost that a few thousand rows of 32 bytes do not carry."""
+
+READ_BYTES = 64 << 20
+"""... and payload bytes a piece of it holds at most (a batch handed on stays far below the
+2 GiB a binary column holds)."""
+
+
+def read_ordered_range(
+    segments: Iterable[Path], first: int, until: int, payloads: ArrivalPayloads
+) -> Iterator[EmittedBatch]:
+    """The fragments at offsets ``[first, until)`` of the ordered log's ``segments`` (in
+    order), with their payloads, in pieces of up to :data:`READ_ROWS` rows and
+    :data:`READ_BYTES` payload bytes: record batches of one segment joined by Arrow, then one
+    lookup and one copy of their payloads (what the Spark job's executors read)."""
+    for segment in segments:
+        pending: list[pa.RecordBatch] = []
+        count = 0
+        for _, batch in SegmentReader(segment, ORDERED_SCHEMA, ORDERED_SCHEMA_WITH_PAYLOADS):
+            if not batch.num_rows:
+                continue
+            low = int(batch.column("offset")[0].as_py())
+            high = low + batch.num_rows
+            if high <= first or low >= until:
+                continue
+            start, stop = max(first, low) - low, min(until, high) - low
+            pending.append(batch.slice(start, stop - start))
+            count += stop - start
+            if count >= READ_ROWS:
+                yield from _pieces(pending, payloads)
+                pending, count = [], 0
+        if pending:
+            yield from _pieces(pending, payloads)
+
+
+def _pieces(batches: list[pa.RecordBatch], payloads: ArrivalPayloads) -> Iterator[EmittedBatch]:
+    """Record batches of one segment, joined, with their payloads, cut at :data:`READ_BYTES`."""
+    joined = emitted_from_arrow(batches[0] if len(batches) == 1 else pa.concat_batches(batches))
+    if joined.payload_row is None:  # a log that holds its payloads
+        yield joined
+        return
+    located = payloads.locate(joined.payload_row)
+    sizes, _ = located.gather(fill=False)
+    start = 0
+    n = len(joined)
+    while start < n:
+        stop = int(np.searchsorted(sizes, sizes[start] + READ_BYTES, "right")) - 1
+        stop = min(n, max(stop, start + 1))
+        piece = joined.slice(start, stop)
+        part = Located(
+            located.parts, located.which[start:stop], located.in_batch[start:stop]
+        )
+        offsets, data = part.gather()
+        assert data is not None
+        yield replace(piece, payload_offsets=offsets, payload=data)
+        start = stop

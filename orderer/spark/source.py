@@ -71,7 +71,7 @@ from pyspark.sql.types import StructType
 from orderer.batch import EmittedBatch
 from orderer.errors import ConfigError, InterfaceError, ServiceUnavailable
 from orderer.formats.log_format import ordered_segments
-from orderer.formats.payloads import ArrivalPayloads, read_ordered, with_payloads
+from orderer.formats.payloads import ArrivalPayloads, read_ordered, read_ordered_range
 from orderer.spark.glom import (
     EVENT_SPARK_SCHEMA,
     FRAGMENT_SCHEMA,
@@ -471,14 +471,9 @@ def _read_segments(partition: OffsetRange) -> Iterator[pa.RecordBatch]:
     with contextlib.closing(
         ArrivalPayloads.of_data_dir(Path(partition.segments[0]).parent.parent)
     ) as payloads:
-        for name in partition.segments:
-            for batch in read_ordered(Path(name)):
-                low, high = batch.first_seq, batch.first_seq + len(batch)
-                if high <= partition.first or low >= partition.until:
-                    continue
-                start = max(partition.first, low) - low
-                stop = min(partition.until, high) - low
-                yield fragment_rows(with_payloads(batch.slice(start, stop), payloads))
+        segments = [Path(name) for name in partition.segments]
+        for batch in read_ordered_range(segments, partition.first, partition.until, payloads):
+            yield fragment_rows(batch)
 
 
 def plan_log(

@@ -13,6 +13,7 @@ path to the same stream."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,8 @@ from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
 from orderer.client import end_run_async, subscribe
 from orderer.formats import log_format
-from orderer.formats.payloads import ordered_batches
+from orderer.formats import payloads as payloads_module
+from orderer.formats.payloads import ArrivalPayloads, ordered_batches, read_ordered_range
 from orderer.replay.stream import replay_path
 from orderer.wire import convert
 from tests.service.harness import run, serving, target
@@ -147,6 +149,19 @@ def _log_read(data_dir: Path) -> Rows:
     return _rows([b for s in log_format.ordered_segments(data_dir) for b in ordered_batches(s)])
 
 
+def _range_read(data_dir: Path, first: int, until: int) -> Rows:
+    """What a Spark executor reads of ``[first, until)``, in pieces of at most 7 rows and
+    1000 payload bytes (but one when a payload is larger) so that every cut is met."""
+    kept = payloads_module.READ_ROWS, payloads_module.READ_BYTES
+    payloads_module.READ_ROWS, payloads_module.READ_BYTES = 7, 1000
+    try:
+        with contextlib.closing(ArrivalPayloads.of_data_dir(data_dir)) as payloads:
+            segments = log_format.ordered_segments(data_dir)
+            return _rows(list(read_ordered_range(segments, first, until, payloads)))
+    finally:
+        payloads_module.READ_ROWS, payloads_module.READ_BYTES = kept
+
+
 CONFIG = OrdererConfig(build_window=0.05, startup_delay=0.0)
 
 
@@ -171,6 +186,9 @@ def test_every_reader_returns_the_acknowledged_payloads_in_order(
     served = run(live())
     _check_against_sent(served, runs_)
     assert _log_read(data_dir) == served
+    assert _range_read(data_dir, 0, len(served)) == served
+    third = len(served) // 3
+    assert _range_read(data_dir, third, 2 * third + 1) == served[third : 2 * third + 1]
 
     # a crash that lost the ordered log's tail: recovery rebuilds it, payload rows and all
     last = log_format.ordered_segments(data_dir)[-1]
