@@ -131,6 +131,7 @@ class Subscriptions:
                     # (tests/e2e/test_stalled_subscriber.py). The payloads are gathered from
                     # the arrival log once the reply is cut: only what it sends is copied.
                     located = None
+                    sizes: npt.NDArray[np.uint64] | None
                     if payload and batch.payload_row is not None:
                         located = self._commit.arrivals.payloads.locate(batch.payload_row)
                         sizes = located.gather(fill=False)[0]
