@@ -70,6 +70,7 @@ from pyspark.sql.types import StructType
 
 from orderer.batch import EmittedBatch
 from orderer.errors import ConfigError, InterfaceError, ServiceUnavailable
+from orderer.formats import log_format
 from orderer.formats.log_format import ordered_segments
 from orderer.formats.payloads import ArrivalPayloads, read_ordered, read_ordered_range
 from orderer.spark.glom import (
@@ -460,6 +461,17 @@ def segment_files(path: Path) -> list[Path]:
     segments = ordered_segments(path)
     if not segments:
         raise ConfigError("path", str(path), "holds no ordered log (ordered-*.arrow)")
+    data_dir = segments[0].parent.parent
+    written = log_format.ordered_format_of(segments[0].parent)
+    if written is log_format.ORDERED_SCHEMA and not log_format.log_segments(
+        data_dir / log_format.ARRIVALS, log_format.ARRIVALS
+    ):
+        raise ConfigError(
+            "path",
+            str(path),
+            f"has an ordered log but no arrival log ({data_dir / log_format.ARRIVALS} holds no "
+            "arrivals-*.arrow): the payloads are there; give the whole data directory",
+        )
     return segments
 
 

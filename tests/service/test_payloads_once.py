@@ -240,3 +240,24 @@ def test_the_data_directory_holds_each_payload_byte_once(tmp_path: Path) -> None
     received = sources * per_source * size
     assert on_disk / received <= 1.15, f"{on_disk / received:.3f} bytes on disk per payload byte"
     assert on_disk > received  # each payload is there
+
+
+def test_a_path_read_without_the_arrival_log_is_refused_naming_it(tmp_path: Path) -> None:
+    """Only ``ordered/`` copied somewhere: the Spark job's driver says where the payloads are
+    before any executor looks for them."""
+    from orderer.errors import ConfigError
+    from orderer.spark.source import segment_files
+
+    runs_ = [SourceRun(1, [1, 2, 3], [10, 20, 30], [0, 0, 0], [3])]
+
+    async def live() -> int:
+        async with serving(tmp_path / "run", CONFIG) as running:
+            await _send(target(running), runs_[0])
+            return await end_run_async(target(running))
+
+    assert run(live()) == 3
+    assert len(segment_files(tmp_path / "run")) == 1
+    (tmp_path / "copy").mkdir()
+    (tmp_path / "run" / "ordered").rename(tmp_path / "copy" / "ordered")
+    with pytest.raises(ConfigError, match="no arrival log .*give the whole data directory"):
+        segment_files(tmp_path / "copy")
