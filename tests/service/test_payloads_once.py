@@ -259,5 +259,5 @@ def test_a_path_read_without_the_arrival_log_is_refused_naming_it(tmp_path: Path
     assert len(segment_files(tmp_path / "run")) == 1
     (tmp_path / "copy").mkdir()
     (tmp_path / "run" / "ordered").rename(tmp_path / "copy" / "ordered")
-    with pytest.raises(ConfigError, match="no arrival log .*give the whole data directory"):
+    with pytest.raises(ConfigError, match=r"no arrival log .*give the whole data directory"):
         segment_files(tmp_path / "copy")
