@@ -68,6 +68,7 @@ from tests.bench.bench_service import (  # noqa: E402
     SUBSCRIBE,
     Data,
     Server,
+    _payloads,
     generate,
     send,
     start_evb,
@@ -356,16 +357,6 @@ def report(figures: dict[str, Any], console: Console) -> None:
                       "", "", f"{point['arrival_log_bytes'] / 1e6:,.0f} / "
                       f"{point['ordered_log_bytes'] / 1e6:,.0f} MB", "")
         console.print(table)
-
-
-def _payloads(text: str) -> list[int]:
-    try:
-        sizes = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from error
-    if not sizes or min(sizes) < 1:
-        raise argparse.ArgumentTypeError(f"sizes of at least 1 byte wanted: {text!r}")
-    return list(dict.fromkeys(sizes))
 
 
 def main(argv: list[str] | None = None) -> int:
