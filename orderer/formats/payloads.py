@@ -101,11 +101,11 @@ class Located:
     in_batch: npt.NDArray[np.int64]
 
     def gather(
-        self, stop: int | None = None, *, fill: bool = True
+        self, stop: int | None = None, *, start: int = 0, fill: bool = True
     ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint8] | None]:
-        """The first ``stop`` (all) payloads: ``(offsets from 0, bytes)``; with ``fill`` false
-        only the offsets, ``None`` for the bytes (one compiled call without the GIL)."""
-        which, in_batch = self.which[:stop], self.in_batch[:stop]
+        """Payloads ``start:stop`` (all): ``(offsets from 0, bytes)``; with ``fill`` false only
+        the offsets, ``None`` for the bytes (one compiled call without the GIL)."""
+        which, in_batch = self.which[start:stop], self.in_batch[start:stop]
         if which.shape[0] == 0:
             return np.zeros(1, dtype=np.uint64), (np.zeros(0, np.uint8) if fill else None)
         return gather_payloads(self.parts, which, in_batch, fill)
@@ -165,28 +165,29 @@ class ArrivalPayloads:
         first = int(np.searchsorted(self._segment_firsts, int(wanted.min()), "right")) - 1
         if first == int(np.searchsorted(self._segment_firsts, top, "right")) - 1:
             # all in one segment (the usual case): its batches found in one pass, as they are
-            segment = self._segments[first]
-            if top >= segment.end:
-                self._scan(first)
-                if top >= segment.end:
-                    raise self._missing(top)
-            which, in_batch, batches = locate_rows(wanted, segment.firsts_array())
+            which, in_batch, batches = self._in_segment(first, wanted, top)
             return Located([self._part(first, int(b)) for b in batches], which, in_batch)
         seg_part, _, segments = locate_rows(wanted, self._segment_firsts)
         for j, s in enumerate(segments.tolist()):
             here = np.flatnonzero(seg_part == j)
             local = wanted[here]
-            segment = self._segments[s]
-            last = int(local.max())
-            if last >= segment.end:
-                self._scan(s)
-                if last >= segment.end:
-                    raise self._missing(last)
-            part, row_in, batches = locate_rows(local, segment.firsts_array())
+            part, row_in, batches = self._in_segment(s, local, int(local.max()))
             which[here] = part + len(parts)
             in_batch[here] = row_in
             parts.extend(self._part(s, int(b)) for b in batches)
         return Located(parts, which, in_batch)
+
+    def _in_segment(
+        self, index: int, rows: npt.NDArray[np.int64], last: int
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """:func:`~orderer._core.core.locate_rows` of ``rows`` (``last`` the highest) in
+        segment ``index``, scanned further first when they reach past what is indexed."""
+        segment = self._segments[index]
+        if last >= segment.end:
+            self._scan(index)
+            if last >= segment.end:
+                raise self._missing(last)
+        return locate_rows(rows, segment.firsts_array())
 
     def _missing(self, row: int) -> InterfaceError:
         return InterfaceError(
@@ -367,11 +368,7 @@ def _pieces(batches: list[pa.RecordBatch], payloads: ArrivalPayloads) -> Iterato
     while start < n:
         stop = int(np.searchsorted(sizes, sizes[start] + READ_BYTES, "right")) - 1
         stop = min(n, max(stop, start + 1))
-        piece = joined.slice(start, stop)
-        part = Located(
-            located.parts, located.which[start:stop], located.in_batch[start:stop]
-        )
-        offsets, data = part.gather()
+        offsets, data = located.gather(stop, start=start)
         assert data is not None
-        yield replace(piece, payload_offsets=offsets, payload=data)
+        yield replace(joined.slice(start, stop), payload_offsets=offsets, payload=data)
         start = stop
