@@ -42,6 +42,8 @@ import bench_service as service
 from rich.console import Console
 from rich.table import Table
 
+from orderer.replay.synthetic import SyntheticRun
+
 
 @dataclasses.dataclass
 class SenderResult:
@@ -91,7 +93,7 @@ def run_point(args: argparse.Namespace, n: int, work: Path) -> dict[str, Any]:
     """N orderers, N senders, started together; the aggregate and each orderer's figures."""
     servers: list[service.Server] = []
     senders: list[subprocess.Popen[str]] = []
-    sources = tuple(range(args.sources))
+    sources = SyntheticRun(n_sources=args.sources).source_ids  # what each sender's run holds
     try:
         for k in range(n):
             servers.append(
@@ -209,16 +211,20 @@ def main() -> None:
         for n in counts:
             points.append(run_point(args, n, Path(tmp)))
     single = next(p for p in points if p["orderers"] == 1)["fragments_per_s"]
-    table = Table(title=f"N orderers at once ({args.mode}) against N x one")
+    table = Table(
+        title=f"N orderers at once ({args.mode}); ratio: aggregate / (N x one); "
+        "spread: of the senders' starts; µs/1k: per 1000 fragments, max busiest "
+        "thread of an orderer, mean orderer CPU"
+    )
     for column in (
         "N",
-        "fragments/s",
-        "payload MB/s",
+        "frag/s",
+        "MB/s",
         "N x one",
-        "aggregate / (N x one)",
-        "start spread",
-        "busiest thread µs/1000 (max)",
-        "server CPU µs/1000 (mean)",
+        "ratio",
+        "spread",
+        "busiest µs/1k",
+        "CPU µs/1k",
     ):
         table.add_column(column, justify="right")
     for p in points:
