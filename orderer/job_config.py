@@ -10,7 +10,10 @@ not know or a value it would read otherwise.
 
 Why here and not in :mod:`orderer.spark`: the operator may not import the Spark job, and nothing
 here imports pyspark. What the flags mean once Spark runs (the checks that need the file system,
-the event building, the layout of the output) is :mod:`orderer.spark.job`'s.
+the event building, the layout of the output) is :mod:`orderer.spark.job`'s. The timestamp
+policy is event building's own (:class:`orderer.building.config.TimestampPolicy`, beside the rule
+that applies it); it is named here too, with the configuration whose field it types, so the
+operator takes both from the one module it may use.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orderer.building.config import TimestampPolicy
 from orderer.flags.argv import command_arguments
 from orderer.wire.options import DEFAULT_CONNECT_TIMEOUT, add_security_arguments
 
@@ -36,15 +40,6 @@ __all__ = [
 
 DEFAULT_GLOM_SOURCE_ID = 0
 """glom's ``--sourceid`` default: the source id in the body header of the events it builds."""
-
-
-class TimestampPolicy(enum.StrEnum):
-    """Which timestamp a built event carries, by the fragments' order in the stream (glom's
-    names: ``earliest`` = the first fragment's, ``latest`` = the last fragment's)."""
-
-    EARLIEST = "earliest"
-    LATEST = "latest"
-    AVERAGE = "average"
 
 
 class OutputFormat(enum.StrEnum):

@@ -25,7 +25,10 @@ __all__ = [
     "Connection",
     "ConsumerState",
     "OutOfOrder",
+    "Piece",
     "RunSpan",
+    "SliceIndex",
+    "SliceRole",
     "SourceStats",
     "Stats",
     "Totals",
@@ -155,6 +158,63 @@ class RunSpan:
     it goes on."""
 
 
+@dataclass(frozen=True, slots=True)
+class SliceRole:
+    """Where an orderer stands in a run spread over several by time slices (docs/scale-out.md):
+    orderer ``index`` of ``orderers``, slices of ``slice_ticks``; a plain orderer is orderer 0
+    of 1. Why in ``GetStats``: a source that knows one orderer learns from it how to route and,
+    with ``peers``, where the others are; a consumer learns whose pieces to read."""
+
+    orderers: int = 1
+    """N, the orderers of the run."""
+    index: int = 0
+    """This orderer's number, 0 to N-1: it owns the slices ``s`` with ``s mod N == index``."""
+    slice_ticks: int | None = None
+    """T, the slice length in timestamp ticks; None: not given (a run of one orderer)."""
+    peers: tuple[str, ...] = ()
+    """The run's orderers' addresses, in index order (empty: the server was not told them)."""
+
+    @property
+    def sliced(self) -> bool:
+        """The run is spread over more than one orderer."""
+        return self.orderers > 1
+
+    def describe(self) -> str:
+        """``orderer 1 of 3, slices of 1000000 ticks``: what ``evb stats`` and ``evb top``
+        show of a run over several orderers."""
+        return f"orderer {self.index} of {self.orderers}, slices of {self.slice_ticks} ticks"
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """One piece of an orderer's output (docs/scale-out.md, "Vocabulary"): it begins at
+    ``first_offset`` and ends where the orderer's next piece begins (or at the run's end)."""
+
+    slice: int
+    """The slice that opened it, which its orderer owns: the pieces of all orderers in slice
+    order are the merged stream."""
+    first_offset: int
+    """Output offset of its first fragment."""
+    highest_timestamp: int | None
+    """The highest ordinary timestamp in it so far (of its durable output); None: it holds no
+    ordinary fragment yet (a kept barrier opened it). The merged stream's high-water mark at a
+    piece's start is the highest of the earlier pieces'."""
+
+
+@dataclass(frozen=True, slots=True)
+class SliceIndex:
+    """``GetSliceIndex``: an orderer's pieces from a slice on, as far as its output is durable."""
+
+    pieces: tuple[Piece, ...]
+    """Ascending by slice (and so by offset)."""
+    complete: bool
+    """The run has ended and everything it emitted is durable: the last piece ends at
+    ``next_offset`` and no piece will follow."""
+    next_offset: int
+    """The index covers the durable output below this offset: the last piece listed runs at
+    least up to it."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Connection:
     """A Submit stream open now."""
@@ -203,6 +263,8 @@ class Stats:
     connections: tuple[Connection, ...] = ()
     consumers: Mapping[str, ConsumerState]
     """By name, sorted."""
+    slicing: SliceRole = SliceRole()
+    """Where this orderer stands in a run over several (a plain orderer: orderer 0 of 1)."""
 
     @property
     def totals(self) -> Totals:
@@ -276,6 +338,12 @@ class Stats:
                     "last_commit": c.last_commit,
                 }
                 for name, c in self.consumers.items()
+            },
+            "slicing": {
+                "orderers": self.slicing.orderers,
+                "index": self.slicing.index,
+                "slice_ticks": self.slicing.slice_ticks,
+                "peers": list(self.slicing.peers),
             },
         }
 

@@ -13,9 +13,9 @@ import numpy as np
 import pyarrow as pa
 
 from orderer.batch import ArrivalKind
+from orderer.building.glom import FRAGMENT_SCHEMA
 from orderer.replay.physics import PAYLOAD_SIZE
 from orderer.replay.synthetic import SyntheticRun, generate_records
-from orderer.spark.glom import FRAGMENT_SCHEMA
 
 
 def ordered_fragments(spec: SyntheticRun) -> pa.Table:

@@ -64,7 +64,7 @@ def spark_schema() -> dict[str, Any]:
                 " there; 0: one fragment per event. Building.",
                 minimum=0,
                 maximum=2**31 - 1,
-                default=1000,  # orderer.spark.glom.GlomConfig's (a test checks)
+                default=1000,  # orderer.building.config.GlomConfig's (a test checks)
             ),
             "timestampPolicy": _string(
                 "Timestamp of a built event: its earliest, latest or average fragment's. Building.",

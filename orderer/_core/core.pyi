@@ -34,7 +34,7 @@ def arrival_rows(
     _U8, _F64, _U32, _U64, _U32, _U64, _U8, _U64 | None, npt.NDArray[np.bool_] | None
 ]: ...
 
-# glom_starts.pyx: where glom's events start (orderer.spark.glom.event_starts checks the input)
+# glom_starts.pyx: where glom's events start (orderer.building.glom.event_starts checks the input)
 def event_starts_of(
     timestamp: _U64, is_barrier: _U8, dt: int, span: int
 ) -> npt.NDArray[np.int64]: ...

@@ -51,5 +51,5 @@ include "nscldaq.pyx"    # the walk of NSCLDAQ ring items and event-builder frag
 include "submit_wire.pyx"   # the protobuf wire format of a SubmitRequest, read without the GIL
 include "batch_fields.pyx"  # a FragmentBatch's fields into checked columns; decode_submit
 include "arrival_rows.pyx"  # arrival-log rows joined from batches and markers, without the GIL
-include "glom_starts.pyx"   # where glom's events start, for the Spark job's planning and building
+include "glom_starts.pyx"   # where glom's events start, for event building (orderer.building)
 include "payload_gather.pyx"  # payloads gathered by row from the arrival log, for its readers

@@ -1,7 +1,8 @@
-# Where glom's events start (a part that core.pyx includes), for orderer.spark.glom.event_starts.
-# Why here: the rule is a chain (each event's first fragment decides where the event ends), so
-# it is one pass in C over the timestamps, without the GIL: the Spark driver runs it over every
-# micro-batch's timestamps to plan, and every executor over its partition to build.
+# Where glom's events start (a part that core.pyx includes), for
+# orderer.building.glom.event_starts. Why here: the rule is a chain (each event's first fragment
+# decides where the event ends), so it is one pass in C over the timestamps, without the GIL: the
+# Spark driver runs it over every micro-batch's timestamps to plan, every executor over its
+# partition to build, and the sliced replay over whole runs' outputs.
 
 cdef extern from "<stdint.h>":
     uint64_t UINT64_MAX_ "UINT64_MAX"
@@ -36,7 +37,7 @@ def event_starts_of(const uint64_t[::1] timestamp, const uint8_t[::1] is_barrier
                     uint64_t dt, Py_ssize_t span):
     """Indices where an event starts (int64, ascending, 0 first); ``span`` >= 1 is the most
     fragments of an event. The checks and the no-build cases are the caller's
-    (:func:`orderer.spark.glom.event_starts`)."""
+    (:func:`orderer.building.glom.event_starts`)."""
     cdef Py_ssize_t n = timestamp.shape[0], k
     if is_barrier.shape[0] != n:
         raise ValueError(f"{n} timestamps but {is_barrier.shape[0]} barrier flags")

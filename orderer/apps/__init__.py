@@ -2,7 +2,9 @@
 :mod:`~orderer.apps.send` (``evb send``), :mod:`~orderer.apps.tail` (``evb tail``),
 :mod:`~orderer.apps.stats` (``evb stats``), :mod:`~orderer.apps.top` (``evb top``),
 :mod:`~orderer.apps.console` (the statistics drawn for both), :mod:`~orderer.apps.forward`
-(``evb forward``) and :mod:`~orderer.apps.demo` (``evb demo --replay-only``).
+(``evb forward``), :mod:`~orderer.apps.demo` (``evb demo --replay-only``) and, of the replay's
+work, what is drawn for a reader: :mod:`~orderer.apps.sliced_table` (the table of ``evb replay
+--orderers``; the replay computes its results, typed).
 
 :mod:`orderer.cli` only parses arguments and maps errors to exit statuses; these modules do the
 work, and the tests call them without a shell. They reach a live server only through the client

@@ -198,10 +198,16 @@ def _summary(stats: Stats, style: _Style) -> Text:
     hwm = stats.high_water_mark
     return Text(
         f"evb orderer: {'run ended' if stats.run_ended else 'running'}, "
-        f"time {stats.now:.3f} s\noutput offset {stats.next_offset:,}, "
+        f"time {stats.now:.3f} s{_role(stats)}\noutput offset {stats.next_offset:,}, "
         f"high-water mark {'-' if hwm is None else hwm}",
         style=style.of("bold"),
     )
+
+
+def _role(stats: Stats) -> str:
+    """``, orderer 1 of 3, slices of 1000000 ticks`` for an orderer of a run over several
+    (docs/scale-out.md): its output is a third of the run's; nothing for a plain one."""
+    return f", {stats.slicing.describe()}" if stats.slicing.sliced else ""
 
 
 def _counters(stats: Stats, style: _Style) -> list[Any]:
@@ -402,6 +408,7 @@ def top_frame(
     header.append(state, style=style.of(state_style))
     if stats is None:
         return Group(header)
+    header.append(_role(stats))
     window = stats.config.build_window
     speed = "-/s in, -/s out" if rates is None else f"{rates[0]:,.0f}/s in, {rates[1]:,.0f}/s out"
     header.append(

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from orderer.batch import ArrivalKind, ArrivalRecords, FragmentBatch
-from orderer.client import SourceClient, get_stats, set_source_state
+from orderer.client import SourceClient, get_stats, parse_targets, set_source_state
 from orderer.errors import ServiceUnavailable
 from orderer.formats.json_lines import read_records
 from orderer.nscldaq.format import NscldaqFormatError
@@ -132,7 +132,8 @@ def send_records(
         def call(client: SourceClient) -> None:
             client.flush()
             client.wait_acked()
-            set_source_state(target, source, dead, **connection)
+            for orderer in client.targets:  # a source's state is the run's: every orderer's
+                set_source_state(orderer, source, dead, **connection)
 
         return call
 
@@ -240,7 +241,7 @@ def _say_if_ended(target: str, client_options: dict[str, Any] | None) -> None:
     meaning the next run wants; and a Spark job that built the run finished at its end."""
     options = client_options or {}
     connection = {k: options[k] for k in ("security", "connect_timeout") if k in options}
-    stats = get_stats(target, barrier_log_limit=1, **connection)
+    stats = get_stats(parse_targets(target)[0], barrier_log_limit=1, **connection)
     if stats.run_ended:
         print(
             f"evb send: run {stats.run} has ended (evb end-run): these fragments reopen it"

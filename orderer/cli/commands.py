@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import sys
 from collections.abc import Iterator
@@ -84,12 +85,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def _replay_sliced(args: argparse.Namespace, grid: list[Any]) -> int:
     """``evb replay --orderers N --slice-ticks T``: INPUT as N time-sliced orderers order it,
-    against one orderer (:mod:`orderer.replay.sliced`); a table, or ``--stats``."""
-    from functools import partial
-
+    against one orderer (:mod:`orderer.replay.sliced`); a table
+    (:mod:`orderer.apps.sliced_table`), or ``--stats``."""
+    from orderer.apps.sliced_table import print_summary
     from orderer.formats.result_files import check_results, staged
-    from orderer.replay.sliced import print_summary, replay_sliced, stats_json
-    from orderer.replay.sliced_merge import Glom
+    from orderer.replay.sliced import replay_sliced
     from orderer.replay.slicing import parse_slicings
     from orderer.replay.stream import input_batches, input_files
 
@@ -116,15 +116,10 @@ def _replay_sliced(args: argparse.Namespace, grid: list[Any]) -> int:
         [] if args.stats is None else [("--stats", args.stats)], input_files(args.input),
         overwrite=args.overwrite,
     )
-    glom = None
-    if args.dt is not None:
-        from orderer.spark.glom import event_starts  # glom's own rule, not a copy of it
-
-        glom = Glom(args.dt, partial(event_starts, dt=args.dt))
-    run = replay_sliced(_rereadable(input_batches, args.input), grid[0].config, slicings, glom)
+    run = replay_sliced(_rereadable(input_batches, args.input), grid[0].config, slicings, args.dt)
     if args.stats is not None:
         with staged(args.stats) as written:
-            written.write_text(json.dumps(stats_json(run), indent=1) + "\n", encoding="utf-8")
+            written.write_text(json.dumps(run.to_json(), indent=1) + "\n", encoding="utf-8")
     if args.stats is None or len(slicings) > 1:
         print_summary(run, args.dt)
     return 0
@@ -456,6 +451,36 @@ def cmd_forward(args: argparse.Namespace) -> int:
         **_connection(args),
     )
     print(json.dumps(summary), flush=True)
+    return 0
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    """``evb release``: the release of dead sources (:mod:`orderer.apps.release`), logged at
+    info level on stderr as it runs; the releases as JSON at the end."""
+    import asyncio
+    import logging
+
+    from orderer.apps.release import release_round, watch
+    from orderer.client import AsyncSourceClient
+
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    connection = _connection(args)
+
+    async def run() -> list[Any]:
+        client = AsyncSourceClient(args.target, **connection)
+        await client.start()  # the run's orderers, in order (one address with --peers: all)
+        targets = client.targets
+        await client.abort()
+        if args.once:
+            return await release_round(targets, **connection)
+        return await watch(targets, interval=args.interval, **connection)
+
+    released = asyncio.run(run())
+    print(json.dumps({"released": [dataclasses.asdict(r) for r in released]}), flush=True)
     return 0
 
 

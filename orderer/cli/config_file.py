@@ -89,6 +89,10 @@ _SERVE_FLAGS = (
     "tls_key",
     "tls_client_ca",
     "token_file",
+    "orderers",
+    "orderer_index",
+    "slice_ticks",
+    "peers",
 )
 
 
@@ -125,7 +129,9 @@ def serve_settings(args: argparse.Namespace) -> ServeSettings:
         check_keys(values, known)  # the service's keys too, so the suggestion can be one
         config, service = configs_from_mapping(values)
     except ConfigError as error:
-        raise renamed(error, where) from None
+        # a setting wrong only beside others (--slice-ticks missing for --orderers 3) is named
+        # as its flag when the user gave it nowhere
+        raise renamed(error, {**{name: flag(name) for name in _SERVE_FLAGS}, **where}) from None
     given = tuple(GivenParameter(name, where[name]) for name in parameter_names() if name in where)
     return ServeSettings(config, service, given)
 

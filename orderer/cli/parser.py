@@ -19,6 +19,7 @@ from orderer.cli.commands import (
     cmd_demo,
     cmd_end_run,
     cmd_forward,
+    cmd_release,
     cmd_replay,
     cmd_send,
     cmd_serve,
@@ -345,6 +346,26 @@ def _add_source(commands: Any) -> None:
     _add_timeout(source, 10.0)
 
 
+def _add_release(commands: Any) -> None:
+    release = _subcommand(
+        commands,
+        "release",
+        "end the dead sources of a run spread over several orderers, at every orderer",
+        cmd_release,
+        "For a run over several orderers (docs/scale-out.md): a source silent at every orderer "
+        "for the run's source_timeout and not ended everywhere holds every orderer's output; "
+        "this sends it an end of source at every orderer (its next fragment re-opens it). "
+        "Looks every --interval seconds until every orderer's run has ended, then prints the "
+        "releases as JSON; never releases in a round where an orderer does not answer. "
+        "--target names every orderer in order (HOST:PORT,...), or one started with --peers.",
+        client=True,
+    )
+    release.add_argument(
+        "--interval", type=SECONDS, default=1.0, metavar="S", help="seconds between two looks"
+    )
+    release.add_argument("--once", action="store_true", help="one look, then exit")
+
+
 def _add_end_run(commands: Any) -> None:
     end_run = _subcommand(
         commands,
@@ -452,6 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_begin_run,
         _add_consumers,
         _add_forward,
+        _add_release,
         _add_spark_job,
     ):
         add(commands)

@@ -13,8 +13,9 @@ One job a module:
   (blocking) iterate the ordered output from an offset and resume after reconnects;
 - :mod:`~orderer.client.control`: :func:`get_stats`, :func:`configure`, :func:`end_run`,
   :func:`begin_run`, :func:`commit`, :func:`get_committed`, :func:`delete_consumer`,
-  :func:`set_source_state` and their ``*_async`` twins, answering with typed values
-  (:class:`~orderer.stats.Stats` and its parts, :class:`~orderer.config.OrdererConfig`);
+  :func:`set_source_state`, :func:`get_slice_index` and their ``*_async`` twins, answering
+  with typed values (:class:`~orderer.stats.Stats` and its parts,
+  :class:`~orderer.config.OrdererConfig`);
 - :mod:`~orderer.client.connect`: channel options, the first connection bounded by
   ``connect_timeout`` (seconds, :data:`DEFAULT_CONNECT_TIMEOUT`; None waits as the call's other
   limits allow), gRPC statuses as :mod:`orderer.errors`: ``ServiceUnavailable`` naming the
@@ -45,13 +46,15 @@ from orderer.client.control import (
     end_run_async,
     get_committed,
     get_committed_async,
+    get_slice_index,
+    get_slice_index_async,
     get_stats,
     get_stats_async,
     set_source_state,
     set_source_state_async,
 )
 from orderer.client.readers import OrderedStreamReader, subscribe
-from orderer.client.sources import AsyncSourceClient
+from orderer.client.sources import AsyncSourceClient, parse_targets
 from orderer.wire.options import DEFAULT_CONNECT_TIMEOUT
 from orderer.wire.security import ChannelSecurity
 
@@ -76,8 +79,11 @@ __all__ = [
     "end_run_async",
     "get_committed",
     "get_committed_async",
+    "get_slice_index",
+    "get_slice_index_async",
     "get_stats",
     "get_stats_async",
+    "parse_targets",
     "set_source_state",
     "set_source_state_async",
     "subscribe",

@@ -52,7 +52,7 @@ class SourceClient:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)  # type: ignore[arg-type]
 
     def _registered(self, source: int) -> None:
-        if source not in self._client._next_seq:
+        if not self._client.registered(source):
 
             async def register() -> None:
                 self._client._register(source)
@@ -125,6 +125,11 @@ class SourceClient:
 
     def unacked(self, source: int | None = None) -> int:
         return self._client.unacked(source)
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """The run's orderers' addresses, in their order."""
+        return self._client.targets
 
     @property
     def reconnects(self) -> int:

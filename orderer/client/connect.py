@@ -297,9 +297,7 @@ class _SyncProbes:
                 targets = _distinct(infos, found[1])
                 if len(targets) > 1:
                     options = _probe_options(self._target, self._security)
-                    self._per_address = [
-                        sync_channel(t, self._security, options) for t in targets
-                    ]
+                    self._per_address = [sync_channel(t, self._security, options) for t in targets]
         return self._per_address
 
     def close(self) -> None:

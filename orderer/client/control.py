@@ -1,7 +1,8 @@
 """Control calls of the orderer: :func:`get_stats`, :func:`configure`, :func:`end_run`,
 :func:`begin_run`, :func:`commit`, :func:`get_committed`, :func:`delete_consumer`,
-:func:`set_source_state`, each blocking and as an ``*_async`` twin, each answering with typed
-values (:mod:`orderer.stats`, :class:`~orderer.config.OrdererConfig`, the replies below).
+:func:`set_source_state`, :func:`get_slice_index`, each blocking and as an ``*_async`` twin,
+each answering with typed values (:mod:`orderer.stats`, :class:`~orderer.config.OrdererConfig`,
+the replies below).
 
 Why one module: each is one unary call on a channel of its own, bounded twice the same way:
 ``connect_timeout`` bounds the connection (``ServiceUnavailable`` naming the address and the
@@ -32,7 +33,7 @@ from orderer.client.connect import (
 from orderer.client.twins import parameters_of
 from orderer.config import OrdererConfig
 from orderer.errors import InterfaceError
-from orderer.stats import RunSpan, Stats
+from orderer.stats import RunSpan, SliceIndex, Stats
 from orderer.wire import convert
 from orderer.wire.options import DEFAULT_CONNECT_TIMEOUT
 from orderer.wire.security import ChannelSecurity, aio_channel, sync_channel
@@ -52,6 +53,8 @@ __all__ = [
     "end_run_async",
     "get_committed",
     "get_committed_async",
+    "get_slice_index",
+    "get_slice_index_async",
     "get_stats",
     "get_stats_async",
     "set_source_state",
@@ -266,6 +269,26 @@ def _source_state(reply: pb.SourceStateReply) -> SourceMark:
     return SourceMark(bool(reply.was_known), bool(reply.dead))
 
 
+def _get_slice_index(
+    target: str,
+    from_slice: int = 0,
+    *,
+    limit: int = 0,
+    timeout: float = 10.0,
+    security: ChannelSecurity | None = None,
+    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
+) -> _Exchange[SliceIndex]:
+    if isinstance(from_slice, bool) or not 0 <= from_slice < 2**64:
+        raise InterfaceError(f"from_slice: {from_slice!r} must be an integer from 0 to 2**64 - 1")
+    if isinstance(limit, bool) or not 0 <= limit < 2**32:
+        raise InterfaceError(f"limit: {limit!r} must be an integer from 0 to 2**32 - 1")
+    request = pb.GetSliceIndexRequest(from_slice=from_slice, limit=limit)
+    return _Exchange(
+        target, security, connect_timeout, "GetSliceIndex", request, timeout,
+        convert.slice_index_from_pb,
+    )  # fmt: skip
+
+
 # ---------------------------------------------------------------- the calls, blocking and asyncio
 
 
@@ -379,3 +402,20 @@ def set_source_state(*args: Any, **kwargs: Any) -> SourceMark:
 async def set_source_state_async(*args: Any, **kwargs: Any) -> SourceMark:
     """:func:`set_source_state` on asyncio."""
     return await _set_source_state(*args, **kwargs).asyncio()
+
+
+@parameters_of(_get_slice_index)
+def get_slice_index(*args: Any, **kwargs: Any) -> SliceIndex:
+    """The slice index of an orderer of a run over several (docs/scale-out.md): its pieces of
+    slice ``from_slice`` and above, ``limit`` at most (0: the server's choice, 65,536), each
+    with its slice, its first output offset and its highest ordinary timestamp so far, as far
+    as its output is durable (``next_offset``); ``complete`` once the run has ended and all of
+    it is durable. A piece ends where the orderer's next one begins. An orderer started
+    without a slice length keeps none (``InterfaceError``)."""
+    return _get_slice_index(*args, **kwargs).blocking()
+
+
+@parameters_of(_get_slice_index)
+async def get_slice_index_async(*args: Any, **kwargs: Any) -> SliceIndex:
+    """:func:`get_slice_index` on asyncio."""
+    return await _get_slice_index(*args, **kwargs).asyncio()

@@ -1,20 +1,29 @@
-"""The asyncio source client: data sources in, each fragment durable on the orderer exactly once.
+"""The asyncio source client: data sources in, each fragment durable on its orderer exactly once.
 
 Why more than the generated stub: a data source must not lose or duplicate fragments when the
 orderer restarts, and must not send one message per fragment (gRPC costs a fixed ~200 us per
 message). :class:`AsyncSourceClient` therefore
 
 - batches fragments per source (``batch_size``, or after ``linger`` seconds, or on ``flush``);
-- numbers them per source (the server deduplicates by ``(source, sequence)``);
+- numbers them per source and orderer (the server deduplicates by ``(source, sequence)``);
 - keeps every batch until the server acknowledges it as durable, and resends all of them after a
   reconnect (exponential backoff with jitter), so a crash of the server loses nothing that was
   not acknowledged and duplicates nothing;
-- honours flow control: while the server asks a source to pause, shipping its batches waits;
-- bounds memory: sending blocks once ``max_unacked`` fragments of a source await their ack.
+- honours flow control: while an orderer asks a source to pause, what goes to that orderer
+  waits in the client;
+- bounds memory: sending blocks once ``max_unacked`` fragments of a source are held for one
+  orderer, waiting to go or awaiting their ack.
+
+A run spread over several orderers (docs/scale-out.md) is one client over all of them: given
+their addresses in order (or one address whose ``GetStats`` names the others), it routes every
+batch in one pass (:mod:`~orderer.client.routing`: each fragment to the owner of its slice,
+barriers and crossing watermarks to the others) and keeps one stream per orderer
+(:mod:`~orderer.client.link`); watermarks and ends of source go to every orderer. With one
+orderer it sends every batch unchanged, as it always did.
 
 A new client asks the server where each of its sources stands (an empty batch, answered with an
 ``Ack``), so a second ``evb send`` for the same source continues its sequence. Closing the client
-waits until the server ended the stream OK, which it does only once everything sent on it
+waits until every orderer ended its stream OK, which each does only once everything sent on it
 (watermarks and ends included) is durable. The blocking flavour is
 :class:`orderer.client.blocking.SourceClient`.
 """
@@ -23,10 +32,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import threading
-from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -34,61 +41,47 @@ import grpc
 from orderer._proto.evb.v1 import orderer_pb2 as pb
 from orderer._proto.evb.v1 import orderer_pb2_grpc as pb_grpc
 from orderer.batch import FragmentBatch
-from orderer.client.batching import (
-    Buffer,
-    Sent,
-    check_timestamp,
-    message_end,
-    single_source,
-    source_batch,
-)
-from orderer.client.connect import (
-    FATAL_CODES,
-    channel_options,
-    check_connect_timeout,
-    check_source,
-    connect_async,
-    error_of,
-)
-from orderer.client.reconnect import Reconnects
-from orderer.errors import EvbError, InterfaceError, ServiceUnavailable
-from orderer.wire import convert
+from orderer.client.batching import Buffer, check_timestamp, single_source, source_batch
+from orderer.client.connect import check_connect_timeout, check_source, error_of
+from orderer.client.link import Changes, LinkOptions, OrdererLink
+from orderer.client.routing import SourceRouting
+from orderer.errors import EvbError, InterfaceError
+from orderer.replay.slicing import Slicing
 from orderer.wire.options import DEFAULT_CONNECT_TIMEOUT
-from orderer.wire.security import ChannelSecurity, aio_channel
+from orderer.wire.security import ChannelSecurity
 
-__all__ = ["AsyncSourceClient"]
-
-log = logging.getLogger("evb.client")
+__all__ = ["AsyncSourceClient", "parse_targets"]
 
 
-_STREAM_ENDED = (grpc.aio.AioRpcError, asyncio.InvalidStateError)
-"""How a Submit stream ends under the client: the server's status, or a write into a call the
-server (or a dead connection) already finished ("RPC already finished"). Either one reconnects;
-anything else is a fault of the client's own code, and fails it."""
-
-_WRITE_RACE = (grpc.StatusCode.INTERNAL, "Internal error from Core")
-"""What grpcio's asyncio client reports instead of the server's status when one of its writes
-races with the server ending the stream (grpc/grpc#36066: the failed write overwrites the
-status the server sent). The server's reason is lost; the client keeps the last status the
-server did give (a full log volume's "refuses writes") for its decisions and its message."""
+def parse_targets(target: str | Sequence[str]) -> list[str]:
+    """The orderers' addresses: a list, or one string of addresses separated by commas."""
+    targets = [t.strip() for t in target.split(",")] if isinstance(target, str) else list(target)
+    if not targets or not all(targets):
+        raise InterfaceError(f"target: {target!r} names no orderer address (HOST:PORT[,...])")
+    if len(set(targets)) != len(targets):
+        raise InterfaceError(f"target: {target!r} names an orderer twice")
+    return targets
 
 
 class AsyncSourceClient:
-    """One connection (one ``Submit`` stream) for one or more data sources, asyncio flavour.
+    """One ``Submit`` stream per orderer of the run, for one or more data sources, asyncio.
 
-    ``async with AsyncSourceClient("host:50051", sources=[1]) as client: await client.send(1, ts)``.
-    Every call raises the error that stopped the client, if any: ``InterfaceError`` when the
+    ``async with AsyncSourceClient("host:50051", sources=[1]) as client: await client.send(1, ts)``;
+    a run over several orderers: ``AsyncSourceClient("a:50051,b:50051,c:50051")`` (orderers 0, 1
+    and 2, in that order) or the address of any one of them that was started with ``--peers``.
+    Every call raises the error that stopped the client, if any: ``InterfaceError`` when a
     server refused the input (``INVALID_ARGUMENT``; the batches it acknowledged before stay
-    accepted), ``ServiceUnavailable`` when ``reconnect_timeout`` passed without a connection,
-    ``AuthenticationError`` when the server refused the token. :meth:`start` raises
-    ``ServiceUnavailable`` when no connection is made within ``connect_timeout`` (None: wait
-    as ``reconnect_timeout`` allows); a connection lost later is retried and everything not
-    acknowledged resent.
+    accepted) or the orderers are not the run's in that order, ``ServiceUnavailable`` when
+    ``reconnect_timeout`` passed without a connection, ``AuthenticationError`` when the server
+    refused the token. :meth:`start` raises ``ServiceUnavailable`` when an orderer does not
+    answer within ``connect_timeout`` (None: wait as ``reconnect_timeout`` allows, and take a
+    single address for a run of one orderer without asking); a connection lost later is
+    retried and everything not acknowledged resent.
     """
 
     def __init__(
         self,
-        target: str,
+        target: str | Sequence[str],
         *,
         sources: Iterable[int] = (),
         batch_size: int = 4096,
@@ -108,65 +101,117 @@ class AsyncSourceClient:
         check_connect_timeout(connect_timeout)
         if max_unacked < batch_size:
             raise InterfaceError(f"max_unacked: {max_unacked} must be >= batch_size")
-        self.target = target
+        self._targets = parse_targets(target)
+        self.target = ",".join(self._targets)
         self._batch_size = batch_size
         self._linger = linger
         self._max_unacked = max_unacked
         self._first_sequence = dict(first_sequence or {})
-        self._warned: set[int] = set()
-        self._backoff = (backoff_initial, backoff_max)
-        self._reconnect_timeout = reconnect_timeout
-        self._connect_timeout = connect_timeout
-        self._max_message_bytes = max_message_bytes
-        self._max_batch_bytes = max_batch_bytes
-        self._security = security
+        self._options = LinkOptions(
+            batch_size=batch_size,
+            max_unacked=max_unacked,
+            max_batch_bytes=max_batch_bytes,
+            max_message_bytes=max_message_bytes,
+            backoff=(backoff_initial, backoff_max),
+            reconnect_timeout=reconnect_timeout,
+            connect_timeout=connect_timeout,
+            security=security,
+        )
         self._lock = threading.Lock()  # guards the buffers: SourceClient fills them from its thread
         self._buffers: dict[int, Buffer] = {}
         self._ship_locks: dict[int, asyncio.Lock] = {}
-        self._next_seq: dict[int, int | None] = {}
-        self._unacked: dict[int, deque[Sent]] = {}
-        self._unacked_count: dict[int, int] = {}
-        self._acked: dict[int, int] = {}
-        self._paused: dict[int, bool] = {}
-        self._watermarks: dict[int, int] = {}
-        self._ended: dict[int, bool] = {}
-        self._order = 0
-        self._outbox: deque[pb.SubmitRequest] = deque()
-        self._writer_wake = asyncio.Event()
-        self._changed = asyncio.Event()
+        self._changes = Changes()
+        self._links = [self._link(t) for t in self._targets]
+        self._routing = SourceRouting(Slicing(1, 1))
         self._lingering: dict[int, asyncio.TimerHandle] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._error: BaseException | None = None
         self._closing = False
-        self._finished = False
-        self._connected = False
-        self._had_reply = False
-        self._task: asyncio.Task[None] | None = None
-        self._channel: grpc.aio.Channel | None = None
+        self._started = False
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.reconnects = 0
-        """How often the stream was re-established (for tests and monitoring)."""
         for source in sources:
             self._register(source)
+
+    def _link(self, target: str) -> OrdererLink:
+        return OrdererLink(target, self._options, self._changes, self._first_sequence)
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> AsyncSourceClient:
-        """Connect (at most ``connect_timeout`` seconds, else ``ServiceUnavailable`` naming the
-        address and the cause) and start the stream."""
-        if self._task is None:
+        """Connect to every orderer (each within ``connect_timeout`` seconds, else
+        ``ServiceUnavailable`` naming the address and the cause), learn how the run is sliced
+        and start the streams."""
+        if not self._started:
             self._loop = asyncio.get_running_loop()
-            channel = aio_channel(
-                self.target, self._security, channel_options(self._max_message_bytes)
-            )
             try:
-                await connect_async(channel, self.target, self._connect_timeout, self._security)
+                for link in self._links:
+                    await link.connect()
+                if self._options.connect_timeout is not None or len(self._links) > 1:
+                    await self._learn_slicing()
             except BaseException:
-                await channel.close()
+                for link in self._links:
+                    await link.abort()
                 raise
-            self._channel = channel
-            self._task = self._loop.create_task(self._run())
+            self._started = True
+            for link in self._links:
+                link.start()
         return self
+
+    async def _learn_slicing(self) -> None:
+        """N and T from the orderers' ``GetStats``; one address of a run over several stands
+        for all of them (its ``peers``). Refused with one line: orderers that are not one run's
+        in the order given."""
+        roles = [await self._role(link) for link in self._links]
+        first = roles[0]
+        if len(self._links) == 1 and first.orderers > 1:
+            if len(first.peers) != first.orderers:
+                raise InterfaceError(
+                    f"{self._targets[0]} is orderer {first.index} of {first.orderers} and does not"
+                    " name the others (evb serve --peers): give every orderer's address, in order"
+                )
+            mine = self._links[0]
+            self._targets = list(first.peers)
+            self._links = [
+                mine if k == first.index else self._link(t) for k, t in enumerate(self._targets)
+            ]
+            for link in self._links:
+                await link.connect()
+            roles = [await self._role(link) for link in self._links]
+            self.target = ",".join(self._targets)
+        n = len(self._links)
+        for k, (target, role) in enumerate(zip(self._targets, roles, strict=True)):
+            if role.orderers != n or role.index != k:
+                raise InterfaceError(
+                    f"target: {target} is orderer {role.index} of {role.orderers}, not orderer"
+                    f" {k} of {n}: give the run's orderers in their order"
+                )
+            if role.slice_ticks != roles[0].slice_ticks:
+                raise InterfaceError(
+                    f"target: {target} cuts slices of {role.slice_ticks} ticks, orderer 0 of"
+                    f" {roles[0].slice_ticks}: they are not one run's orderers"
+                )
+        if n > 1:
+            self._routing = SourceRouting(Slicing(n, roles[0].slice_ticks))
+        for link in self._links:  # the sources known already go to the new links too
+            for source in self._buffers:
+                link.register(source)
+
+    async def _role(self, link: OrdererLink) -> pb.Slicing:
+        assert link.channel is not None
+        stub = pb_grpc.OrdererStub(link.channel)
+        try:
+            stats = await stub.GetStats(
+                pb.GetStatsRequest(), timeout=self._options.connect_timeout or 30.0
+            )
+        except grpc.aio.AioRpcError as error:
+            if error.code() == grpc.StatusCode.UNIMPLEMENTED:
+                return pb.Slicing(orderers=1, index=0)
+            raise error_of(
+                error.code(), error.details(), link.target, self._options.security
+            ) from None
+        if not stats.HasField("slicing") or stats.slicing.orderers == 0:
+            return pb.Slicing(orderers=1, index=0)  # a server from before slicing
+        return stats.slicing
 
     async def __aenter__(self) -> AsyncSourceClient:
         return await self.start()
@@ -178,19 +223,24 @@ class AsyncSourceClient:
             await self.abort()
 
     async def close(self, timeout: float | None = None) -> None:
-        """Ship what is buffered, then wait until the server has made everything sent durable
-        (it ends the stream OK), and disconnect. Raises the error that stopped the client.
+        """Ship what is buffered, then wait until every orderer has made everything sent
+        durable (it ends the stream OK), and disconnect. Raises the error that stopped the
+        client.
 
-        Without ``timeout`` it waits as long as the server takes (a server down is waited for
+        Without ``timeout`` it waits as long as the servers take (a server down is waited for
         up to ``reconnect_timeout``), like a Kafka producer's close. With it, it gives up after
         ``timeout`` seconds with ``TimeoutError`` naming what was never acknowledged, which is
         then lost with this client as after :meth:`abort`."""
-        if self._task is None:
+        if not self._started:
             return
         try:
             await asyncio.wait_for(self._close(), timeout)
         except TimeoutError:
-            outstanding = self.unacked() + sum(b.count for b in self._buffers.values())
+            outstanding = (
+                self.unacked()
+                + sum(link.queued() for link in self._links)
+                + sum(b.count for b in self._buffers.values())
+            )
             raise TimeoutError(
                 f"close: {outstanding} fragments not acknowledged within {timeout} s; they are"
                 " lost with this client unless sent again"
@@ -202,8 +252,9 @@ class AsyncSourceClient:
         if not self._closing:
             await self.flush()
             self._closing = True
-            self._writer_wake.set()
-        await self._wait(lambda: self._finished)
+            for link in self._links:
+                link.close_when_drained()
+        await self._wait(lambda: all(link.finished for link in self._links))
 
     async def abort(self) -> None:
         """Disconnect now; whatever was not acknowledged is lost with this client."""
@@ -211,87 +262,106 @@ class AsyncSourceClient:
         for handle in self._lingering.values():
             handle.cancel()
         self._lingering.clear()
-        for task in [*self._background, *([self._task] if self._task else [])]:
+        for task in self._background:
             task.cancel()
-        for task in [*self._background, *([self._task] if self._task else [])]:
+        for task in list(self._background):
             with contextlib.suppress(BaseException):
                 await task
-        self._task = None
-        if self._channel is not None:
-            await self._channel.close()
-            self._channel = None
+        for link in self._links:
+            await link.abort()
+        self._started = False
 
     # ------------------------------------------------------------------ state
 
     def _check(self) -> None:
         if self._error is not None:
             raise self._error
+        for link in self._links:
+            link.check()
         if self._closing:
             raise InterfaceError("the client is closed")
 
-    def _notify(self) -> None:
-        event, self._changed = self._changed, asyncio.Event()
-        event.set()
+    def _check_running(self) -> None:
+        if self._error is not None:
+            raise self._error
+        for link in self._links:
+            link.check()
+        if not self._started or not all(link.running or link.finished for link in self._links):
+            raise InterfaceError("the client is not running (call start() first)")
 
     async def _wait(self, predicate: Callable[[], bool]) -> None:
-        while not predicate():
-            if self._error is not None:
-                raise self._error
-            if self._task is None or self._task.done():
-                raise InterfaceError("the client is not running (call start() first)")
-            await self._changed.wait()
+        await self._changes.until(predicate, self._check_running)
 
     def _register(self, source: int) -> None:
-        if source in self._next_seq:
+        if source in self._buffers:
             return
         check_source(source)
         self._buffers[source] = Buffer(source)
         self._ship_locks[source] = asyncio.Lock()
-        self._next_seq[source] = self._first_sequence.get(source)
-        self._unacked[source] = deque()
-        self._unacked_count[source] = 0
-        self._acked[source] = 0
-        self._paused[source] = False
-        self._ended[source] = False
-        if self._connected:
-            self._enqueue(self._hello(source))
+        for link in self._links:
+            link.register(source)
 
-    def _hello(self, source: int) -> pb.SubmitRequest:
-        """An empty batch: the server answers with the source's durable sequence."""
-        return pb.SubmitRequest(batch=pb.FragmentBatch(source=source))
-
-    def _enqueue(self, request: pb.SubmitRequest) -> None:
-        self._outbox.append(request)
-        self._writer_wake.set()
+    def registered(self, source: int) -> bool:
+        return source in self._buffers
 
     def number_from(self, source: int, first_sequence: int) -> None:
         """Number ``source``'s fragments from ``first_sequence`` instead of continuing the
         server's sequence (call before its first fragment): a sender that replays its input
         from a known point (``evb forward``) numbers it the same way every time, and the server
-        drops what it already holds."""
+        drops what it already holds. Over several orderers each numbers its own share of the
+        source, so only ``0`` is taken there: the same input is routed the same way every time,
+        so each orderer's share is numbered the same way again."""
+        if len(self._links) > 1 and first_sequence != 0:
+            raise InterfaceError(
+                f"number_from: {first_sequence}: over several orderers each numbers its share"
+                " of a source apart, from 0"
+            )
         self._first_sequence[source] = first_sequence
         self._register(source)
+        for link in self._links:
+            link.number_from(source, first_sequence)
+
+    @property
+    def orderers(self) -> int:
+        """The orderers of the run (known once started)."""
+        return len(self._links)
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """The run's orderers' addresses, in their order (known once started)."""
+        return tuple(self._targets)
 
     def acked(self, source: int) -> int:
-        """Fragments of ``source`` below this sequence number are durable on the server."""
-        return self._acked.get(source, 0)
+        """Fragments of ``source`` below this sequence number are durable on the server (one
+        orderer; over several, the fragments acknowledged by all of them together)."""
+        if len(self._links) == 1:
+            return self._links[0].acked(source)
+        return sum(link.acked(source) for link in self._links)
 
     def next_sequence(self, source: int) -> int | None:
-        """Sequence number the next shipped fragment of ``source`` gets (None: not known yet)."""
-        return self._next_seq.get(source)
+        """Sequence number the next shipped fragment of ``source`` gets (None: not known yet);
+        over several orderers, the fragments numbered in all (None until every orderer told)."""
+        numbers = [link.next_sequence(source) for link in self._links]
+        if any(n is None for n in numbers):
+            return None
+        return sum(n for n in numbers if n is not None)
 
     def paused(self, source: int) -> bool:
-        return self._paused.get(source, False)
+        """Whether an orderer asks ``source`` to pause."""
+        return any(link.paused(source) for link in self._links)
 
     def unacked(self, source: int | None = None) -> int:
         """Fragments shipped and not acknowledged yet (of one source, or all)."""
-        if source is not None:
-            return self._unacked_count.get(source, 0)
-        return sum(self._unacked_count.values())
+        return sum(link.unacked(source) for link in self._links)
 
     @property
     def connected(self) -> bool:
-        return self._connected
+        return all(link.connected for link in self._links)
+
+    @property
+    def reconnects(self) -> int:
+        """How often a stream was re-established (for tests and monitoring)."""
+        return sum(link.reconnects for link in self._links)
 
     # ------------------------------------------------------------------ sending
 
@@ -350,33 +420,30 @@ class AsyncSourceClient:
 
     def _linger_fire(self, source: int) -> None:
         self._lingering.pop(source, None)
-        self._spawn(self._ship(source))
+        self._spawn(source)
 
-    def _spawn(self, coroutine: Awaitable[None]) -> None:
+    def _spawn(self, source: int) -> None:
         async def guarded() -> None:
-            with contextlib.suppress(EvbError):  # recorded in self._error, raised by the next call
-                await coroutine
+            with contextlib.suppress(EvbError):  # recorded by its link, raised by the next call
+                await self._ship(source)
 
         task = asyncio.get_running_loop().create_task(guarded())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def _may_ship(self, source: int) -> bool:
-        return (
-            self._next_seq[source] is not None
-            and not self._paused[source]
-            and self._unacked_count[source] + self._batch_size <= self._max_unacked
-        )
+    def _has_room(self, source: int) -> bool:
+        limit = self._max_unacked - self._batch_size
+        return all(link.held(source) <= limit for link in self._links)
 
     async def _ship(self, source: int) -> None:
-        """Number the source's buffered fragments and put them on the wire, in messages of at
-        most ``batch_size`` fragments and ``max_batch_bytes`` of payload, each once the source
-        may send (sequence known, not paused, not too much unacknowledged)."""
+        """Route the source's buffered fragments to their orderers' queues, once every orderer's
+        share of the source has room (``max_unacked``); each link puts its share on the wire
+        as soon as the source may send to it."""
         async with self._ship_locks[source]:
             with self._lock:
                 if not self._buffers[source].count:
                     return
-            await self._wait(lambda: self._may_ship(source))
+            await self._wait(lambda: self._has_room(source))
             with self._lock:
                 batch = self._buffers[source].take()
             handle = self._lingering.pop(source, None)
@@ -384,23 +451,13 @@ class AsyncSourceClient:
                 handle.cancel()
             if batch is None:
                 return
-            start = 0
-            while start < len(batch):
-                stop = message_end(batch, start, self._batch_size, self._max_batch_bytes)
-                whole = start == 0 and stop == len(batch)
-                part = batch if whole else batch.slice(start, stop)
-                await self._wait(lambda: self._may_ship(source))
-                first = self._next_seq[source]
-                assert first is not None
-                request = pb.SubmitRequest(batch=convert.batch_to_pb(part, first))
-                n = len(part)
-                self._next_seq[source] = first + n
-                self._unacked[source].append(Sent(first, n, request, self._order))
-                self._order += 1
-                self._unacked_count[source] += n
-                self._ended[source] = False
-                self._enqueue(request)
-                start = stop
+            for routed in self._routing.route(source, batch):
+                link = self._links[routed.orderer]
+                if routed.part is not None:
+                    link.offer(source, routed.part)
+                if routed.watermark is not None:
+                    link.offer(source, _watermark(source, routed.watermark))
+            await self._wait(lambda: all(link.settled(source) for link in self._links))
 
     async def flush(self, source: int | None = None) -> None:
         """Ship everything buffered now (of one source, or all)."""
@@ -409,170 +466,32 @@ class AsyncSourceClient:
             await self._ship(s)
 
     async def watermark(self, source: int, watermark: int) -> None:
-        """``source`` promises nothing older than ``watermark`` will come (after what it sent)."""
+        """``source`` promises nothing older than ``watermark`` will come (after what it sent);
+        every orderer of the run hears it."""
         self._check()
         self._register(source)
         if not 0 <= watermark < 2**64:
             raise InterfaceError(f"watermark: {watermark} does not fit in uint64")
         await self._ship(source)
-        self._watermarks[source] = max(watermark, self._watermarks.get(source, 0))
-        self._enqueue(pb.SubmitRequest(watermark=pb.Watermark(source=source, watermark=watermark)))
+        for link in self._links:
+            link.offer(source, _watermark(source, watermark))
 
     async def end_source(self, source: int) -> None:
-        """``source`` says end of stream (a later fragment re-opens it)."""
+        """``source`` says end of stream (a later fragment re-opens it), to every orderer."""
         self._check()
         self._register(source)
         await self._ship(source)
-        self._ended[source] = True
-        self._enqueue(pb.SubmitRequest(end_of_source=pb.EndOfSource(source=source)))
+        for link in self._links:
+            link.offer(source, pb.SubmitRequest(end_of_source=pb.EndOfSource(source=source)))
 
     async def wait_acked(self, timeout: float | None = None) -> None:
-        """Ship everything buffered and wait until every batch is durable on the server."""
+        """Ship everything buffered and wait until every batch is durable on its orderer."""
         await self.flush()
-        await asyncio.wait_for(self._wait(lambda: not any(self._unacked_count.values())), timeout)
+        await asyncio.wait_for(
+            self._wait(lambda: all(link.drained() and not link.unacked() for link in self._links)),
+            timeout,
+        )
 
-    # ------------------------------------------------------------------ connection
 
-    def _resend(self) -> list[pb.SubmitRequest]:
-        """What a new stream starts with: a hello per source, every unacknowledged batch in the
-        original order, then the latest watermark and the end of each source."""
-        requests = [self._hello(source) for source in self._next_seq]
-        pending = sorted((s for q in self._unacked.values() for s in q), key=lambda s: s.order)
-        requests += [sent.request for sent in pending]
-        requests += [
-            pb.SubmitRequest(watermark=pb.Watermark(source=source, watermark=watermark))
-            for source, watermark in self._watermarks.items()
-        ]
-        requests += [
-            pb.SubmitRequest(end_of_source=pb.EndOfSource(source=source))
-            for source, ended in self._ended.items()
-            if ended
-        ]
-        return requests
-
-    async def _run(self) -> None:
-        assert self._channel is not None
-        stub = pb_grpc.OrdererStub(self._channel)
-        reconnects = Reconnects(self._backoff, self._reconnect_timeout)
-        told: tuple[grpc.StatusCode, str | None] | None = None
-        """The last status the server itself gave since the last reply (see _WRITE_RACE)."""
-        while True:
-            call = stub.Submit()
-            code, details = await self._connection(call)
-            if (code, details) != _WRITE_RACE:
-                told = (code, details)
-            elif told is not None:
-                code, details = told
-            if self._error is not None:
-                self._notify()
-                return
-            if code == grpc.StatusCode.OK and self._closing:
-                self._finished = True
-                self._notify()
-                return
-            if code in FATAL_CODES:
-                self._error = error_of(code, details, self.target, self._security)
-                log.info("the orderer refused this client: %s", self._error)  # raised next call
-                self._notify()
-                return
-            if self._had_reply:
-                reconnects.answered()
-                told = None
-            delay = reconnects.next_delay()
-            if delay is None:
-                self._error = ServiceUnavailable(
-                    f"no connection to the orderer at {self.target} for "
-                    f"{self._reconnect_timeout} s ({code.name}: {details})"
-                )
-                self._notify()
-                return
-            log.info("Submit stream ended (%s: %s); reconnecting in %.2f s", code, details, delay)
-            self.reconnects += 1
-            await asyncio.sleep(delay)
-
-    async def _connection(
-        self, call: grpc.aio.StreamStreamCall
-    ) -> tuple[grpc.StatusCode, str | None]:
-        """One stream, until it ends; returns its status."""
-        self._had_reply = False
-        for source in self._paused:  # a new server says XOFF again if it still means it
-            self._paused[source] = False
-        self._notify()
-        self._outbox = deque(self._resend())
-        self._connected = True
-        self._writer_wake.set()
-        loop = asyncio.get_running_loop()
-        reader = loop.create_task(self._read(call))
-        writer = loop.create_task(self._write(call))
-        try:
-            done, _ = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:  # a failure of this code, not of the stream: raised below
-                failure = None if task.cancelled() else task.exception()
-                if failure is not None and not isinstance(failure, _STREAM_ENDED):
-                    raise failure
-            if writer in done and writer.exception() is None:
-                await reader
-        except _STREAM_ENDED:
-            pass
-        except Exception as error:
-            # reconnecting would only meet the same failure again, for ever: the client fails
-            # and the next call raises it, instead of hanging
-            log.exception("Submit stream failed")
-            self._error = error
-        finally:
-            self._connected = False
-            for task in (reader, writer):
-                task.cancel()
-            for task in (reader, writer):
-                with contextlib.suppress(BaseException):
-                    await task
-            if not call.done():
-                call.cancel()
-        return await call.code(), await call.details()
-
-    async def _write(self, call: grpc.aio.StreamStreamCall) -> None:
-        while True:
-            while self._outbox:
-                await call.write(self._outbox[0])
-                self._outbox.popleft()
-            if self._closing:
-                await call.done_writing()
-                return
-            self._writer_wake.clear()
-            if not self._outbox:
-                await self._writer_wake.wait()
-
-    async def _read(self, call: grpc.aio.StreamStreamCall) -> None:
-        async for reply in call:
-            self._had_reply = True
-            item = reply.WhichOneof("item")
-            if item == "ack":
-                self._on_ack(reply.ack.source, reply.ack.durable_sequence)
-            elif item == "flow_control":
-                self._paused[reply.flow_control.source] = reply.flow_control.paused
-                self._notify()
-
-    def _on_ack(self, source: int, durable: int) -> None:
-        if source not in self._next_seq:
-            return
-        known = self._next_seq[source]
-        if known is None:
-            self._next_seq[source] = durable  # a new client continues the source's sequence
-        elif durable > known and not (
-            source in self._first_sequence or source in self._warned
-        ):
-            # a sender numbering from a known point (resume, forward) expects this: no warning;
-            # otherwise once per source
-            self._warned.add(source)
-            log.warning(
-                "source %d: the server has sequence %d, beyond this client's %d; fragments "
-                "numbered below it will be taken for resends and dropped",
-                source,
-                durable,
-                known,
-            )
-        self._acked[source] = max(self._acked[source], durable)
-        queue = self._unacked[source]
-        while queue and queue[0].first + queue[0].count <= durable:
-            self._unacked_count[source] -= queue.popleft().count
-        self._notify()
+def _watermark(source: int, watermark: int) -> pb.SubmitRequest:
+    return pb.SubmitRequest(watermark=pb.Watermark(source=source, watermark=watermark))

@@ -23,7 +23,17 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from orderer.flags.argv import command_arguments, read_command
-from orderer.flags.values import COUNT, PORT, SECONDS, SECONDS_OR_ZERO, file_default, flag
+from orderer.flags.values import (
+    COUNT,
+    NATURAL,
+    PORT,
+    SECONDS,
+    SECONDS_OR_ZERO,
+    SLICE_TICKS,
+    file_default,
+    flag,
+    peer_list,
+)
 
 __all__ = ["COMMAND", "Fsync", "LogLevel", "ServeCommand", "add_serve_flags", "build_parser"]
 
@@ -60,6 +70,14 @@ class ServeCommand:
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
     token_file: Path | None = None
+    orderers: int | None = None
+    """N, the orderers of a run spread over several by time slices (docs/scale-out.md)."""
+    orderer_index: int | None = None
+    """This orderer's number, 0 to N-1 (a StatefulSet pod's ordinal)."""
+    slice_ticks: int | None = None
+    """T, the slice length in timestamp ticks (needed when N > 1)."""
+    peers: tuple[str, ...] | None = None
+    """The N orderers' addresses, in index order."""
     log_level: LogLevel = "info"
 
     @classmethod
@@ -72,6 +90,8 @@ class ServeCommand:
         """``["serve", ...]``: the arguments that give this command back
         (``from_argv(c.to_argv()) == c``), the flags in the parser's order."""
         values = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        if self.peers is not None:  # as --peers reads it back
+            values["peers"] = ",".join(self.peers)
         return command_arguments(COMMAND, build_parser(), values)
 
 
@@ -99,6 +119,20 @@ def add_serve_flags(parser: argparse.ArgumentParser) -> None:
     )
     for name, what, shown, how in settings:
         parser.add_argument(flag(name), help=f"{what} {file_default(shown, name)}", **how)
+    slices = parser.add_argument_group(
+        "one run over several orderers by time slices (docs/scale-out.md); fixed for the run"
+    )
+    scale_out: tuple[tuple[str, str, object, dict[str, Any]], ...] = (
+        ("orderers", "N, the orderers of the run", 1, {"type": COUNT, "metavar": "N"}),
+        ("orderer_index", "this orderer's number, 0 to N-1", 0,
+         {"type": NATURAL, "metavar": "K"}),
+        ("slice_ticks", "T, the slice length in timestamp ticks; needed when N > 1", "none",
+         {"type": SLICE_TICKS, "metavar": "T"}),
+        ("peers", "the N orderers' addresses in index order, shown by GetStats", "none",
+         {"type": peer_list, "metavar": "HOST:PORT,..."}),
+    )
+    for name, what, shown, how in scale_out:
+        slices.add_argument(flag(name), help=f"{what} {file_default(shown, name)}", **how)
     tls = parser.add_argument_group("security (default: plaintext, no token)")
     for option, what in (
         ("--tls-cert", "PEM certificate chain: serve TLS only"),

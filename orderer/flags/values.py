@@ -23,10 +23,13 @@ __all__ = [
     "PORT",
     "SECONDS",
     "SECONDS_OR_ZERO",
+    "SLICE_TICKS",
     "SOURCE_ID",
     "file_default",
     "flag",
     "number",
+    "peer_list",
+    "split_peers",
 ]
 
 
@@ -58,12 +61,37 @@ def number(
     return parse
 
 
+def split_peers(value: object) -> tuple[str, ...]:
+    """The orderers' addresses of ``--peers`` (``HOST:PORT,HOST:PORT``) or of the ``peers`` key
+    of a ``--config`` file (that text, or a list of addresses), in index order. ``ValueError``
+    saying what is wrong: an address that is empty, holds a blank, or is given twice."""
+    parts = value.split(",") if isinstance(value, str) else value
+    if not isinstance(parts, list | tuple) or not all(isinstance(p, str) for p in parts):
+        raise ValueError("must be the orderers' addresses, HOST:PORT,... or a list of them")
+    peers = tuple(part.strip() for part in parts)
+    for peer in peers:
+        if not peer or any(c.isspace() for c in peer):
+            raise ValueError(f"{peer!r} is not an address (HOST:PORT)")
+    if len(set(peers)) != len(peers):
+        raise ValueError("an address is given twice: each orderer has its own")
+    return peers
+
+
+def peer_list(text: str) -> tuple[str, ...]:
+    """An argparse ``type``: :func:`split_peers`, its error naming the flag."""
+    try:
+        return split_peers(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{error} (got {text!r})") from None
+
+
 COUNT = number(int, 1)
 NATURAL = number(int, 0)
 SOURCE_ID = number(int, 0, maximum=2**32 - 1)
 PORT = number(int, 0, maximum=65535)
 SECONDS = number(float, 0, exclusive=True)
 SECONDS_OR_ZERO = number(float, 0)
+SLICE_TICKS = number(int, 1, maximum=2**64 - 1)
 
 
 def flag(name: str) -> str:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -36,6 +37,7 @@ import pyarrow as pa
 from orderer.batch import ArrivalRecords, EmittedBatch
 from orderer.config import OrdererConfig
 from orderer.errors import ConfigError, InternalOrdererError
+from orderer.stats import SliceRole
 
 __all__ = [
     "ARRIVALS",
@@ -57,6 +59,7 @@ __all__ = [
     "parameters_bytes",
     "read_batch_at",
     "read_parameters",
+    "read_slice_role",
     "segment_path",
 ]
 
@@ -72,7 +75,10 @@ them. Written once, when the run's logs are created, before the first record; th
 holds every live change after it. A file beside the logs rather than a first arrival record:
 the arrival log's records are what ``evb replay`` walks, and a record setting every parameter
 would override the flags of a what-if replay or a sweep of the same log. A data directory
-without it was written before parameters were recorded."""
+without it was written before parameters were recorded. An orderer of a run over several
+(docs/scale-out.md) records there too where it stands in it, ``"slicing": {"orderers": N,
+"index": K, "slice_ticks": T}``, fixed for the run like the parameters; a file without it is a
+plain orderer's (:func:`read_slice_role`)."""
 _PARAMETERS_FORMAT = 1
 
 ARRIVAL_SCHEMA = pa.schema(
@@ -361,17 +367,22 @@ def emitted_from_arrow(batch: pa.RecordBatch, *, payload: bool = True) -> Emitte
     return EmittedBatch(first, t, source, timestamp, barrier, late, offsets, data)
 
 
-def parameters_bytes(config: OrdererConfig) -> bytes:
-    """The content of :data:`PARAMETERS` for ``config``."""
-    document = {"format": _PARAMETERS_FORMAT, "orderer": config.to_mapping()}
+def parameters_bytes(config: OrdererConfig, role: SliceRole | None = None) -> bytes:
+    """The content of :data:`PARAMETERS` for ``config``, and with ``role`` where the orderer
+    stands in a run over several (``"slicing": {"orderers", "index", "slice_ticks"}``, its
+    peers left out: addresses may change from one start to the next). A plain orderer's
+    (orderer 0 of 1, no slice length) is not written: its file is what it always was, and a
+    file without it means a plain orderer."""
+    document: dict[str, Any] = {"format": _PARAMETERS_FORMAT, "orderer": config.to_mapping()}
+    if role is not None and role != SliceRole(peers=role.peers):
+        document["slicing"] = {
+            "orderers": role.orderers, "index": role.index, "slice_ticks": role.slice_ticks
+        }
     return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
 
 
-def read_parameters(directory: Path) -> OrdererConfig | None:
-    """The parameters the run in data directory ``directory`` began with; None when it has no
-    :data:`PARAMETERS` (a new directory, or one written before they were recorded). A file that
-    does not hold them (edited by hand, another program's) is a :class:`ConfigError` naming it:
-    recovering with other parameters than the run's would rebuild another run."""
+def _parameters_document(directory: Path) -> tuple[Path, dict[str, Any]] | None:
+    """:data:`PARAMETERS` of ``directory`` read and checked as a whole; None: there is none."""
     path = Path(directory) / PARAMETERS
     try:
         text = path.read_text(encoding="utf-8")
@@ -388,6 +399,18 @@ def read_parameters(directory: Path) -> OrdererConfig | None:
         raise ConfigError(
             str(path), None, f'is not a run\'s parameters file (no "format": {_PARAMETERS_FORMAT})'
         )
+    return path, document
+
+
+def read_parameters(directory: Path) -> OrdererConfig | None:
+    """The parameters the run in data directory ``directory`` began with; None when it has no
+    :data:`PARAMETERS` (a new directory, or one written before they were recorded). A file that
+    does not hold them (edited by hand, another program's) is a :class:`ConfigError` naming it:
+    recovering with other parameters than the run's would rebuild another run."""
+    read = _parameters_document(directory)
+    if read is None:
+        return None
+    path, document = read
     parameters = document.get("orderer")
     if not isinstance(parameters, dict):
         raise ConfigError(str(path), None, 'has no "orderer" mapping of parameters')
@@ -395,3 +418,30 @@ def read_parameters(directory: Path) -> OrdererConfig | None:
         return OrdererConfig.from_mapping(parameters)
     except ConfigError as error:
         raise ConfigError(f"{path}: {error.parameter}", error.value, error.why) from None
+
+
+def read_slice_role(directory: Path) -> SliceRole | None:
+    """Where the orderer of the run in ``directory`` stands in it (without peers, which are
+    not recorded); None when the directory has no :data:`PARAMETERS`. A file without
+    ``"slicing"`` is a plain orderer's (orderer 0 of 1), as every file written before it was."""
+    read = _parameters_document(directory)
+    if read is None:
+        return None
+    path, document = read
+    recorded = document.get("slicing")
+    if recorded is None:
+        return SliceRole()
+    keys = ("orderers", "index", "slice_ticks")
+    if (
+        not isinstance(recorded, dict)
+        or set(recorded) != set(keys)
+        or not all(isinstance(recorded[k], int) and not isinstance(recorded[k], bool)
+                   for k in keys[:2])
+        or not (recorded["slice_ticks"] is None or isinstance(recorded["slice_ticks"], int))
+    ):
+        raise ConfigError(
+            f"{path}: slicing",
+            recorded,
+            "must hold the whole numbers orderers, index and slice_ticks",
+        )
+    return SliceRole(recorded["orderers"], recorded["index"], recorded["slice_ticks"])

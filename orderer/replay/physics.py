@@ -54,7 +54,7 @@ calibration to work on, the true ``energy`` for a test to check it against).
 A barrier fragment carries kind BARRIER, all else zero. :func:`decode` reads payloads (an Arrow
 binary column, or a list of bytes) into a numpy structured array of :data:`PAYLOAD`, with no
 Python call per fragment; :func:`fragment_table` turns built events (``EVENT_SCHEMA`` rows of
-:mod:`orderer.spark.glom`) into one row per fragment with its payload decoded, what most
+:mod:`orderer.building.glom`) into one row per fragment with its payload decoded, what most
 stages start from.
 """
 

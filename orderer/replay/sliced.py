@@ -20,6 +20,11 @@ The rules of docs/scale-out.md, each written once:
 - **merging and building** (:mod:`orderer.replay.sliced_merge`): the orderers' outputs merged
   piece by piece in slice order, events built per slice, and the comparison with one orderer.
 
+What a run finds is typed (:class:`SlicedRun`, :class:`SettingResult`, :class:`RoutingCounts`
+and :mod:`~orderer.replay.sliced_merge`'s differences): the command line draws its table from the
+fields (:mod:`orderer.apps.sliced_table`), and :meth:`SlicedRun.to_json` is ``--stats``, the layout
+docs/scale-out.md documents.
+
 Every input fragment is numbered and its number replaces its payload (8 bytes, little endian):
 the orderers carry payloads through untouched, so the number names the same fragment in every
 output, which is what matching one output against another needs (timestamps alone are not
@@ -28,6 +33,7 @@ unique).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,10 +46,10 @@ from orderer.batch import ArrivalKind, ArrivalRecords, EmittedBatch
 from orderer.clock import SimulatedClock
 from orderer.config import OrdererConfig
 from orderer.replay.run_walk import ArrivalWalker
-from orderer.replay.sliced_merge import Glom, Output, compare, merge
+from orderer.replay.sliced_merge import Differences, Output, OutputSummary, compare, merge
 from orderer.replay.slicing import Slicing
 
-__all__ = ["Router", "SlicedRun", "numbered", "print_summary", "replay_sliced", "stats_json"]
+__all__ = ["Router", "RoutingCounts", "SettingResult", "SlicedRun", "numbered", "replay_sliced"]
 
 _FRAGMENT, _WATERMARK, _END = ArrivalKind.FRAGMENT, ArrivalKind.WATERMARK, ArrivalKind.END_OF_SOURCE
 _ID_BYTES = 8
@@ -107,6 +113,35 @@ class _SourceState:
     """Ended at the orderers: it said end of stream, or was released, with no fragment since."""
 
 
+@dataclass(frozen=True, slots=True)
+class RoutingCounts:
+    """What a router sent over a run (``routing`` in ``--stats``)."""
+
+    watermarks: int
+    """Crossing watermarks sent, every copy counted."""
+    releases: int
+    """Releases sent, every copy counted."""
+    routed: int
+    """Records routed in all, added ones included, every copy counted."""
+    fragments: tuple[int, ...]
+    """The ordinary fragments each orderer got: its load."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--stats`` layout (the loads a list, as they always were written)."""
+        return {**dataclasses.asdict(self), "fragments": list(self.fragments)}
+
+
+@dataclass(slots=True)
+class _Counting:
+    """:class:`RoutingCounts` as the router adds to them, chunk by chunk (mutable, so it stays
+    private: readers get the frozen counts)."""
+
+    watermarks: int
+    releases: int
+    routed: int
+    fragments: list[int]
+
+
 @dataclass(slots=True)
 class _Extra:
     """Records the router adds: crossing watermarks (to all but ``skip``) and releases."""
@@ -130,17 +165,19 @@ class Router:
     an arrival log reaches the orderers (they are walked as any replay) but not the router.
     """
 
-    __slots__ = ("_sources", "counts", "slicing", "source_timeout")
+    __slots__ = ("_counting", "_sources", "slicing", "source_timeout")
 
     def __init__(self, slicing: Slicing, source_timeout: float | None) -> None:
         self.slicing = slicing
         self.source_timeout = source_timeout
         self._sources: dict[int, _SourceState] = {}
-        self.counts: dict[str, Any] = {
-            "watermarks": 0, "releases": 0, "routed": 0, "fragments": [0] * slicing.orderers
-        }
-        """Crossing watermarks and releases sent (every copy), records routed in all, and the
-        ordinary fragments each orderer got (its load)."""
+        self._counting = _Counting(0, 0, 0, [0] * slicing.orderers)
+
+    @property
+    def counts(self) -> RoutingCounts:
+        """What the router has sent so far (a snapshot: a reader cannot change the count)."""
+        c = self._counting
+        return RoutingCounts(c.watermarks, c.releases, c.routed, tuple(c.fragments))
 
     def route(self, records: ArrivalRecords) -> list[ArrivalRecords]:
         """The chunk's records as each orderer receives them."""
@@ -148,13 +185,13 @@ class Router:
         kind, source, t = records.kind, records.source, records.times()
         ordinary = (kind == _FRAGMENT) & (records.barrier == 0)
         if n_orderers == 1:  # nothing to tell another orderer: the plain replay
-            self.counts["routed"] += len(records)
-            self.counts["fragments"][0] += int(ordinary.sum())
+            self._counting.routed += len(records)
+            self._counting.fragments[0] += int(ordinary.sum())
             return [records]
         owner = np.where(ordinary, self.slicing.owner(records.value), -1)
         load = np.bincount(owner[ordinary], minlength=n_orderers)
-        self.counts["fragments"] = [
-            a + int(b) for a, b in zip(self.counts["fragments"], load, strict=True)
+        self._counting.fragments = [
+            a + int(b) for a, b in zip(self._counting.fragments, load, strict=True)
         ]
         extra = _Extra()
         arrivals = np.flatnonzero(kind <= _END)  # fragments, watermarks, ends: from the source
@@ -266,15 +303,15 @@ class Router:
         mine = np.flatnonzero((owner == -1) | (owner == orderer))
         taken = _rows(records, mine)
         if not extra.key:
-            self.counts["routed"] += len(taken)
+            self._counting.routed += len(taken)
             return taken
         skip = np.concatenate(extra.skip)
         added = skip != orderer
         n_added = int(added.sum())
         kind = np.concatenate(extra.kind)[added]
-        self.counts["watermarks"] += int((kind == _WATERMARK).sum())
-        self.counts["releases"] += int((kind == _END).sum())
-        self.counts["routed"] += len(taken) + n_added
+        self._counting.watermarks += int((kind == _WATERMARK).sum())
+        self._counting.releases += int((kind == _END).sum())
+        self._counting.routed += len(taken) + n_added
         keys = np.concatenate([3 * mine, np.concatenate(extra.key)[added]])
         t = np.concatenate([taken.times(), np.concatenate(extra.t)[added]])
         sources = np.concatenate([taken.source, np.concatenate(extra.source)[added]])
@@ -345,26 +382,63 @@ def _ordered(
 
 
 @dataclass(frozen=True, slots=True)
+class SettingResult:
+    """One setting of N orderers and slices of T ticks against one orderer."""
+
+    slicing: Slicing
+    differences: Differences
+    """What differs from one orderer's output (:func:`~orderer.replay.sliced_merge.compare`)."""
+    routing: RoutingCounts
+    orderers: tuple[dict[str, Any], ...]
+    """Every orderer's counters, in the layout of ``evb replay --stats``."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The setting's entry of ``--stats``: the routing's counts and the orderers' counters
+        sit among its differences, as docs/scale-out.md documents them."""
+        return {
+            "setting": {"orderers": self.slicing.orderers, "slice_ticks": self.slicing.slice_ticks},
+            "differences": {
+                **self.differences.to_json(),
+                "routing": self.routing.to_json(),
+                "orderers": list(self.orderers),
+            },
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class SlicedRun:
     """One orderer and the sliced settings over the same run: counters and differences."""
 
-    single: dict[str, Any]
-    """The one orderer's counters (``evb replay --stats``'s layout) and events."""
-    settings: list[tuple[Slicing, dict[str, Any]]]
-    """Per setting, the differences of :func:`~orderer.replay.sliced_merge.compare`."""
+    counters: dict[str, Any]
+    """The one orderer's counters, in the layout of ``evb replay --stats``."""
+    single: OutputSummary
+    """What the one orderer's output holds."""
+    settings: tuple[SettingResult, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """``--stats`` of ``evb replay --orderers``: one orderer's counters and summary, and per
+        setting its differences, the routing's counts and every orderer's counters."""
+        return {
+            "single": {"counters": self.counters, **self.single.to_json()},
+            "settings": [setting.to_json() for setting in self.settings],
+        }
 
 
 def replay_sliced(
     batches: Callable[[], Iterable[ArrivalRecords]],
     config: OrdererConfig,
     slicings: Sequence[Slicing],
-    glom: Glom | None = None,
+    dt: int | None = None,
 ) -> SlicedRun:
     """Order the run of ``batches`` (called once a pass: the first pass runs one orderer and the
     first setting, each further setting a pass of its own, so memory holds one setting's output
-    beside the single orderer's) and compare every setting with one orderer."""
+    beside the single orderer's) and compare every setting with one orderer; events are built
+    (glom, window ``dt`` ticks) only with ``dt``."""
+    if not slicings:
+        raise ValueError("no setting to compare: give at least one slicing")
     single: Output | None = None
-    summary: dict[str, Any] = {}
+    counters: dict[str, Any] = {}
+    summary: OutputSummary | None = None
     results = []
     for index, slicing in enumerate(slicings):
         router = Router(slicing, config.source_timeout)
@@ -372,89 +446,16 @@ def replay_sliced(
         ordered, n_fragments = _ordered(batches(), config, routers)
         if single is None:
             single = ordered[0][0][0]
-            summary = {"counters": ordered[0][1][0], **single.summary(glom)}
-        outputs, counters = ordered.pop()
+            counters, summary = ordered[0][1][0], single.summary(dt)
+        outputs, orderers = ordered.pop()
         del ordered
         merged = merge(
             outputs, slicing,
             drop_late=config.late_policy == "drop", reset=config.reset_on_begin_run,
         )
         del outputs  # the merged stream holds what is needed of them
-        diff = compare(single, merged, n_fragments, glom, slicing)
+        differences = compare(single, merged, n_fragments, dt, slicing)
         del merged
-        diff["routing"] = router.counts
-        diff["orderers"] = counters
-        results.append((slicing, diff))
-    return SlicedRun(summary, results)
-
-
-def stats_json(run: SlicedRun) -> dict[str, Any]:
-    """``--stats`` of ``evb replay --orderers``: one orderer's summary and counters, and per
-    setting its differences, the routing's counts and every orderer's counters."""
-    return {
-        "single": run.single,
-        "settings": [
-            {"setting": {"orderers": s.orderers, "slice_ticks": s.slice_ticks}, "differences": d}
-            for s, d in run.settings
-        ],
-    }
-
-
-def _count(value: int | None) -> str:
-    return "-" if value is None else f"{value:,}"
-
-
-def summary_table(run: SlicedRun, dt: int | None) -> Any:
-    """One row a setting: how the merged output of N orderers differs from one orderer's."""
-    from rich import box
-    from rich.table import Table
-
-    single = run.single
-    late = single["late"] / single["fragments"] if single["fragments"] else 0.0
-    resolutions = single["barrier_resolutions"]
-    events = f", {single['events']:,} events (dt {dt})" if "events" in single else ""
-    table = Table(
-        title=f"evb replay: N sliced orderers against one (docs/scale-out.md)\none orderer: "
-        f"{single['fragments']:,} fragments, {single['late']:,} late ({late:.2%}){events}, "
-        f"barriers {resolutions['complete']:,} complete / {resolutions['incomplete']:,} "
-        "incomplete",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-    )
-    heads = ("setting", "moved", "late", "late flags\ndiffer", "events\ndiffer",
-             "straddling\n(built whole)", "differ if each\nslice alone", "barriers\ndiffer",
-             "split\nbarriers", "busiest orderer\n(share x N)", "watermarks\nper fragment",
-             "releases")
-    for head in heads:
-        table.add_column(head, justify="left" if head == "setting" else "right")
-    for slicing, d in run.settings:
-        loads = d["routing"]["fragments"]
-        busiest = max(loads) * len(loads) / sum(loads) if sum(loads) else 1.0
-        ev = d.get("events", {})
-        table.add_row(
-            slicing.label.replace(",", "\n"),
-            _count(d["moved"]),
-            _count(d["late"]["sliced"]),
-            _count(d["late"]["differ"]),
-            _count(ev.get("differ")),
-            _count(ev.get("straddling")),
-            _count(ev.get("differ_if_built_alone")),
-            _count(d["barriers"]["differ"]),
-            _count(d["barriers"]["split"]),
-            f"{busiest:.3f}",
-            f"{d['routing']['watermarks'] / max(1, sum(loads)):.3f}",
-            _count(d["routing"]["releases"]),
-        )
-    return table
-
-
-def print_summary(run: SlicedRun, dt: int | None, console: Any = None) -> None:
-    """The table on ``console``; not on a terminal, 170 columns wide (rich's 80 would cut the
-    numbers short), as ``evb replay``'s sweep table."""
-    from rich.console import Console
-
-    if console is None:
-        console = Console()
-        if not console.is_terminal:
-            console = Console(width=170)
-    console.print(summary_table(run, dt))
+        results.append(SettingResult(slicing, differences, router.counts, tuple(orderers)))
+    assert summary is not None  # the first setting's pass made it
+    return SlicedRun(counters, summary, tuple(results))

@@ -23,16 +23,19 @@ that must move to turn one order into the other), late flags that differ, events
 ``dt``) that are not the same fragments in the same order, barrier fragments whose resolution
 differs.
 
-glom is passed in (:class:`Glom`, ``orderer.spark.glom.event_starts``): the replay sits below the
-Spark job's layer and may not import it, and a second copy of the rule is what this simulation
-must not have.
+Events are glom's own (:func:`orderer.building.glom.event_starts`, with glom's default
+``--maxfragments``), the rule the Spark job builds with: a second copy of the rule is what this
+simulation must not have. What the comparison finds is typed (:class:`Differences` and its parts,
+:class:`OutputSummary`), so its readers (the command line's table, ``--stats``, the tests) name
+fields a type checker knows; :meth:`Differences.to_json` is the layout of ``--stats``
+(docs/scale-out.md, "The simulation and its sweeps").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from bisect import bisect_left
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,22 +43,138 @@ import numpy as np
 import numpy.typing as npt
 
 from orderer.batch import EmittedBatch
+from orderer.building.glom import event_starts
 from orderer.replay.slicing import Slicing
 
-__all__ = ["Glom", "Merged", "Output", "Stream", "built_starts", "compare", "merge"]
+__all__ = [
+    "BarrierDifferences",
+    "BarrierResolutions",
+    "Differences",
+    "EventDifferences",
+    "FragmentDifferences",
+    "LateDifferences",
+    "Merged",
+    "Output",
+    "OutputSummary",
+    "Stream",
+    "built_starts",
+    "compare",
+    "merge",
+]
 
 _U64 = 2**64 - 1
 _Resolution = tuple[bool, bool, tuple[int, ...]]
 """A barrier's resolution: complete, homogeneous, the missing sources."""
 
 
-@dataclass(frozen=True, slots=True)
-class Glom:
-    """How events are built: glom's window ``dt`` and the function giving where events start in
-    an ordered stream (``starts(timestamps, barrier types)``, glom's own)."""
+def _starts(
+    ts: npt.NDArray[np.uint64], barrier: npt.NDArray[np.uint32], dt: int
+) -> npt.NDArray[np.int64]:
+    """Where glom (window ``dt``, its default ``--maxfragments``) starts the events of an
+    ordered stream; none in an empty one."""
+    return event_starts(ts, barrier, dt=dt) if ts.size else np.zeros(0, np.int64)
 
-    dt: int
-    starts: Callable[[npt.NDArray[np.uint64], npt.NDArray[np.uint32]], npt.NDArray[np.int64]]
+
+@dataclass(frozen=True, slots=True)
+class BarrierResolutions:
+    """How one orderer's barrier resolutions went out (each counted once, however many barrier
+    fragments it holds)."""
+
+    complete: int
+    incomplete: int
+
+
+@dataclass(frozen=True, slots=True)
+class OutputSummary:
+    """What one orderer's run holds (``single`` in ``--stats``, beside its counters)."""
+
+    fragments: int
+    late: int
+    barrier_resolutions: BarrierResolutions
+    events: int | None
+    """glom's events (None: no ``dt`` given, no events built)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--stats`` layout: ``events`` only where events were built."""
+        out = dataclasses.asdict(self)
+        if self.events is None:
+            del out["events"]
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class FragmentDifferences:
+    """Fragments in each output, in one only, and left out by the merge (``late_policy:
+    drop``, the fragments only the merged stream makes late)."""
+
+    single: int
+    sliced: int
+    only_single: int
+    only_sliced: int
+    dropped_by_merge: int
+
+
+@dataclass(frozen=True, slots=True)
+class LateDifferences:
+    """Late flags: each output's, those that differ on a common fragment, and those the merge
+    changed from what the orderers flagged (:class:`Merged`'s ``raised``, ``lowered``)."""
+
+    single: int
+    sliced: int
+    differ: int
+    raised_by_merge: int
+    lowered_by_merge: int
+
+
+@dataclass(frozen=True, slots=True)
+class BarrierDifferences:
+    """Barrier fragments whose resolution differs from one orderer's, resolutions of one
+    orderer whose barriers lie in more than one slice (the merged stream splits them), and
+    barriers whose copies the orderers resolved differently."""
+
+    differ: int
+    split: int
+    copies_disagree: int
+
+
+@dataclass(frozen=True, slots=True)
+class EventDifferences:
+    """Events of one orderer against the slices' builders' (docs/scale-out.md, "Events across
+    slice boundaries")."""
+
+    single: int
+    sliced: int
+    differ: int
+    """Events of one orderer that the slices' builders do not build identically (the same
+    fragments, in the same order)."""
+    straddling: int
+    """Events of the merged stream that cross a piece boundary (built whole)."""
+    differ_if_built_alone: int
+    """Events that would differ had each slice been built from its piece's first fragment."""
+    pieces_without_sure_start: int
+    equal_to_glom_of_merged: bool
+    """Whether the slices' builders made exactly glom's events over the whole merged stream."""
+
+
+@dataclass(frozen=True, slots=True)
+class Differences:
+    """The differences between one orderer's output and the merged one, counted exactly
+    (:func:`compare`)."""
+
+    fragments: FragmentDifferences
+    moved: int
+    """The fewest fragments that must move to turn one order into the other."""
+    late: LateDifferences
+    barriers: BarrierDifferences
+    events: EventDifferences | None
+    """None: no ``dt`` given, no events built."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--stats`` layout: ``events`` only where events were built."""
+        out = dataclasses.asdict(self)
+        if self.events is None:
+            del out["events"]
+        return out
 
 
 @dataclass(slots=True)
@@ -121,22 +240,20 @@ class Output:
             )
         return self._stream
 
-    def summary(self, glom: Glom | None) -> dict[str, Any]:
-        """What one orderer's run holds: fragments, late ones, events, barrier resolutions."""
+    def summary(self, dt: int | None) -> OutputSummary:
+        """What one orderer's run holds: fragments, late ones, events (glom with ``dt``; none
+        without), barrier resolutions."""
         s = self.stream()
         groups: dict[int, bool] = {}
         for row, group in s.group.items():
             groups[group] = s.resolution[row][0]
-        out: dict[str, Any] = {
-            "fragments": len(s),
-            "late": int(s.late.sum()),
-            "barrier_resolutions": {
-                "complete": sum(groups.values()), "incomplete": len(groups) - sum(groups.values())
-            },
-        }
-        if glom is not None:
-            out["events"] = int(glom.starts(s.ts, s.barrier).size) if len(s) else 0
-        return out
+        complete = sum(groups.values())
+        return OutputSummary(
+            fragments=len(s),
+            late=int(s.late.sum()),
+            barrier_resolutions=BarrierResolutions(complete, len(groups) - complete),
+            events=None if dt is None else int(_starts(s.ts, s.barrier, dt).size),
+        )
 
 
 @dataclass(slots=True)
@@ -169,13 +286,8 @@ def merge(
     runs: list[tuple[int, int, int, int]] = []  # (piece, orderer, first row, row after)
     copies: dict[int, set[_Resolution]] = {}
     for o, s in enumerate(streams):
-        slices = slicing.slice_of(s.ts)
-        keep = (s.barrier == 0) | (slices % np.uint64(slicing.orderers) == o)
-        kept = np.flatnonzero(keep)
-        piece = np.zeros(len(s), dtype=np.uint64)
-        if kept.size:
-            piece[kept] = np.maximum.accumulate(slices[kept])
-        del slices
+        pieces = slicing.pieces(o, s.ts, s.barrier)
+        keep, piece = pieces.kept, pieces.piece
         cut = np.flatnonzero((piece[1:] != piece[:-1]) | ~keep[1:] | ~keep[:-1]) + 1
         for a, b in zip(np.append(0, cut).tolist(), np.append(cut, len(s)).tolist(), strict=True):
             if b > a and keep[a]:
@@ -244,7 +356,7 @@ def _sure_starts(m: Merged, slicing: Slicing, dt: int) -> npt.NDArray[np.bool_]:
 
 
 def built_starts(
-    m: Merged, slicing: Slicing, glom: Glom
+    m: Merged, slicing: Slicing, dt: int
 ) -> tuple[npt.NDArray[np.int64], int]:
     """Event starts of the merged stream as the slices' builders make them, each from its
     piece's first sure start to the next's; and how many pieces held no sure start (their
@@ -253,20 +365,20 @@ def built_starts(
     if not n:
         return np.zeros(0, np.int64), 0
     firsts = np.flatnonzero(np.concatenate([[True], m.piece[1:] != m.piece[:-1]]))
-    sure = np.flatnonzero(_sure_starts(m, slicing, glom.dt))
+    sure = np.flatnonzero(_sure_starts(m, slicing, dt))
     unit = sure[np.minimum(np.searchsorted(sure, firsts), sure.size - 1)]
     unit = np.where(unit >= firsts, unit, n)  # a piece with no sure start from its start on
     without = int((unit[:-1] >= firsts[1:]).sum()) + int(unit[-1] >= n)
     bounds = np.append(np.unique(unit[unit < n]), n)
-    return _starts_between(m, bounds, glom), without
+    return _starts_between(m, bounds, dt), without
 
 
 def _starts_between(
-    m: Merged, bounds: npt.NDArray[np.int64], glom: Glom
+    m: Merged, bounds: npt.NDArray[np.int64], dt: int
 ) -> npt.NDArray[np.int64]:
     """glom run afresh from each bound to the next."""
     parts = [
-        glom.starts(m.ts[a:b], m.barrier[a:b]) + a
+        _starts(m.ts[a:b], m.barrier[a:b], dt) + a
         for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
     ]
     return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
@@ -355,7 +467,7 @@ def contract_late(
     return late
 
 
-def _barriers(single: Stream, m: Merged, slicing: Slicing) -> dict[str, int]:
+def _barriers(single: Stream, m: Merged, slicing: Slicing) -> BarrierDifferences:
     """Barrier fragments whose resolution differs from one orderer's; resolutions of one
     orderer whose barriers lie in more than one slice (the merged stream splits them)."""
     mine = {int(m.id[row]): value for row, value in m.resolution.items()}
@@ -363,17 +475,18 @@ def _barriers(single: Stream, m: Merged, slicing: Slicing) -> dict[str, int]:
     slices: dict[int, set[int]] = {}
     for row, group in single.group.items():
         slices.setdefault(group, set()).add(int(single.ts[row]) // slicing.slice_ticks)
-    return {
-        "differ": differ,
-        "split": sum(len(s) > 1 for s in slices.values()),
-        "copies_disagree": m.copies_disagree,
-    }
+    return BarrierDifferences(
+        differ=differ,
+        split=sum(len(s) > 1 for s in slices.values()),
+        copies_disagree=m.copies_disagree,
+    )
 
 
 def compare(
-    single: Stream | Output, m: Merged, n_fragments: int, glom: Glom | None, slicing: Slicing
-) -> dict[str, Any]:
-    """The differences between one orderer's output and the merged one, counted exactly."""
+    single: Stream | Output, m: Merged, n_fragments: int, dt: int | None, slicing: Slicing
+) -> Differences:
+    """The differences between one orderer's output and the merged one, counted exactly; events
+    only with glom's window ``dt``."""
     s = single.stream() if isinstance(single, Output) else single
     position: npt.NDArray[np.integer] = np.full(
         n_fragments, -1, dtype=_index(max(n_fragments, len(m)) + 1)
@@ -383,43 +496,46 @@ def compare(
     del position
     common = where >= 0
     n_common = int(common.sum())
-    out: dict[str, Any] = {
-        "fragments": {"single": len(s), "sliced": len(m), "only_single": len(s) - n_common,
-                      "only_sliced": len(m) - n_common, "dropped_by_merge": m.dropped},
-        "moved": _moved(where[common], len(m)),
-        "late": {
-            "single": int(s.late.sum()),
-            "sliced": int(m.late.sum()),
-            "differ": int((s.late[common] != m.late[where[common]]).sum()),
-            "raised_by_merge": m.raised,
-            "lowered_by_merge": m.lowered,
-        },
-        "barriers": _barriers(s, m, slicing),
-    }
-    if glom is not None:
-        out["events"] = _events(s, m, where, glom, slicing)
-    return out
+    return Differences(
+        fragments=FragmentDifferences(
+            single=len(s),
+            sliced=len(m),
+            only_single=len(s) - n_common,
+            only_sliced=len(m) - n_common,
+            dropped_by_merge=m.dropped,
+        ),
+        moved=_moved(where[common], len(m)),
+        late=LateDifferences(
+            single=int(s.late.sum()),
+            sliced=int(m.late.sum()),
+            differ=int((s.late[common] != m.late[where[common]]).sum()),
+            raised_by_merge=m.raised,
+            lowered_by_merge=m.lowered,
+        ),
+        barriers=_barriers(s, m, slicing),
+        events=None if dt is None else _events(s, m, where, dt, slicing),
+    )
 
 
 def _events(
-    s: Stream, m: Merged, where: npt.NDArray[np.integer], glom: Glom, slicing: Slicing
-) -> dict[str, Any]:
+    s: Stream, m: Merged, where: npt.NDArray[np.integer], dt: int, slicing: Slicing
+) -> EventDifferences:
     """Events of one orderer against the slices' builders', and what building every slice
     alone (from its piece's first fragment, no sure start sought) would have split."""
-    single = glom.starts(s.ts, s.barrier) if len(s) else np.zeros(0, np.int64)
-    built, without = built_starts(m, slicing, glom)
+    single = _starts(s.ts, s.barrier, dt)
+    built, without = built_starts(m, slicing, dt)
     n = len(m)
-    whole = glom.starts(m.ts, m.barrier) if n else np.zeros(0, np.int64)
+    whole = _starts(m.ts, m.barrier, dt)
     firsts = np.flatnonzero(np.concatenate([[True], m.piece[1:] != m.piece[:-1]])) if n else whole
-    alone = _starts_between(m, np.append(firsts, n), glom)
+    alone = _starts_between(m, np.append(firsts, n), dt)
     ends = np.append(built[1:], n) - 1
     identity: npt.NDArray[np.integer] = np.arange(n, dtype=_index(n + 1))
-    return {
-        "single": int(single.size),
-        "sliced": int(built.size),
-        "differ": int(single.size) - _same_events(single, len(s), built, n, where),
-        "straddling": int((m.piece[built] != m.piece[ends]).sum()) if n else 0,
-        "differ_if_built_alone": int(built.size) - _same_events(built, n, alone, n, identity),
-        "pieces_without_sure_start": without,
-        "equal_to_glom_of_merged": bool(np.array_equal(built, whole)),
-    }
+    return EventDifferences(
+        single=int(single.size),
+        sliced=int(built.size),
+        differ=int(single.size) - _same_events(single, len(s), built, n, where),
+        straddling=int((m.piece[built] != m.piece[ends]).sum()) if n else 0,
+        differ_if_built_alone=int(built.size) - _same_events(built, n, alone, n, identity),
+        pieces_without_sure_start=without,
+        equal_to_glom_of_merged=bool(np.array_equal(built, whole)),
+    )

@@ -14,6 +14,12 @@ start recovers the run with them, whatever its command line; what that command l
 is weighed by :mod:`orderer.service.restart` before anything is written. A directory that holds
 logs but no recorded parameters was written by an evb that did not record them: it is
 recovered with the parameters given, as it always was.
+
+Where the orderer stands in a run over several (N, K and T, docs/scale-out.md) is recorded
+beside the parameters, and unlike them is never taken from the record: a start must give the
+run's own (:func:`check_role`), since a restart that silently became another orderer would
+route nothing right. A directory whose record does not say (or that has none) is a plain
+orderer's, orderer 0 of 1.
 """
 
 from __future__ import annotations
@@ -21,10 +27,11 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from orderer.batch import EmittedBatch
 from orderer.config import OrdererConfig
 from orderer.errors import ConfigError, InternalOrdererError
 from orderer.formats import log_format
@@ -35,8 +42,17 @@ from orderer.service.logs import ArrivalLog, OrderedLog
 from orderer.service.recovery import Recovered, recover
 from orderer.service.segments import FsyncPolicy
 from orderer.service.settings import GivenParameter
+from orderer.stats import SliceRole
 
-__all__ = ["DATA_DIR_FLAG", "OpenedRun", "lock", "open_run", "record_parameters", "unusable"]
+__all__ = [
+    "DATA_DIR_FLAG",
+    "OpenedRun",
+    "check_role",
+    "lock",
+    "open_run",
+    "record_parameters",
+    "unusable",
+]
 
 log = logging.getLogger("evb.service")
 
@@ -88,10 +104,42 @@ class OpenedRun:
     once it runs, each recorded as ``Configure`` records one)."""
 
 
-def record_parameters(directory: Path, config: OrdererConfig) -> None:
+def record_parameters(
+    directory: Path, config: OrdererConfig, role: SliceRole | None = None
+) -> None:
     """Record the parameters a new run begins with in its data directory (before its logs hold
-    a record), so that every later start recovers it with them, whatever its command line."""
-    replace_file(Path(directory) / log_format.PARAMETERS, log_format.parameters_bytes(config))
+    a record), so that every later start recovers it with them, whatever its command line; and
+    ``role``, where the orderer stands in a run over several."""
+    replace_file(Path(directory) / log_format.PARAMETERS, log_format.parameters_bytes(config, role))
+
+
+_ROLE_FLAGS = (("orderers", "--orderers"), ("index", "--orderer-index"),
+               ("slice_ticks", "--slice-ticks"))  # fmt: skip
+
+
+def _role_text(role: SliceRole) -> str:
+    if role.orderers == 1 and role.slice_ticks is None:
+        return "a run of one orderer"
+    ticks = role.slice_ticks
+    slices = "no slice length" if ticks is None else f"slices of {ticks} ticks"
+    return f"orderer {role.index} of {role.orderers} with {slices}"
+
+
+def check_role(recorded: SliceRole, given: SliceRole, directory: Path) -> None:
+    """A restart must give the orderer the place in its run the run began with: the slices an
+    orderer owns are what every source routes by, so another N, K or T would take fragments
+    that belong to another orderer, or refuse its own. Refused (naming the first flag that
+    differs) before anything is written."""
+    for name, written in _ROLE_FLAGS:
+        if getattr(recorded, name) != getattr(given, name):
+            raise ConfigError(
+                written,
+                None,
+                f"the run in {directory} is {_role_text(recorded)}, not {_role_text(given)}, "
+                "and which slices an orderer owns cannot change during a run: start it as the "
+                "run began (--orderers, --orderer-index, --slice-ticks), or begin a new run in "
+                "another data directory",
+            )
 
 
 def _holds_logs(directory: Path) -> bool:
@@ -108,11 +156,16 @@ def open_run(
     given: Iterable[GivenParameter],
     fsync: FsyncPolicy,
     segment_bytes: int,
+    role: SliceRole | None = None,
+    emitted: Callable[[EmittedBatch], None] | None = None,
 ) -> OpenedRun:
     """Lock ``directory``, open (or create) its logs and recover the run they hold with the
     parameters it began with; ``config``'s values of the parameters ``given`` are weighed
-    against them first (refused, or live changes to make). On any error, whatever was opened is
-    closed and the lock released."""
+    against them first (refused, or live changes to make), and ``role`` (None: a plain
+    orderer) against where the run's orderer stands in it (:func:`check_role`). ``emitted``
+    sees every batch the recovery's replay emits (the slice index is rebuilt from them). On any
+    error, whatever was opened is closed and the lock released."""
+    role = SliceRole() if role is None else role
     held = lock(directory)
     arrivals: ArrivalLog | None = None
     ordered: OrderedLog | None = None
@@ -130,11 +183,13 @@ def open_run(
         recorded = log_format.read_parameters(directory)
         unrecorded = recorded is None and _holds_logs(directory)
         changes: tuple[restart.LiveChange, ...] = ()
+        if recorded is not None or unrecorded:  # a directory without a record: a plain orderer
+            check_role(log_format.read_slice_role(directory) or SliceRole(), role, directory)
         if recorded is not None:
             changes = restart.weigh(recorded, config, given, directory)
         try:
             if recorded is None and not unrecorded:
-                record_parameters(directory, config)
+                record_parameters(directory, config, role)
             arrivals = ArrivalLog.open(
                 directory / ARRIVALS, fsync=fsync, segment_bytes=segment_bytes
             )
@@ -144,7 +199,9 @@ def open_run(
         except OSError as error:  # a path in the way, no permission, no space
             raise unusable(directory, error) from None
         try:
-            recovered = recover(config if recorded is None else recorded, arrivals, ordered)
+            recovered = recover(
+                config if recorded is None else recorded, arrivals, ordered, emitted=emitted
+            )
         except InternalOrdererError as error:
             if not unrecorded:
                 raise

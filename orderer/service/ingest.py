@@ -30,6 +30,7 @@ from orderer.errors import EvbError, InterfaceError, ServiceUnavailable
 from orderer.service.intake import Intake, IntakePass
 from orderer.service.orderer_thread import Command, OrdererThread, Step
 from orderer.service.payload_rows import rows_of
+from orderer.service.slices import PieceCutter, SliceOwner
 from orderer.service.submit_stream import END_OF_STREAM, SubmitStream
 from orderer.wire import submit
 
@@ -59,9 +60,16 @@ class Ingest:
         refusal: Callable[[], ServiceUnavailable | None],
         deliver: Callable[[list[Step]], None],
         on_error: Callable[[BaseException], None],
+        owner: SliceOwner | None = None,
+        cutter: PieceCutter | None = None,
     ) -> None:
         self.orderer = orderer
         self.limits = limits
+        self._owner = owner
+        """Orderer K of N > 1: the ordinary fragments of other orderers' slices are refused.
+        None (a plain orderer): nothing is checked, at no cost."""
+        self._cutter = cutter
+        """With a slice length: each output taken is cut into pieces for the slice index."""
         self.lock = threading.Lock()
         """Held by the orderer's thread around each cycle; another thread that reads the
         orderer (statistics, metrics) takes it too."""
@@ -175,6 +183,8 @@ class Ingest:
                 emitted = rows_of(self.orderer.take_emitted())
                 self._taken_offset = emitted.first_seq + len(emitted)
                 steps[-1].emitted = emitted
+                if self._cutter is not None:
+                    steps[-1].pieces = self._cutter.cut(emitted)
         return left
 
     def _room_for(self, pending: int, pending_bytes: int) -> bool:
@@ -194,6 +204,8 @@ class Ingest:
         try:
             self._check()
             item = submit.decode_submit(data, self.limits, self.next_sequence)
+            if self._owner is not None and isinstance(item, submit.IncomingBatch):
+                self._owner.check(item.batch)  # before anything of the message is taken
         except EvbError as error:
             log.warning("Submit stream refused: %s", error)
             self._refuse(stream, error)

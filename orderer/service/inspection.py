@@ -27,7 +27,7 @@ from orderer.service.metrics import ArrivalLatency, BarrierTally, MetricsSnapsho
 from orderer.service.runs import RunTable
 from orderer.service.submit_stream import SubmitStream
 from orderer.service.subscriptions import Subscriptions
-from orderer.stats import BarrierCounts, Connection, OutOfOrder, SourceStats, Stats
+from orderer.stats import BarrierCounts, Connection, OutOfOrder, SliceRole, SourceStats, Stats
 
 __all__ = ["Inspection", "source_stats"]
 
@@ -47,6 +47,7 @@ class Inspection:
     latency: ArrivalLatency
     arrivals: ArrivalLog
     ordered: OrderedLog
+    role: SliceRole
 
     @property
     def run_ended_durably(self) -> bool:
@@ -92,6 +93,7 @@ class Inspection:
             barrier_log=tuple(self.barrier_log.newest(barrier_log_limit)),
             connections=tuple(_connection(stream) for stream in self.streams),
             consumers=self.output.consumer_states(now),
+            slicing=self.role,
         )
 
     def metrics_snapshot(self) -> MetricsSnapshot:

@@ -43,7 +43,8 @@ from typing import Any
 from orderer.api import Orderer
 from orderer.batch import ArrivalRecords, EmittedBatch
 from orderer.config import OrdererConfig, parameter_value
-from orderer.errors import ServiceUnavailable
+from orderer.errors import InterfaceError, ServiceUnavailable
+from orderer.replay.slicing import Slicing
 from orderer.service import data_dir, restart
 from orderer.service.consumers import ConsumerOffsets
 from orderer.service.diagnostics import BarrierLog
@@ -56,14 +57,32 @@ from orderer.service.orderer_thread import Step
 from orderer.service.recovery import Recovered
 from orderer.service.runs import RunTable
 from orderer.service.settings import GivenParameter, ServiceConfig, every_parameter
+from orderer.service.slices import PieceCutter, PieceIndex, SliceOwner
 from orderer.service.submit_stream import END_OF_STREAM, SubmitStream
 from orderer.service.subscriptions import Retention, Subscriptions
-from orderer.stats import Stats
+from orderer.stats import SliceIndex, SliceRole, Stats
 from orderer.wire.limits import REPLY_MAX_BYTES, BatchLimits
 
 __all__ = ["OrdererService"]
 
 log = logging.getLogger("evb.service")
+
+
+def _owner(role: SliceRole) -> SliceOwner | None:
+    """What refuses other orderers' fragments: none for a plain orderer (nothing to check,
+    nothing paid), nor for N = 1 (it owns every slice)."""
+    if not role.sliced or role.slice_ticks is None:
+        return None
+    return SliceOwner(Slicing(role.orderers, role.slice_ticks), role.index)
+
+
+def _rebuilding(index: PieceIndex, cutter: PieceCutter) -> Callable[[EmittedBatch], None]:
+    """What recovery hands each batch its replay emits: cut, and folded in at once."""
+
+    def cut(emitted: EmittedBatch) -> None:
+        index.fold(cutter.cut(emitted))
+
+    return cut
 
 
 class OrdererService:
@@ -85,8 +104,19 @@ class OrdererService:
         retention_seconds: float | None = None,
         consumers: ConsumerOffsets | None = None,
         run: int = 1,
+        role: SliceRole | None = None,
+        slice_index: PieceIndex | None = None,
+        cutter: PieceCutter | None = None,
     ) -> None:
         self.limits = limits if limits is not None else BatchLimits()
+        self.role = SliceRole() if role is None else role
+        """Where this orderer stands in its run (a plain orderer: orderer 0 of 1)."""
+        self._slice_index = slice_index
+        """The pieces of the durable output (with a slice length only), as recovery rebuilt
+        them and the output staged since adds to (cut by ``cutter`` on the orderer's
+        thread)."""
+        if (slice_index is None) != (cutter is None):
+            raise ValueError("a slice index is kept with the cutter of its pieces, or neither")
         self._lock = lock
         self._orderer: Orderer = recovered.orderer
         self._runs = RunTable(run, recovered.runs, ended=recovered.run_ended)
@@ -142,6 +172,8 @@ class OrdererService:
             refusal=self._storage_refusal,
             deliver=self._apply,
             on_error=self._fail,
+            owner=_owner(self.role),
+            cutter=cutter,
         )
         self._inspection = Inspection(
             orderer=self._orderer,
@@ -155,6 +187,7 @@ class OrdererService:
             latency=self._latency,
             arrivals=arrivals,
             ordered=ordered,
+            role=self.role,
         )
         self._rearm(self._orderer.next_deadline())
 
@@ -170,12 +203,23 @@ class OrdererService:
         all of them), each weighed against the run's (:mod:`~orderer.service.restart`): the
         live changes they ask for wait for :meth:`apply_restart_changes`. The directory is
         locked: a second server on it (two pods on one volume) is refused."""
+        slicing = service.slicing
+        index: PieceIndex | None = None
+        cutter: PieceCutter | None = None
+        rebuild: Callable[[EmittedBatch], None] | None = None
+        if slicing is not None:
+            index, cutter = PieceIndex(), PieceCutter(slicing, service.orderer_index)
+            # the recovery's replay emits the whole output again: the slice index is rebuilt
+            # from it (everything it emits is durable once it returns)
+            rebuild = _rebuilding(index, cutter)
         run = data_dir.open_run(
             config,
             service.data_dir,
             given=every_parameter() if given is None else given,
             fsync=service.fsync,
             segment_bytes=service.segment_bytes,
+            role=service.slice_role,
+            emitted=rebuild,
         )
         sources = run.recovered.orderer.config.sources  # the run's, whatever was given
         opened = cls(
@@ -193,6 +237,9 @@ class OrdererService:
             retention_seconds=service.retention_seconds,
             consumers=ConsumerOffsets(service.data_dir / "consumers.json"),
             run=service.run,
+            role=service.slice_role,
+            slice_index=index,
+            cutter=cutter,
         )
         opened._restart_changes = run.changes
         return opened
@@ -350,6 +397,8 @@ class OrdererService:
                     commit.stage_input(step.t, rows)
             if step.emitted is not None:
                 commit.stage_output(step.emitted)
+                if step.pieces is not None and self._slice_index is not None:
+                    self._slice_index.add(step.pieces)
             if step.called or rows is not None or step.emitted is not None:
                 commit.advance()
             if step.called:
@@ -460,6 +509,8 @@ class OrdererService:
         output to the subscribers."""
         if advanced:
             self._output.notify()
+            if self._slice_index is not None:
+                self._slice_index.durable(self._commit.durable_offset)
         self._ingest.written()
         for stream in self._streams:
             stream.release(generation)
@@ -539,6 +590,19 @@ class OrdererService:
         1000), the open Submit streams and the consumers with their lag
         (:meth:`.Inspection.stats`)."""
         return self._inspection.stats(barrier_log_limit)
+
+    def slice_index(self, from_slice: int = 0, limit: int = 0) -> SliceIndex:
+        """``GetSliceIndex``: the pieces of slice ``from_slice`` and above, ``limit`` at most
+        (0: the server's choice), of the durable output (:mod:`~orderer.service.slices`).
+        An orderer without a slice length keeps none: ``InterfaceError``."""
+        index = self._slice_index
+        if index is None:
+            raise InterfaceError(
+                "this orderer keeps no slice index: it was started without --slice-ticks "
+                "(a run of one orderer)"
+            )
+        index.durable(self._commit.durable_offset)
+        return index.read(from_slice, limit, complete=self.run_ended_durably)
 
     @property
     def run_ended_durably(self) -> bool:

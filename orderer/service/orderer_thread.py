@@ -35,6 +35,7 @@ from typing import Any
 from orderer.api import FlowSignal
 from orderer.batch import ArrivalRecords, EmittedBatch
 from orderer.service.intake import IntakePass
+from orderer.service.slices import PieceCut
 from orderer.service.threads import name_this_thread
 
 __all__ = ["MAX_QUEUED_BYTES", "PASS_MESSAGES", "Command", "OrdererThread", "Step"]
@@ -67,6 +68,9 @@ class Step:
     """Fragments the call took in."""
     emitted: EmittedBatch | None = None
     """Output taken out of the core after the call, for the ordered log."""
+    pieces: PieceCut | None = None
+    """How that output falls into pieces, for the slice index (an orderer with a slice
+    length only)."""
     acks: list[tuple[Any, int, int]] = field(default_factory=list)
     """``(stream, source, durable sequence)`` owed once this step is durable (source
     ``END_OF_STREAM``: everything the stream sent)."""

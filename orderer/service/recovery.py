@@ -12,13 +12,13 @@ logs belong together.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from orderer.api import Orderer
-from orderer.batch import ArrivalRecords
+from orderer.batch import ArrivalRecords, EmittedBatch
 from orderer.clock import MonotonicClock
 from orderer.config import OrdererConfig
 from orderer.errors import InternalOrdererError
@@ -48,13 +48,23 @@ class Recovered:
     service's run table, after its first run)."""
 
 
-def recover(config: OrdererConfig, arrivals: ArrivalLog, ordered: OrderedLog) -> Recovered:
+def recover(
+    config: OrdererConfig,
+    arrivals: ArrivalLog,
+    ordered: OrderedLog,
+    *,
+    emitted: Callable[[EmittedBatch], None] | None = None,
+) -> Recovered:
     """Rebuild the orderer from the arrival log and complete the ordered log.
 
     Every arrival is replayed at its recorded time, then the deadlines up to the last flush the
     ordered log saw are run; the orderer being deterministic, its output up to the log's end is
     what the log holds, and what comes after was emitted (or due) before the crash but not yet
     written: it is appended now. A fresh directory gives a fresh orderer at time 0.
+
+    ``emitted`` is handed every batch the replay emits, in order from offset 0 (payloads
+    replaced by their arrival-log rows): the whole output, whatever retention deleted of the
+    ordered log, which is what the slice index is rebuilt from.
     """
     resume = max(arrivals.last_arrival_time or 0.0, ordered.last_emit_time or 0.0)
     orderer = Orderer(config, clock=MonotonicClock(start=resume))
@@ -62,17 +72,19 @@ def recover(config: OrdererConfig, arrivals: ArrivalLog, ordered: OrderedLog) ->
     logged = ordered.next_offset
 
     def complete_log() -> None:
-        emitted = rows_of(orderer.take_emitted())
-        n = len(emitted)
+        output = rows_of(orderer.take_emitted())
+        n = len(output)
         if n == 0:
             return
-        end = emitted.first_seq + n
+        if emitted is not None:
+            emitted(output)
+        end = output.first_seq + n
         if end <= logged:
             return
-        skip = max(0, logged - emitted.first_seq)
+        skip = max(0, logged - output.first_seq)
         if skip:
-            emitted = emitted.slice(skip)
-        ordered.append(emitted)
+            output = output.slice(skip)
+        ordered.append(output)
 
     def noting_sequences() -> Iterator[ArrivalRecords]:
         """The arrival log's records as the live orderer took them in (each record's row in

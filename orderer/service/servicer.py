@@ -154,6 +154,13 @@ class OrdererServicer(pb_grpc.OrdererServicer):
         was_known, dead = await _answered(context, change)
         return pb.SourceStateReply(was_known=was_known, dead=dead)
 
+    async def GetSliceIndex(
+        self, request: pb.GetSliceIndexRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SliceIndex:
+        read = self._service.slice_index
+        index = await _answered(context, read, request.from_slice, request.limit)
+        return convert.slice_index_to_pb(index)
+
     async def EndRun(
         self, request: pb.EndRunRequest, context: grpc.aio.ServicerContext
     ) -> pb.EndRunReply:

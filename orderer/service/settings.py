@@ -17,7 +17,10 @@ from typing import Any
 
 from orderer.config import OrdererConfig, parameter_names, snake_case
 from orderer.errors import ConfigError
+from orderer.flags.values import split_peers
+from orderer.replay.slicing import Slicing
 from orderer.service.segments import FsyncPolicy
+from orderer.stats import SliceRole
 from orderer.wire.limits import MAX_PAYLOAD_BYTES, REPLY_MAX_BYTES
 
 __all__ = ["GivenParameter", "ServiceConfig", "configs_from_mapping", "every_parameter"]
@@ -76,6 +79,21 @@ class ServiceConfig:
     """Bearer token every call but health checking must carry (needs TLS)."""
     token_file: Path | None = None
     """File holding the bearer token (a mounted Secret), instead of ``token``."""
+    orderers: int = 1
+    """N, the orderers one run is spread over by time slices (docs/scale-out.md). Fixed for
+    the run: recorded in its data directory; a restart must give the run's own
+    (:func:`~orderer.service.data_dir.check_role`)."""
+    orderer_index: int = 0
+    """This orderer's number, 0 to N-1: it takes only the ordinary fragments of the slices
+    ``s`` with ``s mod N`` equal to it (the others are refused, INVALID_ARGUMENT). Fixed for
+    the run."""
+    slice_ticks: int | None = None
+    """T, the slice length in timestamp ticks: slice ``floor(ts / T)``. Needed when N > 1;
+    given with N = 1, the orderer keeps its slice index all the same. Fixed for the run."""
+    peers: tuple[str, ...] = ()
+    """The run's N orderers' addresses, in index order (empty: not told): ``GetStats`` shows
+    them, so that a source given one orderer finds the others. Not recorded (addresses may
+    change from one start to the next)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
@@ -120,6 +138,56 @@ class ServiceConfig:
             isinstance(self.retention_seconds, int | float) and self.retention_seconds > 0
         ):
             raise ConfigError("retention_seconds", self.retention_seconds, "must be > 0 seconds")
+        self._check_slicing()
+
+    def _check_slicing(self) -> None:
+        """N, K, T and the peers, each checked alone (the ranges are :class:`Slicing`'s), then
+        together: T for a run over several orderers, K among them, one address each."""
+        for name in ("orderers", "orderer_index", "slice_ticks"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ConfigError(name, value, "must be a whole number")
+        Slicing(self.orderers, 1 if self.slice_ticks is None else self.slice_ticks)
+        if self.orderer_index < 0:
+            raise ConfigError("orderer_index", self.orderer_index, "must be >= 0")
+        if self.orderer_index >= self.orderers:
+            raise ConfigError(
+                "orderer_index",
+                self.orderer_index,
+                f"must be below the number of orderers, {self.orderers} (they are numbered 0 "
+                f"to {self.orderers - 1})",
+            )
+        if self.orderers > 1 and self.slice_ticks is None:
+            raise ConfigError(
+                "slice_ticks",
+                None,
+                f"is needed for a run over {self.orderers} orderers: every source computes a "
+                "fragment's orderer from it",
+            )
+        try:
+            peers = split_peers(self.peers)
+        except ValueError as error:
+            raise ConfigError("peers", self.peers, str(error)) from None
+        object.__setattr__(self, "peers", peers)
+        if peers and len(peers) != self.orderers:
+            raise ConfigError(
+                "peers",
+                ",".join(peers),
+                f"must name every orderer of the run, {self.orderers}, in index order "
+                f"({len(peers)} given)",
+            )
+
+    @property
+    def slice_role(self) -> SliceRole:
+        """Where this orderer stands in its run, as ``GetStats`` shows it."""
+        return SliceRole(self.orderers, self.orderer_index, self.slice_ticks, self.peers)
+
+    @property
+    def slicing(self) -> Slicing | None:
+        """The run's slicing rule; None without a slice length (a plain orderer)."""
+        if self.slice_ticks is None:
+            return None
+        return Slicing(self.orderers, self.slice_ticks)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from orderer.building.config import GlomConfig
 from orderer.job_config import JobConfig, OutputFormat
 from orderer.spark import files
-from orderer.spark.glom import GlomConfig
+from orderer.spark.glom import glom_options
 from orderer.spark.layout import Layout
 from orderer.spark.nscldaq import NscldaqSink
 from orderer.spark.stages import StagesSink, remove_stage_results
@@ -24,7 +25,7 @@ def batch_events(spark: Any, config: JobConfig, glom: GlomConfig) -> Any:
     return (
         spark.read.format("evb")
         .option("path", str(config.path))
-        .options(**glom.to_options())
+        .options(**glom_options(glom))
         .option("numPartitions", config.partitions)
         .option("output", "events")
         .load()

@@ -13,10 +13,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from orderer.building.config import GlomConfig
+from orderer.building.glom import EVENT_SCHEMA
 from orderer.errors import ConfigError
 from orderer.job_config import JobConfig
 from orderer.spark import files, runs
-from orderer.spark.glom import EVENT_SCHEMA, GlomConfig
 from orderer.spark.layout import RUN_NAME
 from orderer.spark.nscldaq import check_glom_source_id
 from orderer.stages.load import load_stages

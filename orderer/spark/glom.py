@@ -1,283 +1,64 @@
-"""Event building ("glom") over the ordered stream, as NSCLDAQ's glom does it.
+"""Event building as the Spark job sees it: the rows of the ``evb`` data source in Spark's
+words, and how events are built (:class:`~orderer.building.config.GlomConfig`) as the data
+source's options.
 
-An **event** is the maximal run of consecutive ordinary fragments whose timestamps lie within
-``dt`` ticks of the event's first fragment (``|ts - first| <= dt``), at most ``max_fragments + 1``
-per event, as glom's ``--maxfragments N`` makes them (NSCLDAQ 12.0-maint,
-``main/daq/evbtools/glom/glomMain.cpp``, ``accumulateEvent``: before it adds a fragment, glom
-flushes the open event when ``fragmentCount > maxFragments``, so an event reaches ``N + 1``
-fragments; ``N`` = 0 makes one event per fragment). A **barrier** closes the open event and passes
-through as a row of its own. The event's timestamp follows the timestamp policy, as glom's
-``--timestamp-policy`` sets it (NSCLDAQ's ``GLOM_TIMESTAMP_FIRST``, ``_LAST``, ``_AVERAGE``):
-``earliest`` is the timestamp of the event's *first fragment in stream order*, ``latest`` that of
-its *last* one, ``average`` the integer mean (rounded down). Stream order, not the smallest or
-largest timestamp: an event that holds a late fragment can have a first fragment that is not its
-smallest timestamp, and glom keeps the first one all the same. The no-build mode makes one event
-per fragment (``dt`` None).
-
-The window is measured in exact integers, ``|ts - first|``. glom measures it in unsigned 64-bit
-arithmetic both ways round and takes the shorter (``min(ts - first, first - ts)`` modulo 2**64,
-glomMain.cpp, ``accumulateEvent``), so two timestamps more than 2**63 apart are close to glom
-across the wrap (2**64 - 10 and 5 are 15 apart) and far apart here. The two agree whenever both
-timestamps are below 2**63, and the data source refuses any timestamp from 2**63 up
-(:func:`orderer.spark.source.fragment_rows`), so the events of the Spark job never differ.
-
-Why this module holds no Spark (numpy, pyarrow and the core's compiled chain of event starts): the
-only order-sensitive step of the whole consumer is *where an event starts* (:func:`event_starts`).
-Once a position is known to be an event start, everything after it is glommed the same whatever
-came before, so the stream can be cut there into pieces that are built independently and in
-parallel. The Spark source (:mod:`orderer.spark.source`) runs :func:`event_starts` over the small
-timestamp and barrier columns to end micro-batches and partitions only at event starts; the
-executors then run :func:`glom_batches` over their own piece, payloads and all. Both call the same
-function, so the events are identical to a sequential, single-threaded glom of the whole stream for
-any number of partitions and wherever micro-batches end.
-
-Callers: :mod:`orderer.spark.source` (the boundaries on the driver, the building in each
-partition's ``read()``), the benchmark's baseline.
+Why here and not beside the rule (:mod:`orderer.building`): Spark's DDL strings and the option
+names (``dt``, ``maxFragments``, ``timestampPolicy``) are the data source's interface, which the
+rule does not need; the replay and the other builders take the rule without them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Mapping
 
-import numpy as np
-import numpy.typing as npt
-import pyarrow as pa
-
-from orderer._core import core
+from orderer.building.config import GlomConfig
 from orderer.errors import ConfigError
-from orderer.job_config import TimestampPolicy
 
 __all__ = [
-    "EVENT_SCHEMA",
     "EVENT_SPARK_SCHEMA",
-    "FRAGMENT_SCHEMA",
     "FRAGMENT_SPARK_SCHEMA",
-    "GlomConfig",
-    "build_events",
-    "event_starts",
-    "glom_batches",
+    "glom_from_options",
+    "glom_options",
 ]
 
-
-FRAGMENT_SCHEMA = pa.schema(
-    [
-        ("offset", pa.int64()),
-        ("source", pa.int64()),
-        ("timestamp", pa.int64()),
-        ("barrier", pa.int64()),
-        ("late", pa.bool_()),
-        ("payload", pa.binary()),
-    ]
-)
-"""Rows of the ``evb`` data source (Spark has no unsigned types: ids and timestamps are longs)."""
 FRAGMENT_SPARK_SCHEMA = (
     "offset long, source long, timestamp long, barrier long, late boolean, payload binary"
 )
-
-_FRAGMENT_IN_EVENT = pa.struct([field for field in FRAGMENT_SCHEMA if field.name != "barrier"])
-"""A fragment inside an event: a row of the data source less its barrier (the event row has it)."""
-EVENT_SCHEMA = pa.schema(
-    [
-        ("event", pa.int64()),  # offset of the event's first fragment: unique in the run
-        ("timestamp", pa.int64()),  # by the timestamp policy
-        ("multiplicity", pa.int32()),  # fragments in the event
-        ("barrier", pa.int64()),  # 0 for an event; the barrier type for a barrier row
-        ("late", pa.int32()),  # late fragments in the event
-        ("fragments", pa.list_(_FRAGMENT_IN_EVENT)),
-    ]
-)
+""":data:`orderer.building.glom.FRAGMENT_SCHEMA` in Spark's DDL: the data source's rows."""
 EVENT_SPARK_SCHEMA = (
     "event long, timestamp long, multiplicity int, barrier long, late int, "
     "fragments array<struct<offset:long, source:long, timestamp:long, late:boolean, "
     "payload:binary>>"
 )
+""":data:`orderer.building.glom.EVENT_SCHEMA` in Spark's DDL: the built events' rows."""
 
 
-@dataclass(frozen=True, slots=True)
-class GlomConfig:
-    """How events are built; the same values must reach the source and the builder."""
+def glom_options(glom: GlomConfig) -> dict[str, str]:
+    """``glom`` as options of the ``evb`` data source (what a streamed run records of its
+    building too: :func:`orderer.spark.resume.building`)."""
+    options = {"maxFragments": str(glom.max_fragments)}
+    if glom.dt is not None:
+        options["dt"] = str(glom.dt)
+    options["timestampPolicy"] = str(glom.timestamp_policy)
+    return options
 
-    dt: int | None = None
-    """Glom window in timestamp ticks; None: no building, one event per fragment."""
-    max_fragments: int = 1000
-    """glom's ``--maxfragments`` (its default 1000 too): an event holds at most
-    ``max_fragments + 1`` fragments (glom checks the count before adding a fragment:
-    glomMain.cpp, ``accumulateEvent``, ``fragmentCount > maxFragments``); 0: one fragment per
-    event, as no building."""
-    timestamp_policy: TimestampPolicy = TimestampPolicy.EARLIEST
-    """Timestamp of a built event: its first (``earliest``) or last (``latest``) fragment's in
-    stream order, or the integer mean (``average``), as NSCLDAQ's glom."""
 
-    def __post_init__(self) -> None:
-        if self.dt is not None and (
-            isinstance(self.dt, bool) or not isinstance(self.dt, int) or not 0 <= self.dt < 2**63
-        ):
-            raise ConfigError("dt", self.dt, "must be an integer number of ticks >= 0")
-        if (
-            isinstance(self.max_fragments, bool)
-            or not isinstance(self.max_fragments, int)
-            or self.max_fragments < 0
-        ):
-            raise ConfigError("max_fragments", self.max_fragments, "must be an integer >= 0")
+def glom_from_options(options: Mapping[str, str]) -> GlomConfig:
+    """The building of data source options (case-insensitive keys, string values); a bad value
+    names its option."""
+    lowered = {str(key).lower(): value for key, value in options.items()}
+
+    def integer(name: str, default: int | None) -> int | None:
+        raw = lowered.get(name.lower())
+        if raw is None or raw == "":
+            return default
         try:
-            object.__setattr__(self, "timestamp_policy", TimestampPolicy(self.timestamp_policy))
+            return int(raw)
         except ValueError:
-            raise ConfigError(
-                "timestamp_policy", self.timestamp_policy, "must be earliest, latest or average"
-            ) from None
+            raise ConfigError(name, raw, "must be an integer") from None
 
-    @property
-    def builds(self) -> bool:
-        """Whether any event can hold two fragments (``max_fragments`` 0: one per event)."""
-        return self.dt is not None and self.max_fragments > 0
-
-    @property
-    def largest_event(self) -> int:
-        """Most fragments one event can hold: ``max_fragments + 1``, as glom."""
-        return self.max_fragments + 1
-
-    def to_options(self) -> dict[str, str]:
-        """As options of the ``evb`` data source."""
-        options = {"maxFragments": str(self.max_fragments)}
-        if self.dt is not None:
-            options["dt"] = str(self.dt)
-        options["timestampPolicy"] = str(self.timestamp_policy)
-        return options
-
-    @classmethod
-    def from_options(cls, options: dict[str, str]) -> GlomConfig:
-        """From data source options (case-insensitive keys, string values)."""
-        lowered = {str(key).lower(): value for key, value in options.items()}
-
-        def integer(name: str, default: int | None) -> int | None:
-            raw = lowered.get(name.lower())
-            if raw is None or raw == "":
-                return default
-            try:
-                return int(raw)
-            except ValueError:
-                raise ConfigError(name, raw, "must be an integer") from None
-
-        return cls(
-            dt=integer("dt", None),
-            max_fragments=integer("maxFragments", 1000),  # type: ignore[arg-type]
-            timestamp_policy=lowered.get("timestamppolicy", "earliest"),  # type: ignore[arg-type]
-        )
-
-
-def event_starts(
-    timestamp: npt.NDArray[np.uint64],
-    barrier: npt.NDArray[np.integer],
-    *,
-    dt: int | None,
-    max_fragments: int = 1000,
-) -> npt.NDArray[np.int64]:
-    """Indices where an event (or a barrier row) starts, ascending, 0 first; glom from index 0.
-
-    ``max_fragments`` is glom's ``--maxfragments``: an event holds at most ``max_fragments + 1``
-    fragments, 0 makes every index a start (glomMain.cpp, ``accumulateEvent``).
-
-    The rule is a chain (each event's first fragment decides where the event ends), so it runs
-    as one compiled pass (``orderer._core``, ``glom_starts.pyx``): the driver runs it over every
-    micro-batch's timestamps, each executor over its partition's.
-    """
-    n = int(timestamp.shape[0])
-    if max_fragments < 0:
-        raise ValueError(f"max_fragments must be >= 0, not {max_fragments}")
-    if dt is None or max_fragments == 0:
-        return np.arange(n, dtype=np.int64)
-    if dt < 0:
-        raise ValueError(f"dt must be >= 0, not {dt}")
-    is_barrier = np.ascontiguousarray(np.asarray(barrier) != 0).view(np.uint8)
-    return core.event_starts_of(
-        np.ascontiguousarray(timestamp, dtype=np.uint64), is_barrier, min(dt, 2**64 - 1),
-        max_fragments + 1,
+    return GlomConfig(
+        dt=integer("dt", None),
+        max_fragments=integer("maxFragments", 1000),  # type: ignore[arg-type]
+        timestamp_policy=lowered.get("timestamppolicy", "earliest"),  # type: ignore[arg-type]
     )
-
-
-def build_events(
-    fragments: pa.Table | pa.RecordBatch,
-    config: GlomConfig,
-    starts: npt.NDArray[np.int64] | None = None,
-) -> pa.RecordBatch:
-    """Build every event of ``fragments`` (FRAGMENT_SCHEMA rows in offset order that start at an
-    event start and end at an event end) into EVENT_SCHEMA rows; ``starts``: their
-    :func:`event_starts`, when the caller has them already."""
-    if isinstance(fragments, pa.RecordBatch):
-        fragments = pa.Table.from_batches([fragments])
-    table = fragments.combine_chunks()
-    n = table.num_rows
-    if n == 0:
-        return pa.RecordBatch.from_pylist([], schema=EVENT_SCHEMA)
-    ts = table.column("timestamp").chunk(0).to_numpy().view(np.uint64)
-    barrier = table.column("barrier").chunk(0).to_numpy()
-    late = table.column("late").chunk(0).to_numpy(zero_copy_only=False)
-    offset = table.column("offset").chunk(0)
-    if starts is None:
-        starts = event_starts(
-            ts, barrier, dt=config.dt if config.builds else None,
-            max_fragments=config.max_fragments,
-        )
-    counts = np.diff(np.append(starts, n))
-    if config.timestamp_policy is TimestampPolicy.EARLIEST:  # the first fragment's, as glom
-        stamp = ts[starts]
-    elif config.timestamp_policy is TimestampPolicy.LATEST:  # the last fragment's, as glom
-        stamp = ts[starts + counts - 1]
-    else:  # floor of the mean, exactly: min + floor(sum(ts - min) / n), no overflow
-        smallest = np.minimum.reduceat(ts, starts)
-        above = ts - np.repeat(smallest, counts)
-        stamp = smallest + np.add.reduceat(above, starts) // counts.astype(np.uint64)
-    inner = pa.StructArray.from_arrays(
-        [
-            offset,
-            table.column("source").chunk(0),
-            table.column("timestamp").chunk(0),
-            table.column("late").chunk(0),
-            table.column("payload").chunk(0),
-        ],
-        fields=list(_FRAGMENT_IN_EVENT),
-    )
-    list_offsets = pa.array(np.append(starts, n).astype(np.int32))
-    return pa.RecordBatch.from_arrays(
-        [
-            offset.take(pa.array(starts)),
-            pa.array(stamp.view(np.int64)),
-            pa.array(counts.astype(np.int32)),
-            pa.array(barrier[starts].astype(np.int64)),
-            pa.array(np.add.reduceat(late.astype(np.int32), starts)),
-            pa.ListArray.from_arrays(
-                list_offsets, inner, type=EVENT_SCHEMA.field("fragments").type
-            ),
-        ],
-        schema=EVENT_SCHEMA,
-    )
-
-
-def glom_batches(
-    batches: Iterable[pa.RecordBatch], config: GlomConfig
-) -> Iterator[pa.RecordBatch]:
-    """Events of a piece of the ordered stream that starts at an event start and ends at an event
-    end, as record batches (the executors' step; iterator to iterator, no Spark needed).
-
-    Each incoming batch is built with the fragments of the still-open last event carried in
-    front of it; that event is held back until the next batch (it may go on) or the end."""
-    carry: pa.Table | None = None
-    for batch in batches:
-        if batch.num_rows == 0:
-            continue
-        table = pa.Table.from_batches([batch]) if carry is None else pa.concat_tables(
-            [carry, pa.Table.from_batches([batch])]
-        )
-        table = table.combine_chunks()
-        ts = table.column("timestamp").chunk(0).to_numpy().view(np.uint64)
-        barrier = table.column("barrier").chunk(0).to_numpy()
-        starts = event_starts(
-            ts, barrier, dt=config.dt if config.builds else None, max_fragments=config.max_fragments
-        )
-        last = int(starts[-1])
-        if last > 0:
-            yield build_events(table.slice(0, last), config, starts[:-1])
-        carry = table.slice(last)
-    if carry is not None and carry.num_rows:
-        yield build_events(carry, config)

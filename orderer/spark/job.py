@@ -8,7 +8,7 @@ events with Spark's file sink (exactly once: the checkpoint and the sink's log),
 itself once the run ended and everything was consumed (``GetStats.run_ended``; the
 SparkApplication relies on that). With ``--path`` it reads a finished run's log directory in one
 batch. Either way the source builds the events where it reads them (``output`` = ``events``:
-:func:`orderer.spark.glom.glom_batches` in each partition's ``read()`` on the executors, one
+:func:`orderer.building.glom.glom_batches` in each partition's ``read()`` on the executors, one
 Python step per fragment), and it cuts partitions only where events start, so the events are the
 sequential glom's.
 
@@ -70,12 +70,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orderer.building.config import GlomConfig
 from orderer.errors import ConfigError, ServiceUnavailable
 from orderer.job_config import JobConfig, OutputFormat
 from orderer.spark import files, runs
 from orderer.spark.batch import write_batch
 from orderer.spark.checks import check_arguments, glom_config, java_problem, stages_plan
-from orderer.spark.glom import GlomConfig
+from orderer.spark.glom import glom_options
 from orderer.spark.layout import Layout
 from orderer.spark.nscldaq import NscldaqSink
 from orderer.spark.order_check import CHECK_FRAGMENTS, check_order, report
@@ -265,7 +266,7 @@ def check_stages_order(spark: Any, config: JobConfig, plan: Plan | None = None) 
     def read(partitions: int) -> Any:
         reader = (
             spark.read.format("evb")
-            .options(**glom.to_options())
+            .options(**glom_options(glom))
             .option("numPartitions", partitions)
             .option("output", "events")
             .option("endingOffset", fragments)

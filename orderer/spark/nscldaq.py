@@ -108,7 +108,7 @@ def is_ring_item(payload: bytes) -> bool:
 
 
 def ring_items(events: pa.RecordBatch | pa.Table, glom_source_id: int) -> bytes:
-    """The ring items of event rows (``orderer.spark.glom.EVENT_SCHEMA``, payloads included),
+    """The ring items of event rows (``orderer.building.glom.EVENT_SCHEMA``, payloads included),
     back to back in row order."""
     out: list[bytes] = []
     columns = events.select(["timestamp", "barrier", "fragments"]).to_pydict()

@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from orderer.building.config import GlomConfig
 from orderer.errors import ConfigError
 from orderer.job_config import JobConfig, OutputFormat
 from orderer.spark import files
-from orderer.spark.glom import GlomConfig
+from orderer.spark.glom import glom_options
 from orderer.spark.layout import Layout
 from orderer.stages.plan import Plan
 
@@ -45,7 +46,7 @@ def building(config: JobConfig, glom: GlomConfig, plan: Plan | None = None) -> d
     writes the events: a run begun without them resumes without them, and the other way
     round; a stage's code may change, a fixed bug most of all)."""
     record = {
-        **glom.to_options(),
+        **glom_options(glom),
         "maxFragmentsMeaning": MAX_FRAGMENTS_MEANING,
         "format": config.format.value,
     }

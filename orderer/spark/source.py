@@ -9,12 +9,12 @@ FRAGMENT_SPARK_SCHEMA`), or with ``option("output", "events")`` the events built
 
 Why the source knows the glom window (options ``dt``, ``maxFragments``): event building is the one
 order-sensitive step, and it is only sensitive to *where an event starts*. The driver runs
-:func:`~orderer.spark.glom.event_starts` over the timestamp and barrier columns only (the orderer
+:func:`~orderer.building.glom.event_starts` over the timestamp and barrier columns only (the orderer
 leaves the payloads out: ``omit_payload``) and ends every micro-batch and every partition at an
 event start. Each partition then holds whole events, the executors build them in parallel with no
 shuffle and no state, and the result is the sequential glom's for any number of partitions and
 any trigger. With ``output`` = ``events`` each partition's ``read()`` builds its events itself
-(:func:`~orderer.spark.glom.glom_batches`), so a fragment crosses from Python to the JVM once, as
+(:func:`~orderer.building.glom.glom_batches`), so a fragment crosses from Python to the JVM once, as
 part of an event: one Python step per fragment, where reading fragments and building them in a
 ``mapInArrow`` took two (two Python workers, and every fragment through the JVM between them).
 The event still open at the live end of the log is left for the next micro-batch; at the end of
@@ -69,18 +69,13 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from orderer.batch import EmittedBatch
+from orderer.building.config import GlomConfig
+from orderer.building.glom import FRAGMENT_SCHEMA, event_starts, glom_batches
 from orderer.errors import ConfigError, InterfaceError, ServiceUnavailable
 from orderer.formats import log_format
 from orderer.formats.log_format import ordered_segments
 from orderer.formats.payloads import ArrivalPayloads, read_ordered, read_ordered_range
-from orderer.spark.glom import (
-    EVENT_SPARK_SCHEMA,
-    FRAGMENT_SCHEMA,
-    FRAGMENT_SPARK_SCHEMA,
-    GlomConfig,
-    event_starts,
-    glom_batches,
-)
+from orderer.spark.glom import EVENT_SPARK_SCHEMA, FRAGMENT_SPARK_SCHEMA, glom_from_options
 from orderer.spark.runs import run_end
 
 __all__ = [
@@ -173,7 +168,7 @@ class _Options:
         return cls(
             target=target,
             path=Path(path) if path else None,
-            glom=GlomConfig.from_options(dict(options)),
+            glom=glom_from_options(dict(options)),
             partitions=number("numPartitions", 2, int, 1),
             max_per_trigger=number("maxFragmentsPerTrigger", None, int, 1),
             consumer=lowered.get("consumer", "spark"),
@@ -500,7 +495,7 @@ def plan_log(
     time: the driver holds one chunk and the still open event, never the whole run.
 
     Why it can: every event start found in a chunk (glommed with the open event carried in front
-    of it) is final, as in :func:`~orderer.spark.glom.glom_batches`, and the plan needs only the
+    of it) is final, as in :func:`~orderer.building.glom.glom_batches`, and the plan needs only the
     first event start at or after each of the ``parts - 1`` ideal cuts."""
     if until <= first:
         return []

@@ -16,10 +16,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from orderer.building.config import GlomConfig
 from orderer.errors import ServiceUnavailable
 from orderer.job_config import JobConfig, OutputFormat
 from orderer.spark import files, runs
-from orderer.spark.glom import GlomConfig
+from orderer.spark.glom import glom_options
 from orderer.spark.layout import Layout
 from orderer.spark.nscldaq import NscldaqSink
 from orderer.spark.resume import building, check_resumed_building
@@ -83,7 +84,7 @@ def stream(
     reader = (
         spark.readStream.format("evb")
         .option("target", target)
-        .options(**glom.to_options())
+        .options(**glom_options(glom))
         .option("numPartitions", config.partitions)
         .option("consumer", config.consumer)
         .options(**security_options(config))

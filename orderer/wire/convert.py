@@ -42,7 +42,10 @@ from orderer.stats import (
     Connection,
     ConsumerState,
     OutOfOrder,
+    Piece,
     RunSpan,
+    SliceIndex,
+    SliceRole,
     SourceStats,
     Stats,
 )
@@ -62,6 +65,10 @@ __all__ = [
     "emitted_from_pb",
     "emitted_to_pb",
     "end_of_source_from_pb",
+    "slice_index_from_pb",
+    "slice_index_to_pb",
+    "slice_role_from_pb",
+    "slice_role_to_pb",
     "stats_from_pb",
     "stats_to_pb",
     "watermark_from_pb",
@@ -337,9 +344,60 @@ def stats_to_pb(stats: Stats) -> pb.Stats:
             for c in stats.connections
         ],
     )
+    message.slicing.CopyFrom(slice_role_to_pb(stats.slicing))
     if stats.high_water_mark is not None:
         message.high_water_mark = stats.high_water_mark
     return message
+
+
+def slice_role_to_pb(role: SliceRole) -> pb.Slicing:
+    """``Stats.slicing``: always set (a plain orderer is orderer 0 of 1), T 0 when not given."""
+    return pb.Slicing(
+        orderers=role.orderers,
+        index=role.index,
+        slice_ticks=role.slice_ticks or 0,
+        peers=role.peers,
+    )
+
+
+def slice_role_from_pb(message: pb.Slicing) -> SliceRole:
+    """``Stats.slicing``, typed; a server from before slicing sends none: orderer 0 of 1."""
+    if message.orderers == 0:
+        return SliceRole()
+    return SliceRole(
+        orderers=message.orderers,
+        index=message.index,
+        slice_ticks=message.slice_ticks or None,
+        peers=tuple(message.peers),
+    )
+
+
+def slice_index_to_pb(index: SliceIndex) -> pb.SliceIndex:
+    """``GetSliceIndex``' reply."""
+    return pb.SliceIndex(
+        pieces=[
+            pb.Piece(
+                slice=piece.slice,
+                first_offset=piece.first_offset,
+                highest_timestamp=piece.highest_timestamp,
+            )
+            for piece in index.pieces
+        ],
+        complete=index.complete,
+        next_offset=index.next_offset,
+    )
+
+
+def slice_index_from_pb(message: pb.SliceIndex) -> SliceIndex:
+    """A ``GetSliceIndex`` reply, typed."""
+    return SliceIndex(
+        pieces=tuple(
+            Piece(p.slice, p.first_offset, _optional(p, "highest_timestamp"))
+            for p in message.pieces
+        ),
+        complete=message.complete,
+        next_offset=message.next_offset,
+    )
 
 
 def _source_to_pb(source: SourceStats) -> pb.SourceCounters:
@@ -423,6 +481,7 @@ def stats_from_pb(message: pb.Stats) -> Stats:
             )
             for c in sorted(message.consumers, key=_by_consumer)
         },
+        slicing=slice_role_from_pb(message.slicing),
     )
 
 

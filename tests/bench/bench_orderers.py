@@ -11,9 +11,15 @@ time from the common start to the last orderer's last durable fragment; the tabl
 against ``N x`` the rate of N = 1 of the same invocation, and each orderer's busiest thread per
 1000 fragments (what bounds one process whatever the cores).
 
-``--mode independent`` (this file's only mode so far) gives each orderer a run of its own: what
-the host gives N processes that share nothing but its cores, memory bandwidth and disk, the
-ceiling of one run spread over N orderers.
+``--mode independent`` gives each orderer a run of its own: what the host gives N processes that
+share nothing but its cores, memory bandwidth and disk, the ceiling of one run spread over N
+orderers. ``--mode sliced`` is one run over the N orderers (docs/scale-out.md): ``evb serve
+--orderers N --orderer-index k --slice-ticks T`` each, the run's ``N x --sources`` sources split
+over the N senders as before, each sender routing its batches as the source client does
+(:class:`~orderer.client.routing.SourceRouting`: each fragment to the owner of its slice,
+crossing watermarks to the others; routed, numbered per orderer and encoded before the start)
+and writing every orderer's share on its own streams. Both modes send the same fragments in
+all, so ``sliced`` against ``independent`` is what spreading one run costs.
 
 ``--json PATH`` writes the figures.
 """
@@ -29,6 +35,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +49,11 @@ import bench_service as service
 from rich.console import Console
 from rich.table import Table
 
-from orderer.replay.synthetic import SyntheticRun
+from orderer._proto.evb.v1 import orderer_pb2 as pb
+from orderer.client.routing import SourceRouting
+from orderer.replay.slicing import Slicing
+from orderer.replay.synthetic import SyntheticRun, iter_batches
+from orderer.wire import convert
 
 
 @dataclasses.dataclass
@@ -57,27 +68,81 @@ class SenderResult:
     sender_cpu: float
 
 
+def _server_ref(target: str, pid: int) -> service.Server:
+    server = service.Server.__new__(service.Server)  # an orderer the parent runs
+    server.pid = pid
+    server.target = target
+    return server
+
+
+def _routed(
+    args: argparse.Namespace, n: int
+) -> tuple[tuple[int, ...], list[list[service.Message]]]:
+    """This sender's sources and, per orderer, its messages: the synthetic run of sources
+    ``--first-source`` on routed over ``n`` orderers (one: unchanged), numbered per orderer."""
+    spec = SyntheticRun(
+        n_sources=args.sources,
+        fragments_per_source=max(1, args.fragments // args.sources),
+        rate=1e6 / 16,  # per source: bench_service's 16 sources at 1 M/s in all
+        jitter=0.0005,
+        batch_size=args.batch,
+        barriers=False,
+        end_of_source=False,
+        payload_size=args.payload,
+        seed=args.seed,
+        first_source=args.first_source,
+    )
+    routing = SourceRouting(Slicing(n, args.slice_ticks))
+    sequence: Counter[tuple[int, int]] = Counter()
+    messages: list[list[service.Message]] = [[] for _ in range(n)]
+    for _, batch in iter_batches(spec):
+        source = int(batch.source[0])
+        for routed in routing.route(source, batch):
+            out = messages[routed.orderer]
+            if routed.part is not None:
+                first = sequence[routed.orderer, source]
+                request = pb.SubmitRequest(batch=convert.batch_to_pb(routed.part, first))
+                out.append(
+                    service.Message(source, len(routed.part), request.SerializeToString(), 0.0)
+                )
+                sequence[routed.orderer, source] += len(routed.part)
+            if routed.watermark is not None:
+                mark = pb.SubmitRequest(
+                    watermark=pb.Watermark(source=source, watermark=routed.watermark)
+                )
+                out.append(service.Message(source, 0, mark.SerializeToString(), 0.0))
+    return spec.source_ids, messages
+
+
 def _sender_main(args: argparse.Namespace) -> None:
-    """A sender process: generate, say ``ready``, wait for ``go`` on stdin, send, report."""
-    gen = argparse.Namespace(
-        sources=args.sources, data_rate=1e6, jitter=0.0005, batch=args.batch, seed=args.seed
-    )
-    data = service.generate(gen, payload=args.payload, fragments=args.fragments, columns=False)
-    server = service.Server.__new__(service.Server)  # the orderer, run by the parent
-    server.pid = args.pid
-    server.target = args.sender
-    print("ready", flush=True)
-    if sys.stdin.readline().strip() != "go":
+    """A sender process: generate and route, print what each orderer gets, wait for ``go``
+    with what each orderer gets from every sender on stdin, send, report."""
+    targets = args.sender.split(",")
+    pids = [int(p) for p in args.pid.split(",")]
+    sources, messages = _routed(args, len(targets))
+    print(json.dumps([sum(m.count for m in out) for out in messages]), flush=True)
+    line = sys.stdin.readline().split()
+    if len(line) != 2 or line[0] != "go":
         raise SystemExit("sender: no go")
-    sent = asyncio.run(
-        service.send(args.sender, data.batches, data.sources, server, streams=args.streams)
-    )
+    expect = [int(e) for e in line[1].split(",")]
+    streams = max(1, args.streams // len(targets))
+
+    async def run() -> list[service.Sent]:
+        return await asyncio.gather(
+            *(
+                service.send(t, out, sources, _server_ref(t, pid), streams=streams, expect=e)
+                for t, pid, out, e in zip(targets, pids, messages, expect, strict=True)
+            )
+        )
+
+    sent = asyncio.run(run())
+    fragments = sum(m.count for out in messages for m in out)
     result = SenderResult(
-        fragments=sent.fragments,
-        payload_bytes=sent.fragments * args.payload,
-        started=sent.started,
-        done=sent.started + sent.seconds,
-        sender_cpu=sent.sender_cpu,
+        fragments=fragments,
+        payload_bytes=fragments * args.payload,
+        started=min(s.started for s in sent),
+        done=max(s.started + s.seconds for s in sent),
+        sender_cpu=sent[0].sender_cpu,  # each send counts the whole process
     )
     print(json.dumps(dataclasses.asdict(result)), flush=True)
 
@@ -93,24 +158,33 @@ def run_point(args: argparse.Namespace, n: int, work: Path) -> dict[str, Any]:
     """N orderers, N senders, started together; the aggregate and each orderer's figures."""
     servers: list[service.Server] = []
     senders: list[subprocess.Popen[str]] = []
-    sources = SyntheticRun(n_sources=args.sources).source_ids  # what each sender's run holds
+    sliced = args.mode == "sliced"
+    per_sender = SyntheticRun(n_sources=args.sources).source_ids  # sources 1..S of a sender
     try:
         for k in range(n):
+            if sliced:  # one run: every orderer waits for every sender's sources
+                run_sources = tuple(range(1, 1 + n * args.sources))
+                flags = f"--orderers {n} --orderer-index {k} --slice-ticks {args.slice_ticks}"
+            else:
+                run_sources, flags = per_sender, ""
+            os.environ["EVB_BENCH_SERVE_FLAGS"] = flags
             servers.append(
                 service.start_evb(
-                    work / f"n{n}-orderer{k}", work / f"n{n}-orderer{k}.log", sources, 1.0
+                    work / f"n{n}-orderer{k}", work / f"n{n}-orderer{k}.log", run_sources, 1.0
                 )
             )
-        for k, server in enumerate(servers):
+        os.environ.pop("EVB_BENCH_SERVE_FLAGS", None)
+        for k in range(n):
+            mine = servers if sliced else [servers[k]]
             senders.append(
                 subprocess.Popen(
                     [
                         sys.executable,
                         __file__,
                         "--sender",
-                        server.target,
+                        ",".join(s.target for s in mine),
                         "--pid",
-                        str(server.pid),
+                        ",".join(str(s.pid) for s in mine),
                         "--seed",
                         str(1000 + k),
                         "--fragments",
@@ -119,6 +193,10 @@ def run_point(args: argparse.Namespace, n: int, work: Path) -> dict[str, Any]:
                         str(args.payload),
                         "--sources",
                         str(args.sources),
+                        "--first-source",
+                        str(1 + k * args.sources if sliced else 1),
+                        "--slice-ticks",
+                        str(args.slice_ticks),
                         "--streams",
                         str(args.streams),
                         "--batch",
@@ -130,15 +208,19 @@ def run_point(args: argparse.Namespace, n: int, work: Path) -> dict[str, Any]:
                     env=service._environment(),
                 )
             )
+        shares = []
         for sender in senders:
             assert sender.stdout is not None
-            if sender.stdout.readline().strip() != "ready":
+            line = sender.stdout.readline()
+            if not line.startswith("["):
                 raise SystemExit("a sender did not start")
+            shares.append(json.loads(line))
         before = [s.thread_cpu() for s in servers]
         cpu_before = [s.cpu() for s in servers]
-        for sender in senders:
+        for k, sender in enumerate(senders):
             assert sender.stdin is not None
-            sender.stdin.write("go\n")
+            expect = [sum(share[o] for share in shares) for o in range(n)] if sliced else shares[k]
+            sender.stdin.write(f"go {','.join(map(str, expect))}\n")
             sender.stdin.flush()
         results = []
         for sender in senders:
@@ -160,6 +242,11 @@ def run_point(args: argparse.Namespace, n: int, work: Path) -> dict[str, Any]:
         os.sync()
     fragments = sum(r.fragments for r in results)
     span = max(r.done for r in results) - min(r.started for r in results)
+    per_orderer = (
+        [sum(share[o] for share in shares) for o in range(n)]
+        if sliced
+        else [r.fragments for r in results]
+    )
     return {
         "orderers": n,
         "fragments": fragments,
@@ -167,14 +254,12 @@ def run_point(args: argparse.Namespace, n: int, work: Path) -> dict[str, Any]:
         "fragments_per_s": fragments / span,
         "payload_mb_per_s": sum(r.payload_bytes for r in results) / span / 1e6,
         "start_spread_s": max(r.started for r in results) - min(r.started for r in results),
-        "per_orderer_fragments_per_s": [r.fragments / (r.done - r.started) for r in results],
+        "fragments_per_orderer": per_orderer,
         "busiest_thread": [name for name, _ in busiest],
         "busiest_thread_us_per_1000": [
-            1e9 * used / r.fragments for (_, used), r in zip(busiest, results, strict=True)
+            1e9 * used / f for (_, used), f in zip(busiest, per_orderer, strict=True)
         ],
-        "server_cpu_us_per_1000": [
-            1e9 * c / r.fragments for c, r in zip(cpu, results, strict=True)
-        ],
+        "server_cpu_us_per_1000": [1e9 * c / f for c, f in zip(cpu, per_orderer, strict=True)],
         "sender_cpu_us_per_1000": [1e9 * r.sender_cpu / r.fragments for r in results],
     }
 
@@ -182,7 +267,18 @@ def run_point(args: argparse.Namespace, n: int, work: Path) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--orderers", default="1,2,4,8", help="the N to run (1,2,4,8)")
-    parser.add_argument("--mode", choices=["independent"], default="independent")
+    parser.add_argument(
+        "--mode",
+        choices=["independent", "sliced"],
+        default="independent",
+        help="N runs of one orderer, or one run over N (independent)",
+    )
+    parser.add_argument(
+        "--slice-ticks",
+        type=int,
+        default=10_000_000,
+        help="T of --mode sliced, ticks of the 100 MHz clock (10^7: 100 ms)",
+    )
     parser.add_argument(
         "--fragments", type=int, default=2_000_000, help="fragments per orderer (2,000,000)"
     )
@@ -192,7 +288,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000, help="fragments per batch (1000)")
     parser.add_argument("--json", type=Path, metavar="PATH")
     parser.add_argument("--sender", help=argparse.SUPPRESS)
-    parser.add_argument("--pid", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--pid", help=argparse.SUPPRESS)
+    parser.add_argument("--first-source", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.sender:

@@ -635,8 +635,8 @@ async def send_with_client(
         for client in clients:
             await client.start()
         for client in clients:  # the hellos are answered: every source knows its sequence
-            for source in client._next_seq:
-                while client.next_sequence(source) is None:
+            for source in sources:
+                while client.registered(source) and client.next_sequence(source) is None:
                     await asyncio.sleep(0.001)
         gc.collect()
         cpu0, server_cpu0, loop_cpu0 = _cpu_self(), server.cpu(), server.loop_cpu()

@@ -20,8 +20,8 @@ repository on ``PYTHONPATH``, or from the checkout). One run, one data set, one 
    (``maxFilesPerTrigger=1``), declares an event-time watermark and drops resent duplicates within
    it (``dropDuplicatesWithinWatermark``), and ``foreachBatch`` sorts the micro-batch by event
    time, collects it to the driver, glooms it there with the open event carried from the previous
-   batch (the same :func:`~orderer.spark.glom.event_starts` and
-   :func:`~orderer.spark.glom.build_events`) and writes Parquet; timed as evb's stream; ratio
+   batch (the same :func:`~orderer.building.glom.event_starts` and
+   :func:`~orderer.building.glom.build_events`) and writes Parquet; timed as evb's stream; ratio
    evb / baseline;
 4. latency at the default trigger: a fresh ``evb serve``, four paced sources (``--rate`` in all,
    ``--latency-seconds``) whose payload is the wall-clock time of the send, the job's streaming
@@ -56,11 +56,13 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from orderer.apps.send import send_synthetic  # noqa: E402
+from orderer.building.config import GlomConfig  # noqa: E402
+from orderer.building.glom import build_events, event_starts  # noqa: E402
 from orderer.client import SourceClient, end_run  # noqa: E402
 from orderer.formats.payloads import ordered_batches  # noqa: E402
 from orderer.replay.synthetic import Stall, SyntheticRun  # noqa: E402
 from orderer.spark.demo import _Server  # noqa: E402
-from orderer.spark.glom import GlomConfig, build_events, event_starts  # noqa: E402
+from orderer.spark.glom import glom_options  # noqa: E402
 from orderer.spark.source import fragment_rows, segment_files  # noqa: E402
 
 DT = 100_000
@@ -122,7 +124,7 @@ def _evb_stream(
 
     config = GlomConfig(DT)
     reader = (
-        spark.readStream.format("evb").option("target", target).options(**config.to_options())
+        spark.readStream.format("evb").option("target", target).options(**glom_options(config))
         .option("numPartitions", partitions).option("consumer", out.name)
         .option("maxFragmentsPerTrigger", -(-n // micro_batches) + config.largest_event)
     )
@@ -146,7 +148,7 @@ def _evb_batch(spark: Any, data: Path, out: Path, n: int) -> dict[str, Any]:
     config = GlomConfig(DT)
     started = time.monotonic()
     (
-        spark.read.format("evb").option("path", str(data)).options(**config.to_options())
+        spark.read.format("evb").option("path", str(data)).options(**glom_options(config))
         .option("numPartitions", 2).option("output", "events").load()
         .write.mode("overwrite").parquet(str(out))
     )
@@ -240,7 +242,7 @@ def _latency(spark: Any, work: Path, rate: float, seconds: float, warmup: float)
     try:
         query = (
             spark.readStream.format("evb").option("target", server.target)
-            .options(**config.to_options()).option("numPartitions", 2)
+            .options(**glom_options(config)).option("numPartitions", 2)
             .option("output", "events").load()
             .writeStream.format("parquet").option("path", str(out / "events"))
             .option("checkpointLocation", str(out / "checkpoint")).start()

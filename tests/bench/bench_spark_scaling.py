@@ -111,12 +111,13 @@ def _identity(batches: Iterator[Any]) -> Iterator[Any]:
 def _evb_identity(spark: Any, target: str, out: Path, n: int, micro_batches: int,
                   partitions: int) -> dict[str, Any]:
     """The evb source read as the job reads it, the rows passed through unchanged."""
-    from orderer.spark.glom import FRAGMENT_SPARK_SCHEMA, GlomConfig
+    from orderer.building.config import GlomConfig
+    from orderer.spark.glom import FRAGMENT_SPARK_SCHEMA, glom_options
 
     config = GlomConfig(base.DT)
     reader = (
         spark.readStream.format("evb").option("target", target)
-        .options(**config.to_options()).option("numPartitions", partitions)
+        .options(**glom_options(config)).option("numPartitions", partitions)
         .option("consumer", out.name)
         .option("maxFragmentsPerTrigger", -(-n // micro_batches) + config.largest_event)
     )

@@ -9,7 +9,7 @@ Not a pytest test: run it as ``python tests/bench/bench_stages.py [--fragments N
 0. the data (not timed): a synthetic run with physics (:mod:`orderer.replay.physics`, its
    defaults: four sources, 200 implants/s over 32 x 32 pixels, a 20 ms half-life), its fragments
    in timestamp order (:func:`tests.physics_runs.ordered_fragments`) built into events
-   (:func:`orderer.spark.glom.build_events`, dt 100 ticks), written once as Parquet files,
+   (:func:`orderer.building.glom.build_events`, dt 100 ticks), written once as Parquet files,
    ``--partitions`` files a micro-batch (so that each micro-batch is that many tasks), the
    files' modification times rising with their micro-batch (a file stream takes them in that
    order: stream order across micro-batches);
@@ -93,9 +93,10 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from orderer.building.config import GlomConfig  # noqa: E402
+from orderer.building.glom import EVENT_SCHEMA, build_events  # noqa: E402
 from orderer.replay.physics import PAYLOAD_SIZE, Physics  # noqa: E402
 from orderer.replay.synthetic import SyntheticRun  # noqa: E402
-from orderer.spark.glom import EVENT_SCHEMA, GlomConfig, build_events  # noqa: E402
 from orderer.stages import Stage, order_insensitive  # noqa: E402
 from orderer.stages.load import load_stages  # noqa: E402
 from orderer.stages.plan import Plan, plan  # noqa: E402

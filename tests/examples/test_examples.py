@@ -2,7 +2,7 @@
 run with physics, and find what the run was generated with.
 
 How they run (what the Spark job does, by hand): the run's fragments in timestamp order are
-built into events (:func:`orderer.spark.glom.build_events`), the example's stages are planned
+built into events (:func:`orderer.building.glom.build_events`), the example's stages are planned
 (:func:`orderer.stages.plan.plan`) and run step by step over micro-batches of the events
 (:func:`orderer.stages.steps.apply`, ``apply_sensitive``), each step's input shuffled and split
 into partitions as a parallel engine hands it over (an order-sensitive stage's by the hash of
@@ -25,9 +25,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from orderer.building.config import GlomConfig
+from orderer.building.glom import EVENT_SCHEMA, build_events
 from orderer.replay.physics import HIT, SCALER, Physics, fragment_table
 from orderer.replay.synthetic import SyntheticRun
-from orderer.spark.glom import EVENT_SCHEMA, GlomConfig, build_events
 from orderer.stages.api import EVENTS, Order, Stage
 from orderer.stages.load import load_stages
 from orderer.stages.plan import plan

@@ -323,8 +323,8 @@ def test_the_building_guard_covers_what_the_job_refuses_to_change_on_resume() ->
 
 
 def test_the_spark_defaults_are_the_jobs() -> None:
+    from orderer.building.config import GlomConfig
     from orderer.job_config import JobConfig
-    from orderer.spark.glom import GlomConfig
 
     spark = crd.SPEC_SCHEMA["properties"]["spark"]["properties"]
     job = JobConfig.from_argv(["--target", "h:1", "--output", "o"])

@@ -30,6 +30,8 @@ TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters=
 )
 PATH = st.none() | TEXT.map(Path)
 POSITIVE_SECONDS = st.floats(min_value=0, exclude_min=True, allow_infinity=False)
+PEER = st.from_regex(r"[a-z0-9.\-\[\]:]{1,12}:[0-9]{1,5}", fullmatch=True)
+"""An orderer's address as ``--peers`` lists them (no comma, no blank)."""
 
 
 @st.composite
@@ -50,6 +52,10 @@ def serve_commands(draw: st.DrawFn) -> ServeCommand:
         tls_key=draw(PATH),
         tls_client_ca=draw(PATH),
         token_file=draw(PATH),
+        orderers=draw(st.none() | st.integers(min_value=1)),
+        orderer_index=draw(st.none() | st.integers(min_value=0)),
+        slice_ticks=draw(st.none() | st.integers(1, 2**64 - 1)),
+        peers=draw(st.none() | st.lists(PEER, min_size=1, max_size=4, unique=True).map(tuple)),
         log_level=draw(st.sampled_from(get_args(serve.LogLevel))),
     )
 
@@ -114,6 +120,11 @@ def test_a_switch_and_a_value_beginning_with_a_dash_are_written_as_argparse_read
     ]
     assert ServeCommand(strict_sources=True, retention_seconds=3600.0).to_argv() == [
         "serve", "--strict-sources", "--retention-seconds", "3600.0",
+    ]
+    sliced = ServeCommand(orderers=3, orderer_index=1, slice_ticks=10**6, peers=("a:1", "b:2"))
+    assert sliced.to_argv() == [
+        "serve", "--orderers", "3", "--orderer-index", "1", "--slice-ticks", "1000000",
+        "--peers", "a:1,b:2",
     ]
     command = ForwardCommand(upstream="a:1", downstream="b:2", consumer="-c", no_end=True)
     assert command.to_argv()[-2:] == ["--consumer=-c", "--no-end"]

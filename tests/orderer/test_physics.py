@@ -12,6 +12,8 @@ import pyarrow as pa
 import pytest
 
 from orderer.batch import ArrivalKind
+from orderer.building.config import GlomConfig
+from orderer.building.glom import build_events
 from orderer.errors import ConfigError
 from orderer.replay.physics import (
     BARRIER,
@@ -28,7 +30,6 @@ from orderer.replay.physics import (
     fragment_table,
 )
 from orderer.replay.synthetic import Stall, SyntheticRun, generate_records, iter_batches
-from orderer.spark.glom import GlomConfig, build_events
 from tests.physics_runs import ordered_fragments
 
 PHYSICS = Physics()

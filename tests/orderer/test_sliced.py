@@ -4,7 +4,6 @@ counted exactly on a small hand-made run whose counts are derived in the test's 
 
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 from collections.abc import Iterable
@@ -21,9 +20,8 @@ from orderer.config import OrdererConfig
 from orderer.formats.json_lines import read_records
 from orderer.replay.simulate import replay
 from orderer.replay.sliced import Router, numbered, replay_sliced
-from orderer.replay.sliced_merge import Glom
+from orderer.replay.sliced_merge import BarrierDifferences, LateDifferences
 from orderer.replay.slicing import Slicing
-from orderer.spark.glom import event_starts
 
 _SETTINGS = settings(
     max_examples=100, deadline=None, derandomize=True, database=None,
@@ -37,17 +35,11 @@ def records_of(rows: Iterable[dict]) -> ArrivalRecords:
     return read_records(json.dumps(row) for row in rows)
 
 
-def glom(dt: int) -> Glom:
-    return Glom(dt, functools.partial(event_starts, dt=dt))
-
-
 def sliced(rows: list[dict], config: dict, slicings: list[Slicing], dt: int | None = None):
+    """One orderer's summary and each setting's result (differences, routing, counters)."""
     records = records_of(rows)
-    run = replay_sliced(
-        lambda: [records], OrdererConfig.from_mapping(config), slicings,
-        None if dt is None else glom(dt),
-    )
-    return run.single, [d for _, d in run.settings]
+    run = replay_sliced(lambda: [records], OrdererConfig.from_mapping(config), slicings, dt)
+    return run, list(run.settings)
 
 
 # ------------------------------------------------------------------------------- routing
@@ -167,7 +159,7 @@ def test_release_of_a_dead_source() -> None:
                                                    strict=True) if k == ArrivalKind.END_OF_SOURCE]
     assert ends == [(3.5, 3), (4.0, 2)]  # 1 is never silent 2 s before a record; 3 ended itself
     assert [float(t) for t in first.times()] == sorted(float(t) for t in first.times())
-    assert router.counts["releases"] == 2
+    assert router.counts.releases == 2
     assert ArrivalKind.END_OF_SOURCE in second.kind.tolist()
 
 
@@ -191,13 +183,15 @@ def test_one_orderer_is_the_plain_replay(rows: list[dict], window: float,
               "source_timeout": "off" if timeout is None else timeout,
               "late_policy": "drop" if drop else "emit"}
     emitted, counters = replay(records_of(rows), OrdererConfig.from_mapping(config))
-    single, (diff,) = sliced(rows, config, [Slicing(1, 100)], dt=10)
-    assert single["counters"] == counters == diff["orderers"][0]
-    assert single["fragments"] == len(emitted) and single["late"] == int(emitted.late.sum())
-    assert diff["moved"] == diff["late"]["differ"] == diff["events"]["differ"] == 0
-    assert diff["fragments"]["only_single"] == diff["fragments"]["only_sliced"] == 0
-    assert diff["barriers"]["differ"] == 0 and diff["routing"]["watermarks"] == 0
-    assert diff["events"]["equal_to_glom_of_merged"]
+    run, (result,) = sliced(rows, config, [Slicing(1, 100)], dt=10)
+    single, diff = run.single, result.differences
+    assert run.counters == counters == result.orderers[0]
+    assert single.fragments == len(emitted) and single.late == int(emitted.late.sum())
+    assert diff.events is not None
+    assert diff.moved == diff.late.differ == diff.events.differ == 0
+    assert diff.fragments.only_single == diff.fragments.only_sliced == 0
+    assert diff.barriers.differ == 0 and result.routing.watermarks == 0
+    assert diff.events.equal_to_glom_of_merged
 
 
 @_SETTINGS
@@ -207,9 +201,11 @@ def test_every_fragment_once_and_events_as_glom_of_the_merged_stream(
 ) -> None:
     """Whatever the run: each fragment is in the merged stream once, and the slices' builders
     give exactly glom's events over the merged stream (sure starts)."""
-    _, (diff,) = sliced(rows, {"startup_delay": 0.5, "build_window": 2.0}, [Slicing(n, ticks)], 15)
-    assert diff["fragments"]["only_single"] == diff["fragments"]["only_sliced"] == 0
-    assert diff["events"]["equal_to_glom_of_merged"]
+    _, (result,) = sliced(rows, {"startup_delay": 0.5, "build_window": 2.0}, [Slicing(n, ticks)],
+                          15)
+    diff = result.differences
+    assert diff.fragments.only_single == diff.fragments.only_sliced == 0
+    assert diff.events is not None and diff.events.equal_to_glom_of_merged
 
 
 @st.composite
@@ -242,8 +238,9 @@ def test_late_flags_are_the_contracts_on_the_merged_stream(
     (``test_a_barrier_ahead_of_its_orderers_data_makes_the_merge_flag_late``)."""
     config = {"startup_delay": 0.5, "build_window": 1.0, "source_timeout": "off",
               "sources": [1, 2, 3]}
-    _, (diff,) = sliced(rows, config, [Slicing(n, ticks)])
-    assert diff["late"]["raised_by_merge"] == diff["late"]["lowered_by_merge"] == 0
+    _, (result,) = sliced(rows, config, [Slicing(n, ticks)])
+    late = result.differences.late
+    assert late.raised_by_merge == late.lowered_by_merge == 0
 
 
 # ----------------------------------------------------------------- identical, and why
@@ -271,23 +268,27 @@ def test_identical_when_nothing_is_late(n: int) -> None:
     (T = 1000) or cut them (T = 1015). Built slice by slice from sure starts, a straddling
     cluster is one event; built from each piece's first fragment it would be two: exactly one
     more event differs per straddling event."""
-    single, diffs = sliced(_clean_run(), {"startup_delay": 0.5}, [Slicing(n, 1000),
-                                                                  Slicing(n, 1015)], dt=25)
-    assert single["late"] == 0 and single["events"] == 119 + 9
+    run, results = sliced(_clean_run(), {"startup_delay": 0.5}, [Slicing(n, 1000),
+                                                                 Slicing(n, 1015)], dt=25)
+    assert run.single.late == 0 and run.single.events == 119 + 9
+    diffs = [result.differences for result in results]
+    events = []
     for diff in diffs:
-        assert diff["moved"] == diff["late"]["differ"] == diff["late"]["sliced"] == 0
-        assert diff["events"]["differ"] == 0 and diff["events"]["sliced"] == 128
-        assert diff["barriers"] == {"differ": 0, "split": 0, "copies_disagree": 0}
-    between, cutting = diffs
-    assert between["events"]["straddling"] == between["events"]["differ_if_built_alone"] == 0
+        assert diff.events is not None
+        events.append(diff.events)
+        assert diff.moved == diff.late.differ == diff.late.sliced == 0
+        assert diff.events.differ == 0 and diff.events.sliced == 128
+        assert diff.barriers == BarrierDifferences(differ=0, split=0, copies_disagree=0)
+    between, cutting = events
+    assert between.straddling == between.differ_if_built_alone == 0
     # cluster k spans [1000 k + 10, 1000 k + 30]: boundary 1015 j cuts it when it leaves
     # fragments on both sides, 1000 k + 10 < 1015 j <= 1000 k + 30
     straddling = sum(
         1 for j in range(1, 200) for k in range(1, 120) if 1000 * k + 10 < 1015 * j <= 1000 * k + 30
     )
     assert straddling > 0
-    assert cutting["events"]["straddling"] == straddling
-    assert cutting["events"]["differ_if_built_alone"] == straddling
+    assert cutting.straddling == straddling
+    assert cutting.differ_if_built_alone == straddling
 
 
 # ------------------------------------------------------------ documented differences
@@ -315,13 +316,16 @@ def test_a_backlog_is_late_for_one_orderer_and_waited_for_by_sliced_ones() -> No
     slice 1 with 1000 at orderer 0, so its frontier is never none: both orderers wait for the
     backlog and emit in timestamp order, nothing late, the pairs whole."""
     config = {"build_window": 1, "startup_delay": 0, "source_timeout": "off"}
-    single, (diff,) = sliced(_backlog_run(), config, [Slicing(2, 1000)], dt=20)
-    assert single["late"] == 15 and single["events"] == 20 + 32 + 44
-    assert diff["late"] == {"single": 15, "sliced": 0, "differ": 15, "raised_by_merge": 0,
-                            "lowered_by_merge": 0}
-    assert diff["moved"] == 15
-    assert diff["events"]["sliced"] == 80 and diff["events"]["differ"] == 32
-    assert diff["events"]["straddling"] == 0 and diff["routing"]["releases"] == 0
+    run, (result,) = sliced(_backlog_run(), config, [Slicing(2, 1000)], dt=20)
+    diff = result.differences
+    assert run.single.late == 15 and run.single.events == 20 + 32 + 44
+    assert diff.late == LateDifferences(
+        single=15, sliced=0, differ=15, raised_by_merge=0, lowered_by_merge=0
+    )
+    assert diff.moved == 15
+    assert diff.events is not None
+    assert diff.events.sliced == 80 and diff.events.differ == 32
+    assert diff.events.straddling == 0 and result.routing.releases == 0
 
 
 def test_the_release_of_a_dead_source() -> None:
@@ -333,11 +337,11 @@ def test_the_release_of_a_dead_source() -> None:
     either (3910 follows 3900 in slice 3's piece). One orderer (dead only matters to barriers)
     still flags 15."""
     config = {"build_window": 1, "startup_delay": 0, "source_timeout": 2}
-    single, (diff,) = sliced(_backlog_run(), config, [Slicing(2, 1000)], dt=20)
-    assert single["late"] == 15
-    assert diff["routing"]["releases"] == 2
-    assert diff["late"]["sliced"] == 22
-    assert diff["late"]["raised_by_merge"] == 0
+    run, (result,) = sliced(_backlog_run(), config, [Slicing(2, 1000)], dt=20)
+    assert run.single.late == 15
+    assert result.routing.releases == 2
+    assert result.differences.late.sliced == 22
+    assert result.differences.late.raised_by_merge == 0
 
 
 def test_a_barrier_group_across_a_boundary_is_split() -> None:
@@ -352,10 +356,11 @@ def test_a_barrier_group_across_a_boundary_is_split() -> None:
         {"t": 0.5, "source": 2, "ts": 1010, "barrier": 3}, {"t": 0.6, "source": 1, "ts": 1500},
         {"t": 0.7, "source": 2, "ts": 1600},
     ]
-    _, (diff,) = sliced(rows, {"startup_delay": 0}, [Slicing(2, 1000)], dt=10)
-    assert diff["moved"] == 1
-    assert diff["barriers"] == {"differ": 0, "split": 1, "copies_disagree": 0}
-    assert diff["events"]["differ"] == 0
+    _, (result,) = sliced(rows, {"startup_delay": 0}, [Slicing(2, 1000)], dt=10)
+    diff = result.differences
+    assert diff.moved == 1
+    assert diff.barriers == BarrierDifferences(differ=0, split=1, copies_disagree=0)
+    assert diff.events is not None and diff.events.differ == 0
 
 
 def test_a_barrier_ahead_of_its_orderers_data_makes_the_merge_flag_late() -> None:
@@ -368,13 +373,15 @@ def test_a_barrier_ahead_of_its_orderers_data_makes_the_merge_flag_late() -> Non
             *({"t": 1.0, "source": s, "ts": 294, "barrier": 3} for s in (1, 2, 3)),
             {"t": 1.0, "source": 2, "ts": 294}, {"t": 1.0, "source": 1, "ts": 300},
             *({"t": 1.0, "source": s, "ts": 400, "barrier": 3} for s in (1, 2, 3))]
-    single, (diff,) = sliced(rows, {"startup_delay": 0.5}, [Slicing(2, 100)])
-    assert single["late"] == 1
-    assert diff["late"] == {"single": 1, "sliced": 1, "differ": 0, "raised_by_merge": 1,
-                            "lowered_by_merge": 0}
+    run, (result,) = sliced(rows, {"startup_delay": 0.5}, [Slicing(2, 100)])
+    assert run.single.late == 1
+    assert result.differences.late == LateDifferences(
+        single=1, sliced=1, differ=0, raised_by_merge=1, lowered_by_merge=0
+    )
     _, (dropped,) = sliced(rows, {"startup_delay": 0.5, "late_policy": "drop"}, [Slicing(2, 100)])
-    assert dropped["fragments"]["dropped_by_merge"] == 1
-    assert dropped["fragments"]["only_single"] == dropped["fragments"]["only_sliced"] == 0
+    fragments = dropped.differences.fragments
+    assert fragments.dropped_by_merge == 1
+    assert fragments.only_single == fragments.only_sliced == 0
 
 
 # ------------------------------------------------------------------------ the command
@@ -399,6 +406,45 @@ def test_command_prints_a_table_and_writes_stats(tmp_path: Path, capsys: pytest.
     assert written["settings"][0]["differences"]["moved"] == 15
     assert main(["replay", str(run), "--orderers", "2", "--slice-ticks", "1000", "--stats",
                  str(stats)]) == 2  # exists: refused without --overwrite
+
+
+@pytest.mark.parametrize("dt", [None, 20])
+def test_stats_keep_the_documented_layout(tmp_path: Path, dt: int | None) -> None:
+    """``--stats`` is the layout docs/scale-out.md ("The simulation and its sweeps") documents,
+    key for key and in order, written from the typed results; ``events`` only with ``--dt``."""
+    run = tmp_path / "run.jsonl"
+    run.write_text("".join(json.dumps(r) + "\n" for r in _backlog_run()))
+    stats = tmp_path / "stats.json"
+    flags = ["--build-window", "1", "--startup-delay", "0", "--source-timeout", "off"]
+    assert main(["replay", str(run), "--orderers", "2", "--slice-ticks", "1000", "--stats",
+                 str(stats), *flags, *([] if dt is None else ["--dt", str(dt)])]) == 0
+    written = json.loads(stats.read_text())
+    events = [] if dt is None else ["events"]
+    assert list(written) == ["single", "settings"]
+    single = written["single"]
+    assert list(single) == ["counters", "fragments", "late", "barrier_resolutions", *events]
+    assert list(single["barrier_resolutions"]) == ["complete", "incomplete"]
+    (setting,) = written["settings"]
+    assert setting["setting"] == {"orderers": 2, "slice_ticks": 1000}
+    differences = setting["differences"]
+    assert list(differences) == ["fragments", "moved", "late", "barriers", *events, "routing",
+                                 "orderers"]
+    assert list(differences["fragments"]) == ["single", "sliced", "only_single", "only_sliced",
+                                              "dropped_by_merge"]
+    assert list(differences["late"]) == ["single", "sliced", "differ", "raised_by_merge",
+                                         "lowered_by_merge"]
+    assert list(differences["barriers"]) == ["differ", "split", "copies_disagree"]
+    routing = differences["routing"]
+    assert list(routing) == ["watermarks", "releases", "routed", "fragments"]
+    assert routing["releases"] == 0 and sum(routing["fragments"]) == 160
+    assert len(differences["orderers"]) == 2 and "totals" in differences["orderers"][0]
+    if dt is not None:  # the counts of test_a_backlog_is_late_for_one_orderer_and_waited_for_...
+        assert single["events"] == 96
+        assert differences["events"] == {
+            "single": 96, "sliced": 80, "differ": 32, "straddling": 0,
+            "differ_if_built_alone": 0, "pieces_without_sure_start": 0,
+            "equal_to_glom_of_merged": True,
+        }
 
 
 @pytest.mark.parametrize(("flags", "message"), [
@@ -441,6 +487,6 @@ def test_a_data_directory_replays_sliced(tmp_path: Path) -> None:
     assert main(["replay", str(arrow), "--orderers", "3", "--slice-ticks", str(10**6),
                  "--stats", str(stats)]) == 0
     differences = json.loads(stats.read_text())["settings"][0]["differences"]
-    assert differences["moved"] == via_memory.settings[0][1]["moved"]
+    assert differences["moved"] == via_memory.settings[0].differences.moved
     assert np.array_equal(differences["routing"]["fragments"],
-                          via_memory.settings[0][1]["routing"]["fragments"])
+                          via_memory.settings[0].routing.fragments)

@@ -24,6 +24,7 @@ from orderer.client import (
     subscribe,
 )
 from orderer.client.batching import Buffer
+from orderer.client.link import OrdererLink
 from tests.service.harness import run, serving, target
 
 CONFIG = OrdererConfig(build_window=0.3, startup_delay=0.0, sources=(1, 2))
@@ -127,21 +128,23 @@ def test_a_paused_source_waits_until_it_may_send_again(tmp_path: Path) -> None:
         async with (
             serving(tmp_path, config) as running,
             AsyncSourceClient(
-                target(running), sources=[1, 2], batch_size=60, linger=None
+                target(running), sources=[1, 2], batch_size=60, linger=None, max_unacked=100
             ) as client,
         ):
             for k in range(120):  # source 2 is silent: source 1's queue fills up
                 await client.send(1, k)
             await asyncio.wait_for(client._wait(lambda: client.paused(1)), 30)
-            stuck = asyncio.ensure_future(client.send_batch(1, np.arange(120, 180)))
+            # paused: the client keeps what it is given, up to max_unacked, without sending it
+            await client.send_batch(1, np.arange(120, 180))
+            stuck = asyncio.ensure_future(client.send_batch(1, np.arange(180, 240)))
             await asyncio.sleep(0.3)
-            assert not stuck.done()  # waiting for XON, not sending
-            assert client.next_sequence(1) == 120
+            assert not stuck.done()  # its buffer is full: waiting for XON
+            assert client.next_sequence(1) == 120  # nothing sent while paused
             await client.send(2, 10_000)  # the mark rule drains source 1's queue
             await client.flush(2)
             await asyncio.wait_for(stuck, 30)
             await client.wait_acked()
-            assert not client.paused(1) and client.acked(1) == 180
+            assert not client.paused(1) and client.acked(1) == 240
 
     run(body())
 
@@ -217,13 +220,13 @@ def test_a_failure_inside_the_client_is_raised_not_retried_for_ever(
     fault on every reconnection: the client fails and the next call raises it, instead of
     hanging in reconnects (as a wrong set operation in the ack handler once did)."""
 
-    def broken(self: AsyncSourceClient, source: int, durable: int) -> None:
+    def broken(self: OrdererLink, source: int, durable: int) -> None:
         raise RuntimeError("ack handler fault")
 
     async def body() -> None:
         async with serving(tmp_path, CONFIG) as running:
             client = AsyncSourceClient(target(running), sources=[1], batch_size=4)
-            monkeypatch.setattr(AsyncSourceClient, "_on_ack", broken)
+            monkeypatch.setattr(OrdererLink, "_on_ack", broken)
             await client.start()
             with pytest.raises(RuntimeError, match="ack handler fault"):
                 for k in range(1000):
@@ -338,7 +341,7 @@ def test_a_status_lost_to_grpcs_write_race_is_reported_as_the_servers_last() -> 
             await asyncio.sleep(0.01)
             return next(outcomes)
 
-        client._connection = connection  # type: ignore[method-assign]
+        client._links[0]._connection = connection  # type: ignore[method-assign]
         await client.start()
         await client.send(1, 0)
         with pytest.raises(ConnectionError, match=r"UNAVAILABLE: the log volume .* refuses"):

@@ -51,6 +51,7 @@ from orderer.stats import (
     ConsumerState,
     OutOfOrder,
     RunSpan,
+    SliceRole,
     SourceStats,
     Stats,
 )
@@ -209,6 +210,19 @@ def all_stats(draw: st.DrawFn) -> Stats:
             )
         ),
         consumers=consumers,
+        slicing=draw(slice_roles()),
+    )
+
+
+@st.composite
+def slice_roles(draw: st.DrawFn) -> SliceRole:
+    """Any place in a run the wire carries: orderer K of N (N from 1), T or none, peers."""
+    orderers = draw(st.integers(1, 2**32 - 1))
+    return SliceRole(
+        orderers=orderers,
+        index=draw(st.integers(0, orderers - 1)),
+        slice_ticks=draw(_optional(st.integers(1, 2**64 - 1))),
+        peers=tuple(draw(st.lists(TEXT, max_size=3))),
     )
 
 
@@ -336,6 +350,13 @@ def _layout_before(message: pb.Stats) -> dict[str, Any]:
             }
             for c in message.consumers
         },
+        # added with the scale-out (docs/scale-out.md): a plain orderer is orderer 0 of 1
+        "slicing": {
+            "orderers": message.slicing.orderers or 1,
+            "index": message.slicing.index,
+            "slice_ticks": message.slicing.slice_ticks or None,
+            "peers": list(message.slicing.peers),
+        },
     }
 
 
@@ -357,6 +378,7 @@ TOP_KEYS = [
     "barrier_log",
     "connections",
     "consumers",
+    "slicing",
 ]
 TOTALS_KEYS = ["received", "emitted", "late", "dropped", "duplicates", "out_of_order"]
 BARRIERS_KEYS = ["complete", "incomplete", "homogeneous", "heterogeneous", "by_type"]
@@ -395,6 +417,7 @@ CONFIG_KEYS = [
 BARRIER_RECORD_KEYS = ["offset", "t", "complete", "homogeneous", "types", "missing"]
 CONNECTION_KEYS = ["peer", "sources", "since", "messages", "bytes", "acked"]
 CONSUMER_KEYS = ["committed", "lag", "lag_seconds", "last_commit"]
+SLICING_KEYS = ["orderers", "index", "slice_ticks", "peers"]
 
 
 def _check_layout(layout: dict[str, Any]) -> None:
@@ -424,6 +447,7 @@ def _check_layout(layout: dict[str, Any]) -> None:
         assert isinstance(connection["sources"], list)
     for consumer in layout["consumers"].values():
         assert list(consumer) == CONSUMER_KEYS
+    assert list(layout["slicing"]) == SLICING_KEYS
 
 
 def _printed(layout: dict[str, Any]) -> str:

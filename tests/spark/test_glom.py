@@ -1,4 +1,4 @@
-"""Event building (orderer/spark/glom.py) against the sequential oracle, without Spark: every
+"""Event building (orderer/building/glom.py) against the sequential oracle, without Spark: every
 policy, small and large windows, full events, barriers, late fragments, the no-build mode, and
 any cut of the stream at event starts (what micro-batches and partitions do)."""
 
@@ -12,8 +12,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from orderer.building.config import GlomConfig
+from orderer.building.glom import build_events, event_starts, glom_batches
 from orderer.errors import ConfigError
-from orderer.spark.glom import GlomConfig, build_events, event_starts, glom_batches
+from orderer.spark.glom import glom_from_options
 from tests.soak import fuzz_settings
 from tests.spark.oracle import events_of, fragments_of, glom, glom_main, random_stream
 
@@ -223,7 +225,7 @@ def test_timestamps_near_the_top_of_the_range_do_not_wrap() -> None:
 )
 def test_bad_options_name_the_option(options: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        GlomConfig.from_options(options)
+        glom_from_options(options)
 
 
 @pytest.mark.parametrize(

@@ -20,14 +20,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from orderer.building.config import GlomConfig
+from orderer.building.glom import build_events, glom_batches
 from orderer.job_config import JobConfig, TimestampPolicy
 from orderer.spark import job
-from orderer.spark.glom import (
-    EVENT_SPARK_SCHEMA,
-    GlomConfig,
-    build_events,
-    glom_batches,
-)
+from orderer.spark.glom import EVENT_SPARK_SCHEMA, glom_options
 from orderer.spark.nscldaq import NscldaqSink, ring_items
 from tests.spark.conftest import DT, FinishedRun
 from tests.spark.logdata import write_ordered_log
@@ -239,7 +236,7 @@ def _stream(spark: Any, target: str, out: Path, config: GlomConfig) -> Any:
         return glom_batches(batches, config)
 
     events = (
-        spark.readStream.format("evb").option("target", target).options(**config.to_options())
+        spark.readStream.format("evb").option("target", target).options(**glom_options(config))
         .option("numPartitions", 2).option("consumer", out.name)
         .option("maxFragmentsPerTrigger", 150).load().mapInArrow(build, EVENT_SPARK_SCHEMA)
     )

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from orderer.building.glom import event_starts
 from orderer.errors import ConfigError
 from orderer.spark import source
-from orderer.spark.glom import event_starts
 from tests.spark.oracle import random_stream
 
 STREAM = random_stream(11, 2000, late_share=0.1)

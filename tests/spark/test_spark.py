@@ -17,11 +17,13 @@ import pyarrow as pa
 import pytest
 
 from orderer.apps.send import send_synthetic
+from orderer.building.config import GlomConfig
+from orderer.building.glom import glom_batches
 from orderer.client import end_run, get_stats
 from orderer.job_config import JobConfig, OutputFormat
 from orderer.replay.synthetic import SyntheticRun
 from orderer.spark import batch, checks, job
-from orderer.spark.glom import EVENT_SPARK_SCHEMA, GlomConfig, glom_batches
+from orderer.spark.glom import EVENT_SPARK_SCHEMA, glom_options
 from orderer.spark.layout import run_name
 from tests.e2e.conftest import ServerProcess
 from tests.spark.conftest import DT, RUN, SERVE_FLAGS, FinishedRun, source_rows
@@ -50,7 +52,7 @@ def _stream(
     reader = (
         spark.readStream.format("evb")
         .option("target", target)
-        .options(**config.to_options())
+        .options(**glom_options(config))
         .option("numPartitions", partitions)
         .option("consumer", out.name)
     )
@@ -136,7 +138,7 @@ def test_batch_read_of_the_finished_runs_log_equals_the_streamed_result(
         fragments = (
             spark.read.format("evb")
             .option("path", str(finished_run.data_dir))
-            .options(**config.to_options())
+            .options(**glom_options(config))
             .option("numPartitions", partitions)
             .load()
         )
@@ -146,7 +148,7 @@ def test_batch_read_of_the_finished_runs_log_equals_the_streamed_result(
         assert batch == streamed
         built = fragments.sparkSession.read.format("evb").options(
             path=str(finished_run.data_dir), numPartitions=str(partitions), output="events",
-            **config.to_options(),
+            **glom_options(config),
         ).load()
         assert built.rdd.getNumPartitions() == partitions
         assert events_of(built.toArrow()) == streamed
@@ -295,7 +297,7 @@ def test_the_source_reads_an_orderer_serving_tls_and_a_token(spark: Any, tmp_pat
         last = end_run(server.target, security=security)
         config = GlomConfig(DT, 4)
         options = {"target": server.target, "tlsCa": str(ca.cert), "tokenFile": str(token),
-                   **config.to_options(), "consumer": "tls"}
+                   **glom_options(config), "consumer": "tls"}
         query = (
             spark.readStream.format("evb").options(**options).option("numPartitions", 2).load()
             .mapInArrow(_build(config), EVENT_SPARK_SCHEMA).writeStream.format("parquet")

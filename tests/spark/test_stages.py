@@ -20,9 +20,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from orderer.building.config import GlomConfig
+from orderer.building.glom import build_events
 from orderer.job_config import JobConfig
 from orderer.spark import job
-from orderer.spark.glom import GlomConfig, build_events
 from orderer.spark.stages import stage_directory, stage_job_group
 from orderer.stages.api import EVENTS, Order, Stage
 from orderer.stages.load import load_stages

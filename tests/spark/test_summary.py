@@ -14,9 +14,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from orderer.building.config import GlomConfig
+from orderer.building.glom import glom_batches
 from orderer.job_config import JobConfig
 from orderer.spark import job
-from orderer.spark.glom import GlomConfig, glom_batches
 from orderer.spark.summary import RATE_BINS, SUMMARY_SCHEMA, summarize
 from tests.spark.logdata import write_ordered_log
 from tests.spark.oracle import random_stream

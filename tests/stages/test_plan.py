@@ -12,8 +12,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from orderer.building.glom import EVENT_SCHEMA
 from orderer.errors import ConfigError
-from orderer.spark.glom import EVENT_SCHEMA
 from orderer.stages import EVENTS, Order, Stage, order_insensitive, order_sensitive, sequencer
 from orderer.stages.plan import Plan, StagePlan, plan
 
