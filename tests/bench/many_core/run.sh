@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Run on the many-core host (see bundle.sh): install the carried wheels into /tmp/site, build the
-# Cython core and the stubs in place, then the service's payload sweep against its bare and
-# durable peers (with SWEEP=1) and N orderers at once (bench_orderers.py). About two minutes on 16
-# cores, four with the sweep.
+# Cython core and the stubs in place, then N orderers at once (bench_orderers.py: one run over N
+# against N runs of one, at 32 B; SIZES=1 adds 1 KiB and 4 KiB) and, with SWEEP=1, the service's
+# payload sweep against its bare and durable peers. About three minutes on 16 cores, five with
+# SIZES=1, seven with both.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/out}; mkdir -p "$out"
@@ -19,12 +20,20 @@ export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1
 mkdir -p /tmp/bin; printf '#!/bin/sh\nexec python3 -m orderer.cli "$@"\n' > /tmp/bin/evb; chmod +x /tmp/bin/evb
 export PATH=/tmp/bin:$PATH
 evb --version || exit 1
-step "N orderers at once, 32 B"
-timeout 150 python3 tests/bench/bench_orderers.py --orderers 1,2,4,8 --fragments 4000000 --json "$out/orderers-32.json"
-step "N orderers at once, 1 KiB"
-timeout 120 python3 tests/bench/bench_orderers.py --orderers 1,2,4,8 --fragments 500000 --payload 1024 --json "$out/orderers-1k.json"
-step "N orderers at once, 4 KiB"
-timeout 120 python3 tests/bench/bench_orderers.py --orderers 1,2,4,8 --fragments 125000 --payload 4096 --json "$out/orderers-4k.json"
+# One run over N orderers (--mode sliced) against N runs of one (--mode independent), with the
+# data directories on the host's disk and on tmpfs (what is left when the disk is not shared).
+for mode in sliced independent; do
+  step "N orderers at once, $mode, 32 B, disk"
+  timeout 120 python3 tests/bench/bench_orderers.py --mode $mode --orderers 1,2,4,8 --fragments 4000000 --json "$out/$mode-32-disk.json"
+  step "N orderers at once, $mode, 32 B, tmpfs"
+  TMPDIR=/dev/shm timeout 120 python3 tests/bench/bench_orderers.py --mode $mode --orderers 1,2,4,8 --fragments 4000000 --json "$out/$mode-32-tmpfs.json"
+done
+[ -n "${SIZES:-}" ] && for size in 1024:500000 4096:125000; do
+  step "N orderers at once, sliced and independent, ${size%%:*} B, tmpfs"
+  for mode in sliced independent; do
+    TMPDIR=/dev/shm timeout 120 python3 tests/bench/bench_orderers.py --mode $mode --orderers 1,2,4,8 --payload ${size%%:*} --fragments ${size##*:} --json "$out/$mode-${size%%:*}-tmpfs.json"
+  done
+done
 [ -n "${SWEEP:-}" ] || { step done; exit 0; }
 step "bench_service: payload sweep, evb against the bare and durable peers, 16 sources"
 timeout 240 python3 tests/bench/bench_service.py --fragments 8000000 --payloads 32,1024,4096 --bytes-budget 536870912 --repeat 2 --phases ingest,bare,durable --json "$out/service-sweep.json" "$@"
