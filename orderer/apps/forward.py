@@ -343,6 +343,12 @@ async def forward_async(
         connect_timeout=connect_timeout,
     )
     async with client:
+        if client.orderers > 1:  # its numbering is per source; over N it would be per share
+            raise InterfaceError(
+                f"downstream: {downstream} is a run over {client.orderers} orderers, which "
+                "evb forward does not feed yet",
+                hint="forward into a run of one orderer",
+            )
         forwarder = _Forwarder(client, upstream, name, as_source, connection)
         await forwarder.start_at(start, committed.metadata)
         log.info("forwarding %s from offset %d to %s", upstream, start, downstream)

@@ -46,10 +46,12 @@ except ImportError:  # run from a checkout without PYTHONPATH
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_service as service
+import grpc
 from rich.console import Console
 from rich.table import Table
 
 from orderer._proto.evb.v1 import orderer_pb2 as pb
+from orderer.client import get_stats
 from orderer.client.routing import SourceRouting
 from orderer.replay.slicing import Slicing
 from orderer.replay.synthetic import SyntheticRun, iter_batches
@@ -66,6 +68,8 @@ class SenderResult:
     started: float
     done: float
     sender_cpu: float
+    replies: int  # SubmitReply messages (acks, flow control) from all its orderers
+    xoff_events: int  # of them, the XOFFs
 
 
 def _server_ref(target: str, pid: int) -> service.Server:
@@ -116,7 +120,7 @@ def _routed(
 
 def _sender_main(args: argparse.Namespace) -> None:
     """A sender process: generate and route, print what each orderer gets, wait for ``go``
-    with what each orderer gets from every sender on stdin, send, report."""
+    on stdin, send (its streams end once what it sent is durable), report."""
     targets = args.sender.split(",")
     pids = [int(p) for p in args.pid.split(",")]
     sources, messages = _routed(args, len(targets))
@@ -124,14 +128,15 @@ def _sender_main(args: argparse.Namespace) -> None:
     line = sys.stdin.readline().split()
     if len(line) != 2 or line[0] != "go":
         raise SystemExit("sender: no go")
-    expect = [int(e) for e in line[1].split(",")]
     streams = max(1, args.streams // len(targets))
 
     async def run() -> list[service.Sent]:
         return await asyncio.gather(
             *(
-                service.send(t, out, sources, _server_ref(t, pid), streams=streams, expect=e)
-                for t, pid, out, e in zip(targets, pids, messages, expect, strict=True)
+                # expect 0: no polling for the output here (N senders polling every orderer
+                # would load the orderers N times as much); the parent looks once per orderer
+                service.send(t, out, sources, _server_ref(t, pid), streams=streams, expect=0)
+                for t, pid, out in zip(targets, pids, messages, strict=True)
             )
         )
 
@@ -143,15 +148,33 @@ def _sender_main(args: argparse.Namespace) -> None:
         started=min(s.started for s in sent),
         done=max(s.started + s.seconds for s in sent),
         sender_cpu=sent[0].sender_cpu,  # each send counts the whole process
+        replies=sum(s.replies for s in sent),
+        xoff_events=sum(s.xoff_events for s in sent),
     )
     print(json.dumps(dataclasses.asdict(result)), flush=True)
 
 
-def _busiest(
+def _threads(
     before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]
-) -> tuple[str, float]:
-    used = service._thread_use(before, after)
-    return used[0] if used else ("", 0.0)
+) -> list[tuple[str, float]]:
+    """CPU seconds of an orderer's threads, by name (gRPC's pollers summed), busiest first."""
+    by_name: Counter[str] = Counter()
+    for name, used in service._thread_use(before, after):
+        by_name[name] += used
+    return by_name.most_common()
+
+
+async def _durable_at(targets: list[str], expect: list[int]) -> float:
+    """When every orderer's durable output reached what it was sent (0.0: it had already when
+    first asked, which each sender's end, durable too, then dates). One poller per orderer."""
+
+    async def one(target: str, wanted: int) -> float:
+        async with grpc.aio.insecure_channel(target) as channel:
+            if (await service.stats(channel)).next_offset >= wanted:
+                return 0.0
+            return await service.wait_offset(channel, wanted)
+
+    return max(await asyncio.gather(*(one(t, e) for t, e in zip(targets, expect, strict=True))))
 
 
 def run_point(args: argparse.Namespace, n: int, work: Path) -> dict[str, Any]:
@@ -159,11 +182,12 @@ def run_point(args: argparse.Namespace, n: int, work: Path) -> dict[str, Any]:
     servers: list[service.Server] = []
     senders: list[subprocess.Popen[str]] = []
     sliced = args.mode == "sliced"
+    n_senders = args.senders or n if sliced else n
     per_sender = SyntheticRun(n_sources=args.sources).source_ids  # sources 1..S of a sender
     try:
         for k in range(n):
             if sliced:  # one run: every orderer waits for every sender's sources
-                run_sources = tuple(range(1, 1 + n * args.sources))
+                run_sources = tuple(range(1, 1 + n_senders * args.sources))
                 flags = f"--orderers {n} --orderer-index {k} --slice-ticks {args.slice_ticks}"
             else:
                 run_sources, flags = per_sender, ""
@@ -174,7 +198,7 @@ def run_point(args: argparse.Namespace, n: int, work: Path) -> dict[str, Any]:
                 )
             )
         os.environ.pop("EVB_BENCH_SERVE_FLAGS", None)
-        for k in range(n):
+        for k in range(n_senders):
             mine = servers if sliced else [servers[k]]
             senders.append(
                 subprocess.Popen(
@@ -229,8 +253,16 @@ def run_point(args: argparse.Namespace, n: int, work: Path) -> dict[str, Any]:
             if sender.wait(600) != 0 or not line:
                 raise SystemExit("a sender failed")
             results.append(SenderResult(**json.loads(line)))
-        busiest = [_busiest(b, s.thread_cpu()) for b, s in zip(before, servers, strict=True)]
+        expect = (
+            [sum(share[o] for share in shares) for o in range(n)]
+            if sliced
+            else [share[0] for share in shares]
+        )
+        durable = asyncio.run(_durable_at([s.target for s in servers], expect))
+        threads = [_threads(b, s.thread_cpu()) for b, s in zip(before, servers, strict=True)]
+        busiest = [named[0] if named else ("", 0.0) for named in threads]
         cpu = [s.cpu() - c for s, c in zip(servers, cpu_before, strict=True)]
+        counts = [get_stats(s.target) for s in servers]
     finally:
         for sender in senders:
             if sender.poll() is None:
@@ -241,7 +273,7 @@ def run_point(args: argparse.Namespace, n: int, work: Path) -> dict[str, Any]:
             shutil.rmtree(work / f"n{n}-orderer{k}", ignore_errors=True)
         os.sync()
     fragments = sum(r.fragments for r in results)
-    span = max(r.done for r in results) - min(r.started for r in results)
+    span = max(max(r.done for r in results), durable) - min(r.started for r in results)
     per_orderer = (
         [sum(share[o] for share in shares) for o in range(n)]
         if sliced
@@ -261,6 +293,14 @@ def run_point(args: argparse.Namespace, n: int, work: Path) -> dict[str, Any]:
         ],
         "server_cpu_us_per_1000": [1e9 * c / f for c, f in zip(cpu, per_orderer, strict=True)],
         "sender_cpu_us_per_1000": [1e9 * r.sender_cpu / r.fragments for r in results],
+        "threads_us_per_1000": [
+            {name: round(1e9 * used / f) for name, used in named if 1e9 * used / f >= 1}
+            for named, f in zip(threads, per_orderer, strict=True)
+        ],
+        "replies_per_1000": 1e3 * sum(r.replies for r in results) / fragments,
+        "xoff_events": sum(r.xoff_events for r in results),
+        "late": [sum(c.late for c in st.sources.values()) for st in counts],
+        "out_of_order": [sum(c.out_of_order for c in st.sources.values()) for st in counts],
     }
 
 
@@ -272,6 +312,12 @@ def main() -> None:
         choices=["independent", "sliced"],
         default="independent",
         help="N runs of one orderer, or one run over N (independent)",
+    )
+    parser.add_argument(
+        "--senders",
+        type=int,
+        default=0,
+        help="sender processes of --mode sliced (0: one per orderer)",
     )
     parser.add_argument(
         "--slice-ticks",
@@ -337,6 +383,12 @@ def main() -> None:
             f"{sum(p['server_cpu_us_per_1000']) / len(p['server_cpu_us_per_1000']):.0f}",
         )
     console.print(table)
+    for p in points:
+        console.print(
+            f"N = {p['orderers']}: late {p['late']}, out of order {p['out_of_order']} (per "
+            f"orderer); replies per 1000 fragments {p['replies_per_1000']:.2f}, XOFFs "
+            f"{p['xoff_events']}; threads µs/1000 of orderer 0 {p['threads_us_per_1000'][0]}"
+        )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(
