@@ -61,6 +61,8 @@ bench: $(STAMP)
 	$(PY) tests/bench/bench_orderer.py --json bench-output/orderer.json
 	$(PY) tests/bench/bench_service.py --json bench-output/service.json
 	$(PY) tests/bench/bench_read.py --json bench-output/read.json
+	$(PY) tests/bench/bench_orderers.py --orderers 1,2 --fragments 2000000 --json bench-output/orderers.json
+	$(PY) tests/bench/bench_orderers.py --mode sliced --orderers 1,2 --fragments 2000000 --json bench-output/orderers-sliced.json
 	$(PY) tests/bench/bench_spark.py --json bench-output/spark.json
 	$(PY) tests/bench/bench_spark_scaling.py --json bench-output/spark-scaling.json
 	$(PY) tests/bench/bench_stages.py --json bench-output/stages.json

@@ -31,6 +31,7 @@ SKIPPED_DIRS = {
     "dist",
     "demo-output",
     "bench-output",
+    ".many-core",
     "node_modules",
 }
 """Directories git ignores here: environments, build output and caches, never part of a clone."""

@@ -40,10 +40,14 @@ def _free_ports(n: int) -> list[int]:
 
 @contextlib.asynccontextmanager
 async def orderers(
-    tmp_path: Path, config: OrdererConfig = CONFIG, *, peers: bool = False
+    tmp_path: Path,
+    config: OrdererConfig = CONFIG,
+    *,
+    peers: bool = False,
+    slice_ticks: tuple[int, ...] = (T,) * N,
 ) -> AsyncIterator[list[RunningServer]]:
     """N orderers of one run, each on its own data directory; ``peers``: each told every
-    address (fixed ports)."""
+    address (fixed ports); ``slice_ticks``: each one's T (a misconfigured run: not all T)."""
     ports = _free_ports(N) if peers else [0] * N
     addresses = tuple(f"127.0.0.1:{p}" for p in ports)
     async with contextlib.AsyncExitStack() as stack:
@@ -55,7 +59,7 @@ async def orderers(
                     listen=addresses[k],
                     orderers=N,
                     orderer_index=k,
-                    slice_ticks=T,
+                    slice_ticks=slice_ticks[k],
                     peers=addresses if peers else (),
                 )
             )
@@ -158,6 +162,16 @@ def test_the_orderers_out_of_order_or_missing_one_are_refused(tmp_path: Path) ->
                     await raw.abort()
             stats = await get_stats_async(target(servers[0]))
             assert stats.sources[1].received == 2  # nothing accepted before is lost
+
+    run(body())
+
+
+def test_orderers_that_cut_other_slices_are_not_one_run(tmp_path: Path) -> None:
+    async def body() -> None:
+        async with orderers(tmp_path, slice_ticks=(T, T, 2 * T)) as servers:
+            targets = ",".join(target(s) for s in servers)
+            with pytest.raises(InterfaceError, match=r"cuts slices of 2000 ticks, orderer 0 of"):
+                await AsyncSourceClient(targets).start()
 
     run(body())
 

@@ -3,8 +3,8 @@
 # pyyaml, rich and prometheus-client but no network: the committed tree (git archive HEAD), the
 # wheels it lacks (grpcio and its tools, protobuf, Cython, for CPython 3.12) and run.sh beside
 # them.
-# usage: tests/bench/many_core/bundle.sh DIR   (from the checkout's root; DIR inside it and
-#        ignored by git, e.g. .many-core: echo /.many-core/ >> .git/info/exclude)
+# usage: tests/bench/many_core/bundle.sh .many-core   (from the checkout's root; .many-core is
+#        ignored by git: .gitignore)
 # Then on the host, from the checkout's root: bash DIR/run.sh  (results under $OUT or /tmp/out)
 set -euo pipefail
 dir=${1:?usage: bundle.sh DIR}
