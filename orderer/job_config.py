@@ -59,9 +59,11 @@ class JobConfig:
     output: str
     """The output directory or Hadoop URI (``--output``)."""
     target: str | None = None
-    """A live orderer, HOST:PORT, read as a stream (``--target``); else ``path``."""
+    """A live orderer, HOST:PORT, read as a stream (``--target``); else ``path``. A comma list:
+    the orderers of a run over several, in their order."""
     path: Path | None = None
-    """A finished run's data directory, read at once (``--path``)."""
+    """A finished run's data directory, read at once (``--path``); a comma list: the data
+    directories of a run over several orderers, in their order."""
     dt: int | None = None
     no_build: bool = False
     max_fragments: int = 1000
@@ -132,12 +134,18 @@ def build_parser() -> argparse.ArgumentParser:
         "with the event building it began with (else it starts afresh and replaces it).",
     )
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--target", metavar="HOST:PORT", help="a live orderer: read it as a stream")
+    where.add_argument(
+        "--target",
+        metavar="HOST:PORT",
+        help="a live orderer: read it as a stream; a run over several orderers (evb serve "
+        "--orderers N): all of them, in their order, HOST:PORT,HOST:PORT,... (docs/scale-out.md)",
+    )
     where.add_argument(
         "--path",
         type=Path,
         metavar="DIR",
-        help="a finished run's data directory (evb serve --data-dir): read its ordered log at once",
+        help="a finished run's data directory (evb serve --data-dir): read its ordered log at "
+        "once; a run over several orderers: their data directories in their order, DIR,DIR,...",
     )
     parser.add_argument(
         "--dt",

@@ -199,6 +199,11 @@ class Piece:
     """The highest ordinary timestamp in it so far (of its durable output); None: it holds no
     ordinary fragment yet (a kept barrier opened it). The merged stream's high-water mark at a
     piece's start is the highest of the earlier pieces'."""
+    kept: int
+    """Its rows in the merged stream so far: its ordinary fragments and the barrier copies its
+    orderer keeps (its offsets also hold the copies of other orderers' slices, which only held
+    its orderer and are left out). The merged stream's position of a piece's first row is the
+    sum of the earlier pieces' ``kept``: a reader numbers the merged stream from the index."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,17 @@ SPARK_NAME = "{name}-spark"
 """SparkApplication of the Spark job."""
 FORWARD_NAME = "{name}-forward"
 """Deployment of the forwarders of spec.upstreams."""
+HEADLESS_NAME = "{name}-orderer-headless"
+"""Headless Service of a run over several orderers (spec.orderers > 1): it governs the
+StatefulSet, so that orderer k has the stable name ``{name}-orderer-k.{name}-orderer-headless``."""
+RELEASE_NAME = "{name}-release"
+"""Deployment of ``evb release`` (the release of dead sources) of a run over several orderers."""
 
 ENDPOINT = "{orderer}.{namespace}.svc:{port}"
 """The orderer's gRPC address as the operator and the Spark job reach it."""
+PEER_ENDPOINT = "{pod}.{service}.{namespace}.svc:{port}"
+"""Orderer k's own gRPC address in a run over several (``pod`` is ``{name}-orderer-k``,
+``service`` the headless Service)."""
 
 GRPC_PORT = 50051
 LIVENESS_SERVICE = "liveness"
@@ -45,6 +53,15 @@ SPARK_JOB_FILE = "local:///opt/evb/orderer/spark/job.py"
 SPARK_CONNECT_TIMEOUT_SECONDS = 300
 """How long the Spark job waits for the orderer at its start: the operator creates both at once,
 and the orderer's volume may still be provisioning when the driver starts."""
+RELEASE_CONNECT_TIMEOUT_SECONDS = SPARK_CONNECT_TIMEOUT_SECONDS
+"""How long ``evb release`` waits for each orderer, at its start and in each look: the same
+reason (created with the orderers); a round waiting on an orderer releases nothing anyway."""
+POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
+"""The label the StatefulSet controller puts on each pod: its ordinal (Kubernetes 1.28 and
+later, KEP-4017; the chart asks for 1.29)."""
+ENV_ORDERER_INDEX = "EVB_ORDERER_INDEX"
+"""The orderer pod's variable holding its ordinal (from :data:`POD_INDEX_LABEL`), which the
+kubelet puts into ``--orderer-index $(EVB_ORDERER_INDEX)``."""
 ENV_AWS_ACCESS_KEY_ID = "AWS_ACCESS_KEY_ID"
 ENV_AWS_SECRET_ACCESS_KEY = "AWS_SECRET_ACCESS_KEY"
 ENV_AWS_SESSION_TOKEN = "AWS_SESSION_TOKEN"

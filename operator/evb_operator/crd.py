@@ -14,8 +14,9 @@ object.
 The orderer's parameters are generated from the fields of :class:`orderer.config.OrdererConfig`
 (:mod:`evb_operator.crd_parameters`): their defaults, bounds and descriptions are written there
 once. The status schema and the printer columns come from :mod:`evb_operator.crd_status`; the
-fields of runs and upstreams from :mod:`evb_operator.crd_runs`; the Spark job's section from
-:mod:`evb_operator.crd_spark`; the property builders and :class:`Rule` from
+fields of runs and upstreams from :mod:`evb_operator.crd_runs`; those of one run over several
+orderers (``orderers``, ``sliceTicks``) from :mod:`evb_operator.crd_slicing`; the Spark job's
+section from :mod:`evb_operator.crd_spark`; the property builders and :class:`Rule` from
 :mod:`evb_operator.crd_schema`.
 """
 
@@ -39,6 +40,7 @@ from evb_operator.crd_schema import (
     _resources,
     _string,
 )
+from evb_operator.crd_slicing import SLICING_RULES, slicing_properties
 from evb_operator.crd_spark import spark_schema
 from evb_operator.crd_status import PRINTER_COLUMNS, STATUS_SCHEMA
 from evb_operator.phases import REQUESTED_STATES, RunPhase
@@ -193,6 +195,7 @@ RULES: tuple[Rule, ...] = (
     ),
     _building_rule(),
     *RUN_RULES,
+    *SLICING_RULES,
     *OUTPUT_RULES,
 )
 
@@ -316,8 +319,9 @@ def _tls() -> dict[str, Any]:
     return _object(
         "TLS of the orderer's gRPC endpoint: evb serve speaks TLS only (plaintext clients"
         " fail the handshake). The Secret is mounted read-only at /etc/evb/tls; its"
-        " certificate must name the Service (NAME-orderer.NAMESPACE.svc). A change rolls"
-        " the pod.",
+        " certificate must name the Service (NAME-orderer.NAMESPACE.svc) and, with orderers"
+        " above 1, each orderer (*.NAME-orderer-headless.NAMESPACE.svc). A change rolls"
+        " the pods.",
         {
             "secretName": _string(
                 "A kubernetes.io/tls Secret: tls.crt and tls.key of the orderer, and ca.crt,"
@@ -416,6 +420,7 @@ def _spec_schema() -> dict[str, Any]:
         ),
         **orderer_properties(),
         **run_properties(),
+        **slicing_properties(),
         "storage": _storage(),
         "orderer": _orderer_pod(),
         "tls": _tls(),

@@ -21,6 +21,7 @@ What happens when:
   is patched, which rolls the pod (the orderer recovers its run from its logs);
 - ``spec.spark`` changes: the SparkApplication's spec is patched;
 - ``spec.state`` becomes ``Ended``: ``EndRun``; the Spark job reads to the end and finishes;
+  the release of a run over several orderers is scaled to 0;
 - ``spec.run`` raised: ``EndRun`` (unless the run ended), then ``BeginRun`` with the new
   number; lowered: refused;
 - ``spec.upstreams`` changes: the forwarders' Deployment is patched (rolls them), created by
@@ -31,6 +32,11 @@ What happens when:
   bursts of late data, an unreachable orderer, Spark's end;
 - delete: the SparkApplication first (it stops reading), then the orderer's children (the
   garbage collector would too, through the owner references, in no particular order).
+
+A run over several orderers (``spec.orderers`` > 1) gets its children from the same builders
+(the headless Service and the release's Deployment among them); its status and its control
+still go through the run's Service to one orderer (docs/scale-out.md, "The EventBuilder resource
+and the operator", says what is left).
 """
 
 from __future__ import annotations
@@ -216,8 +222,15 @@ async def _security(
     return security.client_security(valid, secrets)
 
 
-def _child(children: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
-    return next((child for child in children if child["kind"] == kind), None)
+def _child(
+    children: list[dict[str, Any]], child: specs_common.ChildKind, owner: str
+) -> dict[str, Any] | None:
+    """The child of that kind and name among ``children`` (two share a kind: the Services of a
+    run over several orderers, the forwarders' and the release's Deployments)."""
+    name = child.name(owner)
+    return next(
+        (c for c in children if c["kind"] == child.kind and c["metadata"]["name"] == name), None
+    )
 
 
 # ----------------------------------------------------------------------------- activities
@@ -366,7 +379,7 @@ async def _reapply(
     valid = _valid_or_none(spec)
     if valid is None:
         return
-    wanted = _child(_children(name, namespace, valid, dict(labels)), child.kind)
+    wanted = _child(_children(name, namespace, valid, dict(labels)), child, name)
     try:
         if wanted is None:
             await kube.current().delete(child.api_version, child.kind, namespace, child.name(name))
@@ -391,11 +404,14 @@ async def _reapply(
 @kopf.on.field(*RESOURCE, field="spec.auth")
 async def roll_orderer(**kwargs: Any) -> None:
     """Image, resources, service settings, TLS or token changed: a new pod template (rolls the
-    pod), and the forwarders' (they run the orderer's image with its credentials). The Spark
-    job's mounts follow with its next spec change."""
+    pods), and the forwarders' and the release's (they run the orderer's image with its
+    credentials). The Spark job's mounts follow with its next spec change."""
     await _reapply(specs_common.STATEFULSET, "/spec/template", **kwargs)
     if kwargs["spec"].get("upstreams"):  # none: there is no Deployment to roll (nor to delete)
         await _reapply(specs_common.FORWARD, "/spec", **kwargs)
+    valid = _valid_or_none(kwargs["spec"])
+    if valid is not None and valid.orderers > 1:  # one orderer: no release
+        await _reapply(specs_common.RELEASE, "/spec/template", **kwargs)
 
 
 @kopf.on.field(*RESOURCE, field="spec.upstreams")
@@ -493,7 +509,8 @@ async def end_run(
     **kwargs: Any,
 ) -> None:
     """``state: Ended``: the orderer's end of run (drain every queue); the Spark job then reads
-    to the last offset and finishes."""
+    to the last offset and finishes. A run over several orderers: the release's Deployment goes
+    to 0 replicas (no run begins again; ``specs_release.build_release_spec`` says why)."""
     if new != RunPhase.ENDED:
         return
     orderer = _orderer(**kwargs)
@@ -502,6 +519,8 @@ async def end_run(
     patch.status.update(
         evb_status.ended(status, offset=last, generation=_generation(body), now=_now())
     )
+    if orderer.valid is not None and orderer.valid.orderers > 1:
+        await _reapply(specs_common.RELEASE, "/spec/replicas", logger=logger, **kwargs)
 
 
 @kopf.timer(*RESOURCE, interval=STATS_INTERVAL, initial_delay=min(STATS_INTERVAL, 2.0))

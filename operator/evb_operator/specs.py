@@ -24,6 +24,19 @@ The children, all named after the EventBuilder (``constants``):
 - Deployment ``<name>-forward``, when ``spec.upstreams`` is set: one ``evb forward`` container
   per upstream (:func:`build_forward_spec` says why not in the orderer's pod).
 
+A run over several orderers (``spec.orderers`` N > 1, ``spec.sliceTicks`` T; docs/scale-out.md)
+differs in these, and with N = 1 every object is what it was before N existed:
+
+- the ConfigMap holds N and T too;
+- the StatefulSet has N pods, pod k orderer k, each with its own claim, one per node
+  (:func:`~evb_operator.specs_orderer.build_statefulset_spec`);
+- Service ``<name>-orderer-headless`` (headless) governs it: orderer k is
+  ``<name>-orderer-k.<name>-orderer-headless.<namespace>.svc:50051``;
+- Deployment ``<name>-release``: ``evb release`` over every orderer
+  (:func:`~evb_operator.specs_release.build_release_spec`);
+- the SparkApplication's ``--target`` names every orderer, in index order;
+- the NetworkPolicy lets the release in too.
+
 Security (``spec.tls``, ``spec.auth``): the orderer gets ``--tls-cert/--tls-key`` (and
 ``--tls-client-ca`` under mutual TLS) on the mounted Secret, ``--token-file`` on the mounted
 token; they are flags, not ConfigMap keys, because the ConfigMap is never rewritten while a TLS
@@ -43,9 +56,11 @@ from evb_operator.specs_forward import build_forward_spec
 from evb_operator.specs_network import build_networkpolicy_spec
 from evb_operator.specs_orderer import (
     build_configmap_spec,
+    build_headless_service_spec,
     build_service_spec,
     build_statefulset_spec,
 )
+from evb_operator.specs_release import build_release_spec
 from evb_operator.specs_spark import build_sparkapplication_spec
 from evb_operator.validation import ValidSpec
 
@@ -68,8 +83,12 @@ def build_children(
     children = [
         build_configmap_spec(name, namespace, valid, labels=labels),
         build_service_spec(name, namespace, labels=labels),
-        build_statefulset_spec(name, namespace, valid, default_image=orderer_image, labels=labels),
     ]
+    if valid.orderers > 1:  # before the StatefulSet it governs
+        children.append(build_headless_service_spec(name, namespace, labels=labels))
+    children.append(
+        build_statefulset_spec(name, namespace, valid, default_image=orderer_image, labels=labels)
+    )
     if valid.spec["networkPolicy"]["enabled"]:
         children.append(
             build_networkpolicy_spec(
@@ -84,6 +103,10 @@ def build_children(
     if valid.spec.get("upstreams"):
         children.append(
             build_forward_spec(name, namespace, valid, default_image=orderer_image, labels=labels)
+        )
+    if valid.orderers > 1:
+        children.append(
+            build_release_spec(name, namespace, valid, default_image=orderer_image, labels=labels)
         )
     if valid.has_spark:
         children.append(

@@ -18,7 +18,9 @@ __all__ = [
     "CONFIGMAP",
     "DELETION_ORDER",
     "FORWARD",
+    "HEADLESS",
     "NETWORKPOLICY",
+    "RELEASE",
     "RESTRICTED_CONTAINER",
     "RESTRICTED_POD",
     "SERVICE",
@@ -33,6 +35,8 @@ __all__ = [
     "labels_for",
     "manifest",
     "orderer_endpoint",
+    "orderer_peers",
+    "run_targets",
     "selector_labels",
     "token_volume",
 ]
@@ -65,10 +69,21 @@ STATEFULSET = ChildKind("apps/v1", "StatefulSet", c.ORDERER_NAME)
 NETWORKPOLICY = ChildKind("networking.k8s.io/v1", "NetworkPolicy", c.ORDERER_NAME)
 SPARKAPPLICATION = ChildKind(SPARK_API_VERSION, "SparkApplication", c.SPARK_NAME)
 FORWARD = ChildKind("apps/v1", "Deployment", c.FORWARD_NAME)
+HEADLESS = ChildKind("v1", "Service", c.HEADLESS_NAME)
+RELEASE = ChildKind("apps/v1", "Deployment", c.RELEASE_NAME)
 
-DELETION_ORDER = (SPARKAPPLICATION, FORWARD, NETWORKPOLICY, STATEFULSET, SERVICE, CONFIGMAP)
-"""The Spark job first (it stops reading), the forwarders (they stop sending), then the orderer,
-its configuration last."""
+DELETION_ORDER = (
+    SPARKAPPLICATION,
+    FORWARD,
+    RELEASE,
+    NETWORKPOLICY,
+    STATEFULSET,
+    HEADLESS,
+    SERVICE,
+    CONFIGMAP,
+)
+"""The Spark job first (it stops reading), the forwarders (they stop sending) and the release
+(it stops ending sources), then the orderers, their configuration last."""
 
 
 RESTRICTED_CONTAINER: dict[str, Any] = {
@@ -117,6 +132,33 @@ def orderer_endpoint(name: str, namespace: str) -> str:
     """The gRPC address of an EventBuilder's orderer inside the cluster."""
     orderer = c.ORDERER_NAME.format(name=name)
     return c.ENDPOINT.format(orderer=orderer, namespace=namespace, port=c.GRPC_PORT)
+
+
+def orderer_peers(name: str, namespace: str, orderers: int) -> tuple[str, ...]:
+    """The gRPC address of each orderer of a run over several, in index order: the stable name
+    of StatefulSet pod k under the headless Service
+    (``run-orderer-2.run-orderer-headless.daq.svc:50051``), which follows the pod wherever it is
+    scheduled."""
+    service = HEADLESS.name(name)
+    return tuple(
+        c.PEER_ENDPOINT.format(
+            pod=f"{STATEFULSET.name(name)}-{index}",
+            service=service,
+            namespace=namespace,
+            port=c.GRPC_PORT,
+        )
+        for index in range(orderers)
+    )
+
+
+def run_targets(name: str, namespace: str, valid: ValidSpec) -> str:
+    """What a client of the whole run is given as its orderers (the Spark job's and ``evb
+    release``'s ``--target``): the Service with one orderer; with several, every orderer's own
+    address in index order, comma-separated, the form ``evb send --target`` and the source
+    client take."""
+    if valid.orderers == 1:
+        return orderer_endpoint(name, namespace)
+    return ",".join(orderer_peers(name, namespace, valid.orderers))
 
 
 def token_volume(valid: ValidSpec) -> dict[str, Any]:

@@ -50,12 +50,15 @@ def build_networkpolicy_spec(
     labels: ExtraLabels = None,
 ) -> dict[str, Any]:
     """Ingress to the orderer's gRPC port only from ``spec.networkPolicy.allowedClients``, the
-    Spark job's pods (by label) and the operator's pods; to its metrics port only from
+    Spark job's pods (by label), the release's (a run over several orderers) and the operator's
+    pods; to its metrics port only from
     ``metricsFrom``. A policy with no rule for a port closes it."""
     policy = valid.spec["networkPolicy"]
     clients: list[dict[str, Any]] = [dict(peer) for peer in policy.get("allowedClients", [])]
     if valid.has_spark:
         clients.append({"podSelector": {"matchLabels": selector_labels(name, "spark")}})
+    if valid.orderers > 1:  # evb release reads and ends sources at every orderer
+        clients.append({"podSelector": {"matchLabels": selector_labels(name, "release")}})
     operator = _operator_peer(namespace, operator_namespace, operator_labels)
     if operator is not None:
         clients.append(operator)

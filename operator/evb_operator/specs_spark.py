@@ -22,6 +22,7 @@ from evb_operator.specs_common import (
     labels_for,
     manifest,
     orderer_endpoint,
+    run_targets,
 )
 from evb_operator.validation import ValidSpec, with_defaults
 from orderer.job_config import JobConfig, OutputFormat, TimestampPolicy
@@ -79,18 +80,22 @@ def stages_volume(stages: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
     return volume, {"name": "stages", "mountPath": c.STAGES_DIR, "readOnly": True}
 
 
-def spark_job_config(name: str, namespace: str, spark: Mapping[str, Any]) -> JobConfig:
+def spark_job_config(
+    name: str, namespace: str, spark: Mapping[str, Any], *, target: str | None = None
+) -> JobConfig:
     """The Spark job's configuration (``orderer/spark/job.py``): where to read, how to build, how
     to cut micro-batches, where to write; the SparkApplication's arguments are its
     :meth:`~orderer.job_config.JobConfig.to_argv`. Every field of ``spec.spark`` that the job
     reads is a field here. ``spark`` is completed with the CRD's defaults first (a raw section
     will do). The security files are left to the pods' ``EVB_TLS_*``/``EVB_TOKEN_FILE``
     variables (:func:`client_security`); the stages' file is the driver's mount of
-    ``spec.spark.stages`` (:func:`stages_file`)."""
+    ``spec.spark.stages`` (:func:`stages_file`). ``target``: the run's orderers
+    (:func:`~evb_operator.specs_common.run_targets`: every orderer's address, comma-separated,
+    for a run over several); None: the orderer's Service."""
     spark = with_defaults(SPARK_SCHEMA, spark)
     stages = spark.get("stages")
     return JobConfig(
-        target=orderer_endpoint(name, namespace),
+        target=orderer_endpoint(name, namespace) if target is None else target,
         no_build=bool(spark["noBuild"]),
         dt=None if spark["noBuild"] else int(spark["dt"]),
         max_fragments=int(spark["maxFragments"]),
@@ -156,8 +161,9 @@ def _spark_pod(pod_labels: dict[str, str]) -> dict[str, Any]:
 def build_sparkapplication_spec(
     name: str, namespace: str, valid: ValidSpec, *, default_image: str, labels: ExtraLabels = None
 ) -> dict[str, Any]:
-    """The Spark job as a ``SparkApplication``; it reads the orderer's Service until the end of
-    the run, so it finishes by itself once the run ended."""
+    """The Spark job as a ``SparkApplication``; it reads the orderer's Service (a run over
+    several orderers: every orderer at its own name) until the end of the run, so it finishes
+    by itself once the run ended."""
     spark = valid.spec["spark"]
     pod_labels = labels_for(name, "spark", labels)
     spec: dict[str, Any] = {
@@ -166,7 +172,9 @@ def build_sparkapplication_spec(
         "mode": "cluster",
         "image": spark.get("image", default_image),
         "mainApplicationFile": c.SPARK_JOB_FILE,
-        "arguments": spark_job_config(name, namespace, spark).to_argv(),
+        "arguments": spark_job_config(
+            name, namespace, spark, target=run_targets(name, namespace, valid)
+        ).to_argv(),
         "sparkVersion": spark["sparkVersion"],
         "restartPolicy": {
             "type": "OnFailure",

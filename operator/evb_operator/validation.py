@@ -93,6 +93,17 @@ class ValidSpec:
     def has_spark(self) -> bool:
         return "spark" in self.spec
 
+    @property
+    def orderers(self) -> int:
+        """N, the orderers of the run (``spec.orderers``; 1: the run is not sliced)."""
+        return int(self.spec["orderers"])
+
+    @property
+    def slice_ticks(self) -> int | None:
+        """T, the slice length in ticks (``spec.sliceTicks``); None with one orderer."""
+        ticks = self.spec.get("sliceTicks")
+        return None if ticks is None else int(ticks)
+
 
 def with_defaults(schema: Mapping[str, Any], value: Any) -> Any:
     """``value`` completed with the schema's ``default`` values, as the API server does: a

@@ -11,5 +11,5 @@ NSCLDAQ output of built events and the sliced replay (which counts the events N 
 output makes against one orderer's, docs/scale-out.md) all need it. A second copy anywhere would
 be a second definition of an event, so each imports this one; the replay used to be handed it at
 run time by the command line, since the rule sat in the Spark job's layer above it. It imports
-only the compiled core, the errors, numpy and pyarrow.
+only the compiled core, the batches it takes rows from, the errors, numpy and pyarrow.
 """

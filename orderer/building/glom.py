@@ -19,7 +19,7 @@ arithmetic both ways round and takes the shorter (``min(ts - first, first - ts)`
 glomMain.cpp, ``accumulateEvent``), so two timestamps more than 2**63 apart are close to glom
 across the wrap (2**64 - 10 and 5 are 15 apart) and far apart here. The two agree whenever both
 timestamps are below 2**63, and the Spark data source refuses any timestamp from 2**63 up
-(:func:`orderer.spark.source.fragment_rows`), so the events of the Spark job never differ.
+(:func:`fragment_rows`), so the events of the Spark job never differ.
 
 Why the rule is split in two steps (numpy, pyarrow and the core's compiled chain of event starts):
 the only order-sensitive step of the whole consumer is *where an event starts*
@@ -48,15 +48,20 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from orderer._core import core
+from orderer.batch import EmittedBatch
 from orderer.building.config import GlomConfig, TimestampPolicy
+from orderer.errors import InterfaceError
 
 __all__ = [
     "EVENT_SCHEMA",
     "FRAGMENT_SCHEMA",
     "build_events",
     "event_starts",
+    "fragment_rows",
     "glom_batches",
 ]
+
+_INT64_LIMIT = 2**63
 
 
 FRAGMENT_SCHEMA = pa.schema(
@@ -88,6 +93,52 @@ EVENT_SCHEMA = pa.schema(
 """Built events, one row each (in Spark's words :data:`orderer.spark.glom.EVENT_SPARK_SCHEMA`);
 what the Spark job writes, the analysis stages read and :mod:`orderer.spark.nscldaq` turns into
 ring items."""
+
+
+def fragment_rows(
+    batch: EmittedBatch, offsets: npt.NDArray[np.int64] | None = None
+) -> pa.RecordBatch:
+    """An ordered batch (from the orderer, or read from its log) as FRAGMENT_SCHEMA rows, the
+    rows events are built of; ``offsets``: each row's ``offset`` (default: its offset in the
+    orderer's output, ``first_seq`` on; a run over several orderers numbers the merged stream).
+    A timestamp from 2**63 up is refused: Spark's long would hold it negative."""
+    n = len(batch)
+    timestamp = batch.timestamp
+    if n and int(timestamp.max()) >= _INT64_LIMIT:
+        bad = int(np.argmax(timestamp >= np.uint64(_INT64_LIMIT)))
+        raise InterfaceError(
+            f"offset {batch.first_seq + bad}: timestamp {int(timestamp[bad])} does not fit "
+            "Spark's signed 64-bit long"
+        )
+    payload_offsets = batch.payload_offsets
+    if payload_offsets.shape[0]:
+        base = payload_offsets[0]
+        if int(payload_offsets[-1] - base) >= 2**31:
+            raise InterfaceError(f"offset {batch.first_seq}: more than 2 GiB of payload in a batch")
+        binary = pa.Array.from_buffers(
+            pa.binary(),
+            n,
+            [
+                None,
+                pa.py_buffer((payload_offsets - base).astype(np.int32)),
+                pa.py_buffer(batch.payload),
+            ],
+        )
+    else:
+        binary = pa.array([b""] * n, pa.binary())
+    if offsets is None:
+        offsets = np.arange(batch.first_seq, batch.first_seq + n, dtype=np.int64)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(np.asarray(offsets, dtype=np.int64)),
+            pa.array(batch.source.astype(np.int64)),
+            pa.array(timestamp.view(np.int64)),
+            pa.array(batch.barrier.astype(np.int64)),
+            pa.array(batch.late.astype(np.bool_)),
+            binary,
+        ],
+        schema=FRAGMENT_SCHEMA,
+    )
 
 
 def event_starts(

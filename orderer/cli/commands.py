@@ -53,6 +53,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         write_sweep_stats,
     )
 
+    if args.input is not None and "," in str(args.input) and not args.input.exists():
+        return _replay_orderers(args)  # d0,d1,d2: N orderers' own arrival logs
     # a data directory's own parameters under the flags: replayed as it was recovered
     base = None if args.input is None else recorded_parameters(args.input)
     grid = [Setting(params, config) for params, config in sweep_from_flags(args, base)]
@@ -122,6 +124,62 @@ def _replay_sliced(args: argparse.Namespace, grid: list[Any]) -> int:
             written.write_text(json.dumps(run.to_json(), indent=1) + "\n", encoding="utf-8")
     if args.stats is None or len(slicings) > 1:
         print_summary(run, args.dt)
+    return 0
+
+
+def _replay_orderers(args: argparse.Namespace) -> int:
+    """``evb replay d0,d1,d2``: the data directories of a run over N orderers, in their order,
+    each arrival log through an orderer of its own (its recorded parameters, flags over them),
+    merged and, with ``--dt``, built as the simulation does (:mod:`orderer.replay.sliced_logs`):
+    the merged stream and the events the Spark job over those orderers must make. Prints a
+    summary as JSON; ``--output`` writes the events (without ``--dt``: the merged stream's
+    rows), ``--stats`` the summary."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from orderer.building.config import GlomConfig
+    from orderer.cli.arguments import config_from_flags
+    from orderer.formats.result_files import check_results, staged
+    from orderer.replay.sliced_logs import replay_orderers, slicing_of
+    from orderer.replay.stream import input_files, recorded_parameters
+
+    dirs = [Path(part) for part in str(args.input).split(",")]
+    for directory in dirs:
+        if not directory.is_dir():
+            raise ConfigError("INPUT", str(directory), "is not a data directory (a list of "
+                              "several is a run's orderers' data directories, in their order)")
+    if args.nscldaq is not None:
+        raise ConfigError("--nscldaq", None, "replays ring items, not a run's orderers")
+    slicing = slicing_of(dirs)
+    for flag, given, value in (("--orderers", args.orderers, slicing.orderers),
+                               ("--slice-ticks", args.slice_ticks, slicing.slice_ticks)):
+        if given is not None and given != str(value):
+            raise ConfigError(flag, given, f"the data directories are a run of {slicing.label}")
+    if len(sweep_from_flags(args, None)) > 1:
+        raise ConfigError("INPUT", str(args.input), "replays the run's orderers with one "
+                          "setting of the ordering flags; a sweep is not taken here")
+    configs = [config_from_flags(args, recorded_parameters(d)) for d in dirs]
+    if args.output is not None and args.output.suffix not in (".parquet", ".arrow"):
+        raise ConfigError("--output", str(args.output), "must be OUT.parquet or OUT.arrow")
+    results = [(flag, path) for flag, path in (("--output", args.output), ("--stats", args.stats))
+               if path is not None]
+    check_results(results, [f for d in dirs for f in input_files(d)], overwrite=args.overwrite)
+    run = replay_orderers(dirs, None if args.dt is None else GlomConfig(args.dt), configs)
+    summary = json.dumps(run.to_json(), indent=1) + "\n"
+    if args.output is not None:
+        table = run.fragments if run.events is None else run.events
+        with staged(args.output) as written:
+            if args.output.suffix == ".parquet":
+                pq.write_table(table, written)
+            else:
+                with pa.OSFile(str(written), "wb") as sink, pa.ipc.new_stream(
+                    sink, table.schema
+                ) as stream_writer:
+                    stream_writer.write_table(table)
+    if args.stats is not None:
+        with staged(args.stats) as written:
+            written.write_text(summary, encoding="utf-8")
+    sys.stdout.write(summary)
     return 0
 
 

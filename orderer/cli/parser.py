@@ -100,7 +100,13 @@ def _add_replay(commands: Any) -> None:
         "data directory (or its arrivals/), an Arrow IPC file or stream, or a Parquet file "
         "(docs/ordering.md, evb replay). A comma list of --build-window, --startup-delay, "
         "--barrier-timeout or --source-timeout sweeps: every combination is replayed in one "
-        "pass over INPUT and a table compares them (late fraction, barriers, delays).",
+        "pass over INPUT and a table compares them (late fraction, barriers, delays). "
+        "INPUT d0,d1,d2: the data directories of a run over several orderers (evb serve "
+        "--orderers N), in their order: each orderer's own arrival log replayed with its "
+        "recorded parameters, the outputs merged in slice order and, with --dt, built as "
+        "evb spark-job --path d0,d1,d2 builds them (docs/scale-out.md); prints a summary, "
+        "--output OUT.parquet|OUT.arrow writes the events (without --dt the merged stream), "
+        "--stats the summary.",
     )
     replay.add_argument(
         "input", type=Path, nargs="?", metavar="INPUT", help="the recorded run"

@@ -47,9 +47,17 @@ from orderer.clock import SimulatedClock
 from orderer.config import OrdererConfig
 from orderer.replay.run_walk import ArrivalWalker
 from orderer.replay.sliced_merge import Differences, Output, OutputSummary, compare, merge
-from orderer.replay.slicing import Slicing
+from orderer.replay.slicing import Slicing, crossings
 
-__all__ = ["Router", "RoutingCounts", "SettingResult", "SlicedRun", "numbered", "replay_sliced"]
+__all__ = [
+    "OutputTaker",
+    "Router",
+    "RoutingCounts",
+    "SettingResult",
+    "SlicedRun",
+    "numbered",
+    "replay_sliced",
+]
 
 _FRAGMENT, _WATERMARK, _END = ArrivalKind.FRAGMENT, ArrivalKind.WATERMARK, ArrivalKind.END_OF_SOURCE
 _ID_BYTES = 8
@@ -217,13 +225,7 @@ class Router:
         if not rows.size:
             return
         slices = self.slicing.slice_of(records.value[rows])
-        top = np.maximum.accumulate(slices)
-        crossing = np.empty(rows.size, dtype=np.bool_)
-        crossing[0] = state.top_slice is None or int(slices[0]) > state.top_slice
-        crossing[1:] = slices[1:] > (
-            top[:-1] if state.top_slice is None else np.maximum(top[:-1], state.top_slice)
-        )
-        state.top_slice = max(int(top[-1]), -1 if state.top_slice is None else state.top_slice)
+        crossing, state.top_slice = crossings(state.top_slice, slices)
         at = rows[crossing]
         if at.size:
             extra.key.append(3 * at + 1)
@@ -332,8 +334,10 @@ class Router:
         )
 
 
-class _Taker:
-    """What one orderer emits, handed over after every chunk: its output and barrier log."""
+class OutputTaker:
+    """What one orderer emits, handed over after every chunk: its output and barrier log (the
+    simulation's orderers, and the replay of N orderers' own arrival logs,
+    :mod:`orderer.replay.sliced_logs`)."""
 
     __slots__ = ("orderer", "output")
 
@@ -354,7 +358,7 @@ def _ordered(
     router's orderers' outputs and counters (the orderers themselves, whose queues keep their
     largest size, are let go), and how many fragments the run had."""
     fleets = [
-        [_Taker(Orderer(config, clock=SimulatedClock()))
+        [OutputTaker(Orderer(config, clock=SimulatedClock()))
          for _ in range(1 if router is None else router.slicing.orderers)]
         for router in routers
     ]

@@ -34,7 +34,6 @@ fields a type checker knows; :meth:`Differences.to_json` is the layout of ``--st
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +43,7 @@ import numpy.typing as npt
 
 from orderer.batch import EmittedBatch
 from orderer.building.glom import event_starts
+from orderer.replay.merged_stream import late_flags, sure_starts, unit_bounds, unit_event_starts
 from orderer.replay.slicing import Slicing
 
 __all__ = [
@@ -62,7 +62,6 @@ __all__ = [
     "merge",
 ]
 
-_U64 = 2**64 - 1
 _Resolution = tuple[bool, bool, tuple[int, ...]]
 """A barrier's resolution: complete, homogeneous, the missing sources."""
 
@@ -272,6 +271,10 @@ class Merged(Stream):
     """Of the raised, those left out under ``late_policy: drop``."""
     """Barriers whose copies the orderers resolved differently (complete, homogeneous or the
     missing sources)."""
+    positions: npt.NDArray[np.int64] | None = None
+    """Each row's position in the merged stream before the merge left out what it alone found
+    late (None: nothing left out, a row's position is its row): what a reader that numbers the
+    stream from the slice indexes calls its ``offset`` (:mod:`orderer.replay.unit_plan`)."""
 
 
 def merge(
@@ -318,13 +321,15 @@ def merge(
         row + 1 for row, (complete, homogeneous, _) in resolution.items()
         if complete and homogeneous and barrier[row] == 1
     ) if reset else []
-    late = contract_late(ts, barrier, resets)
+    late = late_flags(ts, barrier, None, resets)
     raised = late & ~flagged
     lowered = int((flagged & ~late).sum())
     dropped = 0
+    positions = None
     if drop_late and raised.any():  # what the merge makes late goes as the orderer's late did
         keep = ~raised
         dropped = int(raised.sum())
+        positions = np.flatnonzero(keep).astype(np.int64)
         shift = np.cumsum(keep) - 1
         resolution = {int(shift[row]): value for row, value in resolution.items()}
         group = {int(shift[row]): value for row, value in group.items()}
@@ -332,56 +337,29 @@ def merge(
     return Merged(
         ids, ts, barrier, late, resolution, group, piece,
         sum(len(values) > 1 for values in copies.values()), int(raised.sum()), lowered, dropped,
+        positions,
     )
 
 
-def _sure_starts(m: Merged, slicing: Slicing, dt: int) -> npt.NDArray[np.bool_]:
-    """Positions where glom starts an event whatever came before (see the module's text).
-    "The highest so far" is judged within the piece: a fragment of the piece's own slice is above
-    everything before the piece, so a builder needs only the piece's own head."""
-    n = len(m)
-    sure = np.zeros(n, dtype=np.bool_)
-    if not n:
-        return sure
-    sure[0] = True
-    ts, barrier = m.ts, m.barrier
-    prev, cur = ts[:-1], ts[1:]
-    up = cur > prev
-    step = np.where(up, cur - prev, prev - cur)
-    highest = (ts == np.maximum.accumulate(ts)) & (slicing.slice_of(ts) == m.piece)
-    gap = up & (step > np.uint64(dt)) & highest[:-1]
-    wide = step > np.uint64(2 * dt) if 2 * dt < _U64 else np.zeros(n - 1, np.bool_)
-    sure[1:] = (barrier[1:] != 0) | (barrier[:-1] != 0) | gap | wide
-    return sure
-
-
 def built_starts(
-    m: Merged, slicing: Slicing, dt: int
+    m: Merged, dt: int | None, max_fragments: int = 1000
 ) -> tuple[npt.NDArray[np.int64], int]:
     """Event starts of the merged stream as the slices' builders make them, each from its
-    piece's first sure start to the next's; and how many pieces held no sure start (their
-    fragments built by the builder before: a run of events longer than a slice)."""
+    piece's first sure start to the next's (:func:`~orderer.replay.merged_stream.unit_bounds`);
+    and how many pieces held no sure start (their fragments built by the builder before: a run
+    of events longer than a slice)."""
     n = len(m)
     if not n:
         return np.zeros(0, np.int64), 0
-    firsts = np.flatnonzero(np.concatenate([[True], m.piece[1:] != m.piece[:-1]]))
-    sure = np.flatnonzero(_sure_starts(m, slicing, dt))
-    unit = sure[np.minimum(np.searchsorted(sure, firsts), sure.size - 1)]
-    unit = np.where(unit >= firsts, unit, n)  # a piece with no sure start from its start on
-    without = int((unit[:-1] >= firsts[1:]).sum()) + int(unit[-1] >= n)
-    bounds = np.append(np.unique(unit[unit < n]), n)
-    return _starts_between(m, bounds, dt), without
+    if dt is None or max_fragments == 0:  # one event per row: every row a unit's start
+        return np.arange(n, dtype=np.int64), 0
+    bounds, without = unit_bounds(_piece_firsts(m), sure_starts(m.ts, m.barrier, dt))
+    return unit_event_starts(m.ts, m.barrier, bounds, dt, max_fragments), without
 
 
-def _starts_between(
-    m: Merged, bounds: npt.NDArray[np.int64], dt: int
-) -> npt.NDArray[np.int64]:
-    """glom run afresh from each bound to the next."""
-    parts = [
-        _starts(m.ts[a:b], m.barrier[a:b], dt) + a
-        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
-    ]
-    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+def _piece_firsts(m: Merged) -> npt.NDArray[np.int64]:
+    """The first row of each piece of the merged stream."""
+    return np.flatnonzero(np.concatenate([[True], m.piece[1:] != m.piece[:-1]])).astype(np.int64)
 
 
 def _index(n: int) -> np.dtype[Any]:
@@ -447,26 +425,6 @@ def _longest_increasing(values: list[int]) -> int:
     return len(tails)
 
 
-def contract_late(
-    ts: npt.NDArray[np.uint64], barrier: npt.NDArray[np.uint32],
-    resets: list[int] | None = None,
-) -> npt.NDArray[np.bool_]:
-    """The contract's late flag of every row of an ordered stream: an ordinary fragment below
-    the high-water mark. The mark is the highest ordinary timestamp before the row (the highest
-    one is never late, so the highest non-late one is the highest of all); ``resets``: the rows
-    after which it is forgotten (``reset_on_begin_run``)."""
-    late = np.zeros(ts.size, dtype=np.bool_)
-    ordinary = barrier == 0
-    for a, b in itertools.pairwise([0, *(resets or []), ts.size]):
-        if b <= a:
-            continue
-        plain = ordinary[a:b]
-        high = np.maximum.accumulate(np.where(plain, ts[a:b], 0))
-        seen = np.logical_or.accumulate(plain)
-        late[a + 1 : b] = plain[1:] & seen[:-1] & (ts[a + 1 : b] < high[:-1])
-    return late
-
-
 def _barriers(single: Stream, m: Merged, slicing: Slicing) -> BarrierDifferences:
     """Barrier fragments whose resolution differs from one orderer's; resolutions of one
     orderer whose barriers lie in more than one slice (the merged stream splits them)."""
@@ -513,21 +471,21 @@ def compare(
             lowered_by_merge=m.lowered,
         ),
         barriers=_barriers(s, m, slicing),
-        events=None if dt is None else _events(s, m, where, dt, slicing),
+        events=None if dt is None else _events(s, m, where, dt),
     )
 
 
 def _events(
-    s: Stream, m: Merged, where: npt.NDArray[np.integer], dt: int, slicing: Slicing
+    s: Stream, m: Merged, where: npt.NDArray[np.integer], dt: int
 ) -> EventDifferences:
     """Events of one orderer against the slices' builders', and what building every slice
     alone (from its piece's first fragment, no sure start sought) would have split."""
     single = _starts(s.ts, s.barrier, dt)
-    built, without = built_starts(m, slicing, dt)
+    built, without = built_starts(m, dt)
     n = len(m)
     whole = _starts(m.ts, m.barrier, dt)
-    firsts = np.flatnonzero(np.concatenate([[True], m.piece[1:] != m.piece[:-1]])) if n else whole
-    alone = _starts_between(m, np.append(firsts, n), dt)
+    firsts = _piece_firsts(m) if n else whole
+    alone = unit_event_starts(m.ts, m.barrier, np.append(firsts, n), dt)
     ends = np.append(built[1:], n) - 1
     identity: npt.NDArray[np.integer] = np.arange(n, dtype=_index(n + 1))
     return EventDifferences(

@@ -20,6 +20,7 @@ from orderer.job_config import JobConfig
 from orderer.spark import files, runs
 from orderer.spark.layout import RUN_NAME
 from orderer.spark.nscldaq import check_glom_source_id
+from orderer.spark.sliced_reads import check_data_dirs, several
 from orderer.stages.load import load_stages
 from orderer.stages.plan import Plan, plan
 
@@ -98,7 +99,11 @@ def check_arguments(config: JobConfig) -> None:
     ):
         if not math.isfinite(number) or not (number > 0 if positive else number >= 0):
             raise ConfigError(flag, number, "must be a number " + ("> 0" if positive else ">= 0"))
-    if config.path is not None:
+    paths = several(config.path, "--path")
+    targets = several(config.target, "--target")
+    if paths is not None or targets is not None:  # a run over several orderers
+        _check_several(config, paths, targets)
+    elif config.path is not None:
         path = Path(config.path)
         if not path.exists():
             raise ConfigError("--path", str(path), "does not exist")
@@ -111,10 +116,10 @@ def check_arguments(config: JobConfig) -> None:
                 "--path", str(path), "is not an evb data directory: it holds no ordered log "
                 "(ordered/ordered-*.arrow, as evb serve --data-dir writes)"
             ) from None
-    if config.target is not None:
-        host, _, port = config.target.rpartition(":")
+    for target in targets or ([] if config.target is None else [config.target]):
+        host, _, port = target.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError("--target", config.target, "must be HOST:PORT")
+            raise ConfigError("--target", target, "must be HOST:PORT")
     if not config.output.strip():
         raise ConfigError("--output", config.output, "must name a directory or a Hadoop URI")
     _check_writable("--output", config.output)
@@ -128,6 +133,24 @@ def check_arguments(config: JobConfig) -> None:
     ):
         if file and not os.access(file, os.R_OK):
             raise ConfigError(flag, str(file), "is not a readable file")
+
+
+def _check_several(
+    config: JobConfig, paths: list[str] | None, targets: list[str] | None
+) -> None:
+    """A run over several orderers (``--target a,b,c``, ``--path d0,d1,d2``): what the job
+    does not do over several yet, and (without the network) the data directories' roles."""
+    flag = "--path" if paths is not None else "--target"
+    for given, name in ((config.follow_runs, "--follow-runs"), (config.check_order,
+                                                                 "--check-order")):
+        if given:
+            raise ConfigError(name, None, f"is not done over several orderers yet: give {flag} "
+                              "one orderer")
+    if paths is not None:
+        for name in paths:
+            if not Path(name).is_dir():
+                raise ConfigError("--path", name, "does not exist or is not a directory")
+        check_data_dirs(paths)
 
 
 def java_problem(environ: dict[str, str] | None = None) -> str | None:

@@ -49,6 +49,13 @@ Its parts: :mod:`~orderer.spark.layout` (where a run's results live),
 :mod:`~orderer.spark.resume` (a resumed run builds as it began), :mod:`~orderer.spark.writer`
 (the events' writer options); this module runs them and writes the summary and the report.
 
+A run spread over several orderers (docs/scale-out.md) is read as one: ``--target a,b,c`` (its
+orderers in their order, each one's role checked before Spark starts: another order or a missing
+orderer is refused in one line, exit status 2) or ``--path d0,d1,d2`` (their data directories);
+the source reads them in slice order (:mod:`orderer.spark.sliced_source`) and the events are
+glom's over the merged stream, each row's ``offset`` its position there. ``--follow-runs`` and
+``--check-order`` take one orderer.
+
 With ``--follow-runs`` the job follows the orderer from run to run (:mod:`orderer.spark.runs`):
 each run of its run table is a run of the layout above, named by its number (``events/run=8/``,
 ``runs/8/``), built by a query of its own over exactly its offsets, its summary and report
@@ -242,15 +249,28 @@ def _reach_orderer(target: str, config: JobConfig) -> None:
     """One GetStats before Spark starts: a wrong address, a server that is down or a refused
     token ends in one line within ``--connect-timeout`` instead of a failed streaming query
     after the JVM's start. (Once running, the data source waits for a restarting orderer up to
-    its ``reconnectTimeout``.)"""
+    its ``reconnectTimeout``.) Several targets: each one's, and each must be the orderer of its
+    place in the list, as the source client checks them; one orderer of several alone is
+    refused (ConfigError)."""
     from orderer.client import get_stats
+    from orderer.spark.sliced_reads import check_targets, several
 
-    get_stats(
+    orderers = several(target, "--target")
+    if orderers is not None:  # a run over several: each its role, in order (ConfigError)
+        check_targets(orderers, channel_security(config), config.connect_timeout)
+        return
+    stats = get_stats(
         target,
         barrier_log_limit=1,
         connect_timeout=config.connect_timeout,
         security=channel_security(config),
     )
+    if stats.slicing.sliced:  # one orderer of several alone would be a part of the run
+        raise ConfigError(
+            "--target", target, f"is orderer {stats.slicing.index} of "
+            f"{stats.slicing.orderers}: give every orderer's address, in their order "
+            "(--target a:50051,b:50051,c:50051)"
+        )
 
 
 def check_stages_order(spark: Any, config: JobConfig, plan: Plan | None = None) -> int:
@@ -310,6 +330,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ServiceUnavailable as error:
             print(f"evb spark-job: orderer unavailable: {error}", file=sys.stderr)
             return 3
+        except ConfigError as error:  # orderers that are not one run's, in their order
+            print(f"evb spark-job: {error}", file=sys.stderr)
+            return 2
     spark = create_session(config.master)
     try:
         if config.check_order:

@@ -57,11 +57,15 @@ class Layout:
 
 
 def run_name(config: JobConfig) -> str:
-    """``--run``; else the EventBuilder's name from ``--target``; else ``run``."""
+    """``--run``; else the EventBuilder's name from ``--target`` (its first orderer's, for a
+    run over several); else ``run``."""
     if config.run:
         return config.run
     if config.target:  # <name>-orderer.<namespace>.svc:50051, as the operator names it
-        host = config.target.rsplit(":", 1)[0].split(".")[0]
+        first, several = config.target.split(",")[0], "," in config.target
+        host = first.rsplit(":", 1)[0].split(".")[0]
+        if several:  # orderer k of a run over several: <name>-orderer-<k>.<name>-orderer...
+            host = re.sub(r"-\d+$", "", host)
         name = host.removesuffix("-orderer")
         if name and not re.fullmatch(r"[\d\[\]:]+|localhost", name):
             return name

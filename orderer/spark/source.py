@@ -3,6 +3,8 @@
 ``spark.readStream.format("evb").option("target", "orderer:50051")`` reads a live orderer over
 gRPC; ``spark.read.format("evb").option("path", "<data dir>")`` reads a finished run's ordered log
 directly (``option("target", ...)`` also works for a batch read of what a live orderer holds).
+A comma list of targets or paths is a run spread over several orderers, read in slice order by
+:mod:`orderer.spark.sliced_source`.
 Rows: ``offset, source, timestamp, barrier, late, payload`` (:data:`~orderer.spark.glom.
 FRAGMENT_SPARK_SCHEMA`), or with ``option("output", "events")`` the events built of them
 (:data:`~orderer.spark.glom.EVENT_SPARK_SCHEMA`).
@@ -68,13 +70,11 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from orderer.batch import EmittedBatch
 from orderer.building.config import GlomConfig
-from orderer.building.glom import FRAGMENT_SCHEMA, event_starts, glom_batches
+from orderer.building.glom import event_starts, fragment_rows, glom_batches
 from orderer.errors import ConfigError, InterfaceError, ServiceUnavailable
-from orderer.formats import log_format
-from orderer.formats.log_format import ordered_segments
 from orderer.formats.payloads import ArrivalPayloads, read_ordered, read_ordered_range
+from orderer.spark.access import channel_security, segment_files
 from orderer.spark.glom import EVENT_SPARK_SCHEMA, FRAGMENT_SPARK_SCHEMA, glom_from_options
 from orderer.spark.runs import run_end
 
@@ -90,7 +90,6 @@ __all__ = [
 
 log = logging.getLogger("evb.spark")
 
-_INT64_LIMIT = 2**63
 _SECURITY_OPTIONS = ("tlsCa", "tlsCert", "tlsKey", "tokenFile", "tls")
 
 
@@ -101,22 +100,6 @@ def _output(value: str | None) -> bool:
     if value.lower() == "events":
         return True
     raise ConfigError("output", value, "must be fragments or events")
-
-
-def channel_security(options: tuple[tuple[str, str], ...]) -> Any:
-    """The client's ChannelSecurity from the source's security options; None for plaintext."""
-    if not options:
-        return None
-    from orderer.client import ChannelSecurity
-
-    given = dict(options)
-    return ChannelSecurity.from_files(
-        ca=given.get("tlsCa"),
-        cert=given.get("tlsCert"),
-        key=given.get("tlsKey"),
-        token_file=given.get("tokenFile"),
-        tls=given.get("tls", "").lower() in ("1", "true", "yes"),
-    )
 
 
 def register(spark: Any) -> None:
@@ -223,41 +206,6 @@ def plan_partitions(
             cuts.append(int(starts[at]))
     cuts.append(until)
     return list(itertools.pairwise(cuts))
-
-
-def fragment_rows(batch: EmittedBatch) -> pa.RecordBatch:
-    """An ordered batch (from the orderer, or read from its log) as source rows."""
-    n = len(batch)
-    timestamp = batch.timestamp
-    if n and int(timestamp.max()) >= _INT64_LIMIT:
-        bad = int(np.argmax(timestamp >= np.uint64(_INT64_LIMIT)))
-        raise InterfaceError(
-            f"offset {batch.first_seq + bad}: timestamp {int(timestamp[bad])} does not fit "
-            "Spark's signed 64-bit long"
-        )
-    offsets = batch.payload_offsets
-    if offsets.shape[0]:
-        base = offsets[0]
-        if int(offsets[-1] - base) >= 2**31:
-            raise InterfaceError(f"offset {batch.first_seq}: more than 2 GiB of payload in a batch")
-        binary = pa.Array.from_buffers(
-            pa.binary(),
-            n,
-            [None, pa.py_buffer((offsets - base).astype(np.int32)), pa.py_buffer(batch.payload)],
-        )
-    else:
-        binary = pa.array([b""] * n, pa.binary())
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(np.arange(batch.first_seq, batch.first_seq + n, dtype=np.int64)),
-            pa.array(batch.source.astype(np.int64)),
-            pa.array(timestamp.view(np.int64)),
-            pa.array(batch.barrier.astype(np.int64)),
-            pa.array(batch.late.astype(np.bool_)),
-            binary,
-        ],
-        schema=FRAGMENT_SCHEMA,
-    )
 
 
 # ------------------------------------------------------------------------------ live orderer
@@ -451,25 +399,6 @@ class EvbStreamReader(DataSourceStreamReader):
 # ------------------------------------------------------------------------------ finished run
 
 
-def segment_files(path: Path) -> list[Path]:
-    """The ordered log's segments: ``path`` is the data directory or its ``ordered/``."""
-    segments = ordered_segments(path)
-    if not segments:
-        raise ConfigError("path", str(path), "holds no ordered log (ordered-*.arrow)")
-    data_dir = segments[0].parent.parent
-    written = log_format.ordered_format_of(segments[0].parent)
-    if written is log_format.ORDERED_SCHEMA and not log_format.log_segments(
-        data_dir / log_format.ARRIVALS, log_format.ARRIVALS
-    ):
-        raise ConfigError(
-            "path",
-            str(path),
-            f"has an ordered log but no arrival log ({data_dir / log_format.ARRIVALS} holds no "
-            "arrivals-*.arrow): the payloads are there; give the whole data directory",
-        )
-    return segments
-
-
 def _read_segments(partition: OffsetRange) -> Iterator[pa.RecordBatch]:
     """The partition's fragments, with the payloads of those alone gathered from the run's
     arrival log."""
@@ -593,7 +522,24 @@ class EvbDataSource(DataSource):
         return EVENT_SPARK_SCHEMA if _Options.parse(self.options).events else FRAGMENT_SPARK_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        several = _several(self.options)
+        if several is not None:  # a run over several orderers (orderer.spark.sliced_source)
+            from orderer.spark.sliced_source import SlicedBatchReader
+
+            return SlicedBatchReader(_Options.parse(self.options), *several)
         return EvbBatchReader(_Options.parse(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        several = _several(self.options)
+        if several is not None:
+            from orderer.spark.sliced_source import SlicedStreamReader
+
+            return SlicedStreamReader(_Options.parse(self.options), *several)
         return EvbStreamReader(_Options.parse(self.options))
+
+
+def _several(options: Any) -> tuple[str, list[str]] | None:
+    """The option (``target`` or ``path``) and its parts where it names several orderers."""
+    from orderer.spark.sliced_source import several_orderers
+
+    return several_orderers(options)

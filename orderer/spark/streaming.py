@@ -1,6 +1,8 @@
 """A run read from a live orderer (``--target``) as a stream: Spark's file sink (or the NSCLDAQ
 sink) writes the events exactly once, through the checkpoint and the sink's log, and the query
-stops once the run ended and was read to its end (:func:`stream`).
+stops once the run ended and was read to its end (:func:`stream`). A run over several orderers
+(``--target a,b,c``) ends once every orderer's run ended and the merged stream was read to its
+end, and its last offset is committed at each orderer (:func:`_read_to_the_end`).
 
 A run whose checkpoint exists resumes from it (a restarted driver must: exactly once), only with
 the event building it began with (:mod:`orderer.spark.resume`); without a checkpoint it starts
@@ -24,6 +26,7 @@ from orderer.spark.glom import glom_options
 from orderer.spark.layout import Layout
 from orderer.spark.nscldaq import NscldaqSink
 from orderer.spark.resume import building, check_resumed_building
+from orderer.spark.sliced_reads import several
 from orderer.spark.stages import StagesSink, remove_stage_results, stage_failure
 from orderer.spark.writer import events_writer
 from orderer.stages.plan import Plan
@@ -67,6 +70,7 @@ def stream(
 
     assert config.target is not None  # the job streams only with --target
     target = config.target
+    orderers = several(target, "--target")
     security = channel_security(config)
     checkpoint = config.checkpoint or layout.checkpoint
     if span is not None and config.checkpoint:
@@ -116,6 +120,11 @@ def stream(
         while not stopped():  # until the run ended; then read to its end and stop
             if query.awaitTermination(config.poll):
                 break
+            if orderers is not None:  # a run over several orderers
+                read_to = _read_to_the_end(query, orderers, config, security)
+                if read_to is None:
+                    continue
+                break
             try:
                 stats = get_stats(target, security=security, barrier_log_limit=1)
             except ServiceUnavailable as error:  # the orderer restarts: the query retries too
@@ -148,6 +157,41 @@ def stream(
             raise RuntimeError(f"the streaming query failed: StageError: {stage}")
         raise RuntimeError(f"the streaming query failed: {failure}")
     return batches, read_to
+
+
+def _read_to_the_end(
+    query: Any, orderers: list[str], config: JobConfig, security: Any
+) -> int | None:
+    """A run over several orderers once every orderer's run ended: the query read to the end
+    of the merged stream (its last offset the end, :class:`~orderer.replay.unit_plan.
+    UnitStart`), that end committed at every orderer (Spark commits a batch's end only when it
+    plans the next: the last one here); returns the merged stream's length, None until then."""
+    from orderer.client import commit, get_stats
+    from orderer.replay.unit_plan import UnitStart
+
+    try:
+        ended = all(
+            get_stats(target, security=security, barrier_log_limit=1).run_ended
+            for target in orderers
+        )
+    except ServiceUnavailable as error:  # an orderer restarts: the query waits for it too
+        print(f"evb spark-job: orderer unavailable, waiting: {error}", file=sys.stderr)
+        return None
+    if not ended:
+        return None
+    query.processAllAvailable()
+    progress = query.lastProgress
+    end = progress["sources"][0].get("endOffset") if progress and progress.get("sources") else None
+    if isinstance(end, str):
+        end = json.loads(end)
+    if not isinstance(end, dict):
+        return None
+    last = UnitStart.from_json(end)
+    if not last.ended:
+        return None  # the last units are not planned yet (the indexes trail the run's end)
+    for target, offset in zip(orderers, last.needed, strict=True):
+        commit(target, config.consumer, offset, security=security)
+    return last.position
 
 
 def _end_offset(progress: dict[str, Any] | None) -> int | None:

@@ -380,6 +380,7 @@ def slice_index_to_pb(index: SliceIndex) -> pb.SliceIndex:
                 slice=piece.slice,
                 first_offset=piece.first_offset,
                 highest_timestamp=piece.highest_timestamp,
+                kept=piece.kept,
             )
             for piece in index.pieces
         ],
@@ -392,7 +393,7 @@ def slice_index_from_pb(message: pb.SliceIndex) -> SliceIndex:
     """A ``GetSliceIndex`` reply, typed."""
     return SliceIndex(
         pieces=tuple(
-            Piece(p.slice, p.first_offset, _optional(p, "highest_timestamp"))
+            Piece(p.slice, p.first_offset, _optional(p, "highest_timestamp"), p.kept)
             for p in message.pieces
         ),
         complete=message.complete,

@@ -5,6 +5,7 @@ SparkApplication CRD of the Kubeflow Spark operator, kept with its descriptions 
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -80,6 +81,40 @@ def stats_answer(
         consumers={},
     )
     return replace(stats, **changes)
+
+
+POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
+"""What the StatefulSet controller labels each of its pods with: its ordinal (Kubernetes 1.28+)."""
+_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+_LABEL_PATH = re.compile(r"^metadata\.labels\['([^']+)'\]$")
+
+
+def pod_of(statefulset: Mapping[str, Any], ordinal: int) -> dict[str, Any]:
+    """Pod ``ordinal`` of a StatefulSet as its controller would create it: the template, named
+    ``NAME-ordinal``, with the ordinal's label (what the kubelet's downward API reads)."""
+    template = statefulset["spec"]["template"]
+    labels = {**template["metadata"]["labels"], POD_INDEX_LABEL: str(ordinal)}
+    name = f"{statefulset['metadata']['name']}-{ordinal}"
+    return {"metadata": {"name": name, "labels": labels}, "spec": template["spec"]}
+
+
+def kubelet_args(pod: Mapping[str, Any], container: Mapping[str, Any]) -> list[str]:
+    """The container's arguments as the kubelet passes them: each ``$(VAR)`` of a variable the
+    container defines replaced by its value (a literal, or a label of the pod through the
+    downward API); a reference to no variable stays as written, as the kubelet leaves it."""
+    values: dict[str, str] = {}
+    for variable in container.get("env", []):
+        if "value" in variable:
+            values[variable["name"]] = str(variable["value"])
+            continue
+        path = variable["valueFrom"].get("fieldRef", {}).get("fieldPath", "")
+        label = _LABEL_PATH.match(path)
+        if label is not None:
+            values[variable["name"]] = pod["metadata"]["labels"].get(label.group(1), "")
+    return [
+        _REFERENCE.sub(lambda m: values.get(m.group(1), m.group(0)), str(arg))
+        for arg in container["args"]
+    ]
 
 
 def validate_builtin(obj: dict[str, Any]) -> None:

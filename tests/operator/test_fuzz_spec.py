@@ -247,6 +247,11 @@ def test_the_transition_rules_refuse_what_they_should() -> None:
         ((), {"state": "Ended", "run": 1}, {"state": "Ended", "run": 1}, True),
         ((), {"state": "Running", "run": 2}, {"state": "Running", "run": 1}, True),
         ((), {"state": "Ended", "run": 2}, {"state": "Running", "run": 1}, True),
+        (("orderers",), 3, 3, True),
+        (("orderers",), 4, 3, False),
+        (("orderers",), 1, 3, False),
+        (("sliceTicks",), 10**6, 10**6, True),
+        (("sliceTicks",), 10**7, 10**6, False),
     ]
     rules = {
         path: entry["rule"] for path, entry in _rules(SPEC_SCHEMA) if "oldSelf" in entry["rule"]

@@ -17,7 +17,13 @@ from evb_operator import constants as c
 from evb_operator import specs, specs_common, specs_network, specs_orderer, specs_spark, validation
 from orderer.cli import build_parser
 from orderer.service.settings import configs_from_mapping
-from tests.operator.conftest import example_files, load_example, validate_builtin
+from tests.operator.conftest import (
+    example_files,
+    kubelet_args,
+    load_example,
+    pod_of,
+    validate_builtin,
+)
 
 FULL_SPEC: dict[str, Any] = {
     "sources": [1, 2, 3],
@@ -215,11 +221,13 @@ def test_evb_serve_accepts_the_configmap_and_the_arguments(
     assert config == valid.orderer  # the run starts with the spec's configuration
     assert service.listen == "[::]:50051" and service.metrics_port == 9090
     assert str(service.data_dir) == c.DATA_DIR
-    (container,) = kinds["StatefulSet"]["spec"]["template"]["spec"]["containers"]
+    statefulset = kinds["StatefulSet"]
+    (container,) = statefulset["spec"]["template"]["spec"]["containers"]
     assert container["command"] == ["evb"]
-    args = build_parser().parse_args(container["args"])
-    assert args.fsync == valid.spec["orderer"]["fsync"]
-    assert args.strict_sources == valid.spec["orderer"]["strictSources"]
+    for ordinal in range(statefulset["spec"]["replicas"]):  # each pod, as the kubelet starts it
+        args = build_parser().parse_args(kubelet_args(pod_of(statefulset, ordinal), container))
+        assert args.fsync == valid.spec["orderer"]["fsync"]
+        assert args.strict_sources == valid.spec["orderer"]["strictSources"]
 
 
 def test_the_full_spec_reaches_the_orderer_and_the_job() -> None:

@@ -70,14 +70,15 @@ def _oracle(
     """The pieces of orderer ``index``'s output, by docs/scale-out.md's words, row by row: a
     piece begins at each kept row (ordinary, or a barrier of a slice this orderer owns) whose
     slice is above every slice of the kept rows before; its highest timestamp is the highest
-    ordinary one in it."""
+    ordinary one in it; its kept rows, those of it in the merged stream."""
     pieces: list[list[Any]] = []
     for offset, (stamp, kind) in enumerate(zip(ts, barrier, strict=True)):
         s = stamp // ticks
         if kind != 0 and s % orderers != index:
             continue  # a copy that only held this orderer
         if not pieces or s > pieces[-1][0]:
-            pieces.append([s, offset, None])
+            pieces.append([s, offset, None, 0])
+        pieces[-1][3] += 1
         if kind == 0:
             top = pieces[-1][2]
             pieces[-1][2] = stamp if top is None else max(top, stamp)
@@ -378,7 +379,7 @@ def test_barriers_watermarks_and_ends_are_taken_at_every_orderer(tmp_path: Path)
             assert stats.barriers.complete == 1 and stats.next_offset == 1
             index_reply = await get_slice_index_async(target(running))
             # only orderer 0 keeps its copy: the others' output holds no piece
-            assert index_reply.pieces == ((Piece(0, 0, None),) if index == 0 else ())
+            assert index_reply.pieces == ((Piece(0, 0, None, 1),) if index == 0 else ())
 
     async def body() -> None:
         for index in range(3):
