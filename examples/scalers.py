@@ -13,7 +13,8 @@ micro-batch to the next (the state). The first read of a channel is its baseline
 The stages:
 
 - ``scaler_reads`` (a sequencer): the SCALER fragments of the events (payload of
-  :mod:`orderer.replay.physics`), one row each (channel, raw count), ordered by ``offset``;
+  :mod:`orderer.replay.physics`), one row each (channel, raw count), ordered by ``timestamp``
+  (then ``offset``);
 - ``scaler_sums`` (order-sensitive, keyed by ``channel``): each read's increment and the
   channel's running total.
 
@@ -43,10 +44,13 @@ _WRAP = 2**32
         ("channel", pa.int32()),
         ("count", pa.int64()),
     ],
-    order_by=("offset",),
+    order_by=("timestamp", "offset"),
 )
 def scaler_reads(events: pa.Table) -> pa.Table:
-    """Every scaler read of the events, in stream order."""
+    """Every scaler read of the events, in time order (a read's timestamp; the stream's order
+    between reads of one time). Not the stream's order alone: a run over several orderers
+    (docs/scale-out.md) keeps a source's order only for the fragments that are not late, and a
+    late read placed after a later one would count a wrapped counter's 2**32."""
     rows = fragment_table(events)
     rows = rows.filter(pc.equal(rows["kind"], SCALER))
     return rows.rename_columns({"pixel": "channel"})
@@ -66,7 +70,7 @@ def scaler_reads(events: pa.Table) -> pa.Table:
 def scaler_sums(
     reads: pa.Table, state: tuple[int, int] | None
 ) -> tuple[pa.Table, tuple[int, int]]:
-    """One channel's reads in stream order; ``state``: its previous raw count and running total
+    """One channel's reads in time order; ``state``: its previous raw count and running total
     (None: these are its first reads, the first is the baseline)."""
     count = reads["count"].to_numpy()
     previous, total = (int(count[0]), 0) if state is None else state

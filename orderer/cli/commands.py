@@ -229,6 +229,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.replay_only:
         from orderer.apps.demo import run_demo
 
+        if args.orderers != 1:
+            raise ConfigError(
+                "--orderers", args.orderers, "the live demo's; --replay-only runs one orderer"
+            )
+
         return run_demo(output_dir=args.output_dir, seed=args.seed)
     import importlib.util
 
@@ -241,7 +246,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         )
     from orderer.spark.demo import run_live_demo
 
-    return run_live_demo(output_dir=args.output_dir, seed=args.seed, seconds=args.seconds)
+    return run_live_demo(
+        output_dir=args.output_dir, seed=args.seed, seconds=args.seconds, orderers=args.orderers
+    )
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

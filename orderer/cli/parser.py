@@ -175,6 +175,13 @@ def _add_demo(commands: Any) -> None:
         "--seconds", type=SECONDS, default=20.0, metavar="S", help="length of the live run"
     )
     demo.add_argument(
+        "--orderers",
+        type=COUNT,
+        default=1,
+        metavar="N",
+        help="spread the run over N orderers by time slices (docs/scale-out.md)",
+    )
+    demo.add_argument(
         "--replay-only",
         action="store_true",
         help="the in-process demo instead: a synthetic run through evb replay (no gRPC, no Spark)",

@@ -45,9 +45,7 @@ __all__ = ["live_run", "run_live_demo"]
 DT = 2_000
 """Glom window: 20 µs at the sources' 100 MHz clock, wide beside the triggers' spread (1 µs), so
 that the report's Δt spectrum shows the coincidence peak and the flat background around it."""
-PHYSICS = Physics(
-    trigger_rate=300.0, trigger_jitter=100, background_rate=100.0, implant_rate=500.0
-)
+PHYSICS = Physics(trigger_rate=300.0, trigger_jitter=100, background_rate=100.0, implant_rate=500.0)
 """300 triggers/s seen by sources 1-5 within 100 ticks, 100/s of random hits in each, 500
 implants/s in source 1's 32 x 32 pixels decaying with a 20 ms half-life (about 10,000 pairs in
 20 s: the fit's statistical error about 1.4 %), scalers read every 0.1 s by source 6."""
@@ -79,13 +77,35 @@ def live_run(seed: int, seconds: float = 20.0) -> synthetic.SyntheticRun:
     )
 
 
+SLICE_TICKS = 1_000_000
+"""T of ``evb demo --orderers N``: 10 ms of the demo's 100 MHz clock, many fragments of every
+source a slice, many times the demo's dt (docs/scale-out.md, "Choosing T")."""
+
+
+def _data_dir(output_dir: Path, k: int, orderers: int) -> Path:
+    return output_dir / ("orderer-data" if orderers == 1 else f"orderer-{k}-data")
+
+
+def _log(output_dir: Path, k: int, orderers: int) -> Path:
+    return output_dir / ("orderer.log" if orderers == 1 else f"orderer-{k}.log")
+
+
 class _Server:
     """``evb serve`` in a subprocess on a free loopback port."""
 
     def __init__(self, data_dir: Path, log: Path, *flags: str) -> None:
         command = [
-            sys.executable, "-m", "orderer.cli", "serve", "--listen", "127.0.0.1:0",
-            "--data-dir", str(data_dir), "--stop-grace", "2", *flags,
+            sys.executable,
+            "-m",
+            "orderer.cli",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            str(data_dir),
+            "--stop-grace",
+            "2",
+            *flags,
         ]
         with log.open("w") as errors:
             self.process = subprocess.Popen(
@@ -111,9 +131,11 @@ class _Server:
 
 
 def _play(
-    target: str, spec: synthetic.SyntheticRun, ready: Path, errors: list[BaseException]
+    targets: list[str], spec: synthetic.SyntheticRun, ready: Path, errors: list[BaseException]
 ) -> None:
-    """Every source from its own client, once the Spark query has registered with the orderer."""
+    """Every source from its own client (over every orderer of the run), once the Spark query
+    has registered with the orderers; the end of run at each."""
+    target = ",".join(targets)
     try:
         deadline = time.monotonic() + 300
         while not ready.exists():
@@ -133,7 +155,8 @@ def _play(
             sender.start()
         for sender in senders:
             sender.join()
-        end_run(target)
+        for orderer in targets:
+            end_run(orderer)
     except BaseException as error:
         errors.append(error)
 
@@ -153,8 +176,10 @@ def _summary_table(summary: dict[str, Any]) -> Table:
     return table
 
 
-def run_live_demo(output_dir: Path, seed: int, seconds: float = 20.0) -> int:
-    """The live demo into ``output_dir`` (replaced); exit status 0."""
+def run_live_demo(output_dir: Path, seed: int, seconds: float = 20.0, orderers: int = 1) -> int:
+    """The live demo into ``output_dir`` (replaced); exit status 0. ``orderers``: the run over
+    that many orderers by time slices of :data:`SLICE_TICKS` (docs/scale-out.md), each an
+    ``evb serve`` of its own, the sources routing by slice and the Spark job reading them all."""
     console = Console()
     output_dir = Path(output_dir).resolve()
     if output_dir.exists():
@@ -173,40 +198,56 @@ def run_live_demo(output_dir: Path, seed: int, seconds: float = 20.0) -> int:
         "hangs for 2 s, source 5 holds its data for 3 s and then delivers it (late), "
         "source 1 sends type 4 at the first sync barrier, source 6 loses its end-run barrier. "
         f"Spark (local[2]) builds events with dt = {DT} ticks ({DT / spec.tick_rate * 1e6:g} µs) "
-        "as the data flows"
-        + (f" and runs the example stages ({stages})." if stages else ".")
+        "as the data flows" + (f" and runs the example stages ({stages})." if stages else ".")
     )
     if stages is None:
         console.print("No examples/ beside the installed evb (a wheel): the demo runs no stages.")
     started = time.monotonic()
-    server = _Server(
-        output_dir / "orderer-data", output_dir / "orderer.log",
-        "--build-window", "2", "--startup-delay", "1", "--sources", sources,
-    )
-    console.print(
-        f"orderer: {server.target} (data in {output_dir / 'orderer-data'}); watch it live from "
-        f"another terminal: evb top --target {server.target}"
-    )
+    servers = []
+    try:
+        for k in range(orderers):
+            sliced = (
+                ["--orderers", str(orderers), "--orderer-index", str(k),
+                 "--slice-ticks", str(SLICE_TICKS)] if orderers > 1 else []
+            )  # fmt: skip
+            servers.append(_Server(
+                _data_dir(output_dir, k, orderers), _log(output_dir, k, orderers),
+                "--build-window", "2", "--startup-delay", "1", "--sources", sources, *sliced,
+            ))  # fmt: skip
+    except BaseException:
+        for server in servers:
+            server.stop()
+        raise
+    targets = [server.target for server in servers]
+    for k, server in enumerate(servers):
+        role = f"orderer {k} of {orderers}" if orderers > 1 else "orderer"
+        console.print(
+            f"{role}: {server.target} (data in {_data_dir(output_dir, k, orderers)}); watch it"
+            f" live from another terminal: evb top --target {server.target}"
+        )
     errors: list[BaseException] = []
-    player = threading.Thread(
-        target=_play,
-        args=(server.target, spec, output_dir / "orderer-data" / "consumers.json", errors),
-        name="sources",
-    )
+    ready = _data_dir(output_dir, 0, orderers) / "consumers.json"
+    player = threading.Thread(target=_play, args=(targets, spec, ready, errors), name="sources")
     player.start()
     spark = job.create_session("local[2]", app="evb-demo")
     spark.sparkContext.setLogLevel("ERROR")
     try:
         console.print("Spark job started; the sources start as soon as it reads the stream.")
         config = JobConfig(
-            target=server.target, dt=DT, output=str(output_dir / "spark"), run="demo",
-            quiet=True, poll=0.5, stages=stages,
+            target=",".join(targets),
+            dt=DT,
+            output=str(output_dir / "spark"),
+            run="demo",
+            quiet=True,
+            poll=0.5,
+            stages=stages,
         )
         result = job.run(spark, config)
     finally:
         player.join()
         spark.stop()
-        server.stop()
+        for server in servers:
+            server.stop()
     if errors:
         raise errors[0]
     summary = result.summary
@@ -217,9 +258,7 @@ def run_live_demo(output_dir: Path, seed: int, seconds: float = 20.0) -> int:
         f"max {summary['multiplicity']['max']}) and {summary['barrier_rows']} barrier rows."
     )
     histogram = summary["multiplicity"]["histogram"]
-    console.print(
-        "Multiplicity: " + ", ".join(f"{m}: {c:,}" for m, c in histogram.items())
-    )
+    console.print("Multiplicity: " + ", ".join(f"{m}: {c:,}" for m, c in histogram.items()))
     console.print(_summary_table(summary))
     late = summary["late"]
     console.print(
@@ -227,7 +266,8 @@ def run_live_demo(output_dir: Path, seed: int, seconds: float = 20.0) -> int:
         f"max lateness {late['max_lateness_seconds'] * 1e3:.1f} ms."
     )
     console.print(
-        "Barriers: " + ", ".join(
+        "Barriers: "
+        + ", ".join(
             f"type {b['type']} from {b['source']} at offset {b['offset']}"
             for b in summary["barriers"]
         ),
@@ -245,7 +285,10 @@ def run_live_demo(output_dir: Path, seed: int, seconds: float = 20.0) -> int:
         ("events", result.events_path),
         ("summary", result.summary_path),
         ("report", result.report_path),
-        ("orderer", str(output_dir / "orderer-data")),
+        *(
+            (f"orderer {k}" if orderers > 1 else "orderer", str(_data_dir(output_dir, k, orderers)))
+            for k in range(orderers)
+        ),
     ):
         console.print(f"{label + ':':9}{path}", soft_wrap=True)
     return 0
