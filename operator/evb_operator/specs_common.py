@@ -7,6 +7,7 @@ The children themselves are built in :mod:`evb_operator.specs` and the modules i
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -231,3 +232,55 @@ def client_security(valid: ValidSpec) -> ClientSecurity:
         found.mounts.append({"name": "auth", "mountPath": c.AUTH_DIR, "readOnly": True})
         found.env.append({"name": "EVB_TOKEN_FILE", "value": f"{c.AUTH_DIR}/{c.TOKEN_FILE}"})
     return found
+
+
+def client_container(
+    name: str, valid: ValidSpec, image: str, args: list[str], found: ClientSecurity,
+    resources: Mapping[str, Any],
+) -> dict[str, Any]:
+    """A container of the orderer's image running ``evb`` as a client of the run's orderers
+    (a forwarder, the release): its credentials, restricted security, a writable /tmp."""
+    container: dict[str, Any] = {
+        "name": name,
+        "image": image,
+        "command": ["evb"],
+        "args": args,
+        "env": [{"name": "OPENBLAS_NUM_THREADS", "value": "1"}, *copy.deepcopy(found.env)],
+        "resources": copy.deepcopy(dict(resources)),
+        "securityContext": dict(RESTRICTED_CONTAINER),
+        "terminationMessagePolicy": TERMINATION_MESSAGE_POLICY,
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, *copy.deepcopy(found.mounts)],
+    }
+    if "imagePullPolicy" in valid.spec["orderer"]:
+        container["imagePullPolicy"] = valid.spec["orderer"]["imagePullPolicy"]
+    return container
+
+
+def client_deployment(
+    kind: ChildKind, name: str, namespace: str, component: str,
+    pod_labels: dict[str, str], replicas: int, containers: list[dict[str, Any]],
+    found: ClientSecurity,
+) -> dict[str, Any]:
+    """A Deployment of client pods (:func:`client_container`): ``Recreate``, so that two of one
+    never run at once; no service account token, no service links, restricted security."""
+    return manifest(
+        kind,
+        name,
+        namespace,
+        pod_labels,
+        spec={
+            "replicas": replicas,
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": selector_labels(name, component)},
+            "template": {
+                "metadata": {"labels": pod_labels},
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "securityContext": dict(RESTRICTED_POD),
+                    "containers": containers,
+                    "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}, *found.volumes],
+                },
+            },
+        },
+    )

@@ -4,21 +4,17 @@ upstream (:func:`build_forward_spec` says why not in the orderer's pod).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
 from evb_operator.specs_common import (
     FORWARD,
-    RESTRICTED_CONTAINER,
-    RESTRICTED_POD,
-    TERMINATION_MESSAGE_POLICY,
     ExtraLabels,
+    client_container,
+    client_deployment,
     client_security,
     labels_for,
-    manifest,
     orderer_endpoint,
-    selector_labels,
 )
 from evb_operator.validation import ValidSpec
 from orderer.flags.forward import ForwardCommand
@@ -72,43 +68,11 @@ def build_forward_spec(
     target = orderer_endpoint(name, namespace)
     found = client_security(valid)
     pod_labels = labels_for(name, "forward", labels)
-    containers = []
-    for index, upstream in enumerate(valid.spec["upstreams"]):
-        container: dict[str, Any] = {
-            "name": f"forward-{index}",
-            "image": image,
-            "command": ["evb"],
-            "args": forward_args(upstream, target),
-            "env": [{"name": "OPENBLAS_NUM_THREADS", "value": "1"}, *copy.deepcopy(found.env)],
-            "resources": copy.deepcopy(FORWARD_RESOURCES),
-            "securityContext": dict(RESTRICTED_CONTAINER),
-            "terminationMessagePolicy": TERMINATION_MESSAGE_POLICY,
-            "volumeMounts": [
-                {"name": "tmp", "mountPath": "/tmp"},
-                *copy.deepcopy(found.mounts),
-            ],
-        }
-        if "imagePullPolicy" in valid.spec["orderer"]:
-            container["imagePullPolicy"] = valid.spec["orderer"]["imagePullPolicy"]
-        containers.append(container)
-    return manifest(
-        FORWARD,
-        name,
-        namespace,
-        pod_labels,
-        spec={
-            "replicas": 1,
-            "strategy": {"type": "Recreate"},
-            "selector": {"matchLabels": selector_labels(name, "forward")},
-            "template": {
-                "metadata": {"labels": pod_labels},
-                "spec": {
-                    "automountServiceAccountToken": False,
-                    "enableServiceLinks": False,
-                    "securityContext": dict(RESTRICTED_POD),
-                    "containers": containers,
-                    "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}, *found.volumes],
-                },
-            },
-        },
-    )
+    containers = [
+        client_container(
+            f"forward-{index}", valid, image, forward_args(upstream, target), found,
+            FORWARD_RESOURCES,
+        )
+        for index, upstream in enumerate(valid.spec["upstreams"])
+    ]
+    return client_deployment(FORWARD, name, namespace, "forward", pod_labels, 1, containers, found)

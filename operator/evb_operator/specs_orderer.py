@@ -302,6 +302,17 @@ def _orderer_check_skips(valid: ValidSpec) -> dict[str, str]:
     return {f"checkov.io/skip{n}": reason for n, reason in enumerate(reasons, start=1)}
 
 
+def _grpc_port() -> dict[str, Any]:
+    """The orderer's gRPC port, as both its Services expose it."""
+    return {
+        "name": "grpc",
+        "port": c.GRPC_PORT,
+        "targetPort": "grpc",
+        "protocol": "TCP",
+        "appProtocol": "grpc",
+    }
+
+
 def build_service_spec(name: str, namespace: str, *, labels: ExtraLabels = None) -> dict[str, Any]:
     return manifest(
         SERVICE,
@@ -312,13 +323,7 @@ def build_service_spec(name: str, namespace: str, *, labels: ExtraLabels = None)
             "type": "ClusterIP",
             "selector": selector_labels(name, "orderer"),
             "ports": [
-                {
-                    "name": "grpc",
-                    "port": c.GRPC_PORT,
-                    "targetPort": "grpc",
-                    "protocol": "TCP",
-                    "appProtocol": "grpc",
-                },
+                _grpc_port(),
                 {
                     "name": "metrics",
                     "port": c.METRICS_PORT,
@@ -352,14 +357,6 @@ def build_headless_service_spec(
         spec={
             "clusterIP": "None",
             "selector": selector_labels(name, "orderer"),
-            "ports": [
-                {
-                    "name": "grpc",
-                    "port": c.GRPC_PORT,
-                    "targetPort": "grpc",
-                    "protocol": "TCP",
-                    "appProtocol": "grpc",
-                }
-            ],
+            "ports": [_grpc_port()],
         },
     )

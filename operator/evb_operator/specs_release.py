@@ -11,22 +11,18 @@ not in their pods.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from evb_operator import constants as c
 from evb_operator.phases import RunPhase
 from evb_operator.specs_common import (
     RELEASE,
-    RESTRICTED_CONTAINER,
-    RESTRICTED_POD,
-    TERMINATION_MESSAGE_POLICY,
     ExtraLabels,
+    client_container,
+    client_deployment,
     client_security,
     labels_for,
-    manifest,
     run_targets,
-    selector_labels,
 )
 from evb_operator.validation import ValidSpec
 
@@ -84,39 +80,12 @@ def build_release_spec(
     image = valid.spec["orderer"].get("image", default_image)
     found = client_security(valid)
     pod_labels = labels_for(name, "release", labels)
-    container: dict[str, Any] = {
-        "name": "release",
-        "image": image,
-        "command": ["evb"],
-        "args": release_args(name, namespace, valid),
-        "env": [{"name": "OPENBLAS_NUM_THREADS", "value": "1"}, *copy.deepcopy(found.env)],
-        "resources": copy.deepcopy(RELEASE_RESOURCES),
-        "securityContext": dict(RESTRICTED_CONTAINER),
-        "terminationMessagePolicy": TERMINATION_MESSAGE_POLICY,
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, *copy.deepcopy(found.mounts)],
-    }
-    if "imagePullPolicy" in valid.spec["orderer"]:
-        container["imagePullPolicy"] = valid.spec["orderer"]["imagePullPolicy"]
-    deployment = manifest(
-        RELEASE,
-        name,
-        namespace,
-        pod_labels,
-        spec={
-            "replicas": release_replicas(valid),
-            "strategy": {"type": "Recreate"},
-            "selector": {"matchLabels": selector_labels(name, "release")},
-            "template": {
-                "metadata": {"labels": pod_labels},
-                "spec": {
-                    "automountServiceAccountToken": False,
-                    "enableServiceLinks": False,
-                    "securityContext": dict(RESTRICTED_POD),
-                    "containers": [container],
-                    "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}, *found.volumes],
-                },
-            },
-        },
+    container = client_container(
+        "release", valid, image, release_args(name, namespace, valid), found, RELEASE_RESOURCES
+    )
+    deployment = client_deployment(
+        RELEASE, name, namespace, "release", pod_labels, release_replicas(valid), [container],
+        found,
     )
     deployment["metadata"]["annotations"] = _release_check_skips()
     return deployment
