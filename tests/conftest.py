@@ -9,8 +9,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 REPO = Path(__file__).resolve().parent.parent
+
+settings.register_profile("evb", deadline=None)
+settings.load_profile("evb")
+"""No per-example deadline: ``make test`` runs two workers on two cores, where one example can
+wait for the CPU far longer than Hypothesis' 200 ms (a deadline failed once there on an example
+that takes 11 ms alone). A property that must be fast says so with its own ``@settings``."""
 EXAMPLES = REPO / "tests" / "data" / "ordering-examples"
 
 
