@@ -38,7 +38,7 @@ $(CHECKOV):
 
 # tests/system needs podman, runc, debootstrap and Prometheus (root installs them): `make system`.
 test: $(STAMP) $(CHECKOV) lint
-	$(PY) -m pytest -q tests --ignore=tests/system -n 2 --dist loadfile --durations=25
+	$(PY) -m pytest -q tests --ignore=tests/system --durations=25
 
 # Both images, built with podman (tools/images/build.sh): evb:0.1.0 and evb-spark:0.1.0. Base
 # images that cannot be pulled are replaced by stand-ins made from Debian packages (README.md,
