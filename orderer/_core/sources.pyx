@@ -303,12 +303,18 @@ cdef Py_ssize_t _whole_prefix(OrdererCore self, Py_ssize_t index, double now, co
       (their frontiers do not move during the run); each fragment at or below the mark goes
       out alone and in order, the queue never empties, so neither the window rule nor a
       barrier comes into play. Merging them at the end is the same: the whole run.
-    - The source is the one everybody waits for (empty, no watermark, not ended), no queue
-      holds a barrier and no queued fragment can have waited the window: each fragment
-      at or below the others' lowest frontier M releases the others' data up to it, then
-      the source is empty again. Merging the strictly increasing prefix at or below M in
-      one go gives the same order (equal timestamps would interleave with other sources
-      differently) and the same late flags.
+    - The source is the one everybody waits for (empty, not ended), no queue holds a barrier
+      and no queued fragment can have waited the window: each fragment at or below the
+      others' lowest frontier M releases the others' data up to it, then the source is
+      empty again. Merging the strictly increasing prefix at or below M in one go gives the
+      same order (equal timestamps would interleave with other sources differently) and the
+      same late flags. A watermark W changes nothing when the run starts at or above it:
+      emptied again, the source's frontier is W, at or below the fragment just popped, so
+      the mark stays where that fragment's flush left it and nothing more moves (without a
+      watermark it is *none*, and the window rule, which has nothing to pop, decides). This
+      is every source of a run over several orderers (each has sent crossing watermarks):
+      fragment by fragment, one flush each, its orderer's core cost 2 to 3 times as much
+      per fragment as one orderer's.
     """
     cdef Source *s = &self._src[index]
     cdef Source *o
@@ -323,7 +329,9 @@ cdef Py_ssize_t _whole_prefix(OrdererCore self, Py_ssize_t index, double now, co
         return 1  # no flush has run the rules at this time yet: not settled
     if s.q.tail > s.q.head:
         return n
-    laggard = not s.ended and not s.has_watermark
+    if s.ended or (s.has_watermark and ts[0] < s.watermark):
+        return 1
+    laggard = True
     for i in range(self._n_src):
         if i == index:
             continue
