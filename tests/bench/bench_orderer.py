@@ -12,7 +12,12 @@ b. the baseline a physicist would otherwise write, ``heapq.merge`` over the per-
 c. memory per queued fragment, with a declared source that never sends holding everything in the
    queues: allocated capacity (``memory_bytes() / queued``), tracemalloc and RSS deltas;
 d. ``evb replay`` (``replay_path``) on a JSON Lines file of about a million records from
-   :func:`orderer.replay.synthetic.write_jsonl`, whole and split into parse, ordering and write.
+   :func:`orderer.replay.synthetic.write_jsonl`, whole and split into parse, ordering and write;
+e. one orderer's share of the same run spread over ``--slice-orderers`` orderers
+   (docs/scale-out.md): the batches routed as the source client routes them (each fragment to
+   its slice's owner, crossing watermarks to the others), orderer 0's share fed as (a) feeds the
+   whole run, its time per fragment against (a)'s. Each orderer of a sliced run must cost what
+   one orderer costs per fragment, or N of them cannot take N times as much.
 
 ``--json PATH`` writes the figures as JSON.
 """
@@ -45,8 +50,10 @@ from rich.console import Console
 from rich.table import Table
 
 from orderer import FragmentBatch, Orderer, OrdererConfig, SimulatedClock
+from orderer.client.routing import SourceRouting
 from orderer.formats.json_lines import read_records, write_emitted
 from orderer.replay.simulate import replay
+from orderer.replay.slicing import Slicing
 from orderer.replay.stream import replay_path
 from orderer.replay.synthetic import SyntheticRun, generate_records, iter_batches, write_jsonl
 
@@ -196,6 +203,53 @@ def bench_replay(spec: SyntheticRun, records_wanted: int, repeat: int) -> dict[s
     }
 
 
+def bench_sliced_share(
+    batches: Batches, sources: tuple[int, ...], orderers: int, slice_ticks: int, repeat: int,
+    drain_every: int,
+) -> dict[str, Any]:
+    """(e) Orderer 0's share of the run over ``orderers``: best of ``repeat``, as (a)."""
+    routing = SourceRouting(Slicing(orderers, slice_ticks))
+    share: list[tuple[float, FragmentBatch | tuple[int, int]]] = []
+    for t, batch in batches:
+        source = int(batch.source[0])
+        for routed in routing.route(source, batch):
+            if routed.orderer != 0:
+                continue
+            if routed.part is not None:
+                share.append((t, routed.part))
+            if routed.watermark is not None:
+                share.append((t, (source, routed.watermark)))
+    n_fragments = sum(len(m) for _, m in share if isinstance(m, FragmentBatch))
+    config = OrdererConfig(build_window=20.0, startup_delay=0.0, sources=sources)
+    times = []
+    for _ in range(repeat):
+        orderer = Orderer(config, clock=SimulatedClock())
+        emitted = 0
+        gc.collect()
+        start = time.perf_counter()
+        for i, (t, message) in enumerate(share):
+            if isinstance(message, FragmentBatch):
+                orderer.submit(message, now=t)
+            else:
+                orderer.watermark(*message, now=t)
+            if i % drain_every == 0:
+                emitted += len(orderer.take_emitted())
+        orderer.end_run(now=share[-1][0])
+        emitted += len(orderer.take_emitted())
+        times.append(time.perf_counter() - start)
+        if emitted != n_fragments:
+            raise SystemExit(f"conservation broken: {emitted} emitted of {n_fragments}")
+    return {
+        "orderers": orderers,
+        "slice_ticks": slice_ticks,
+        "fragments": n_fragments,
+        "messages": len(share),
+        "watermarks": sum(1 for _, m in share if not isinstance(m, FragmentBatch)),
+        "seconds": min(times),
+        "fragments_per_s": n_fragments / min(times),
+    }
+
+
 def _rate(value: float) -> str:
     return f"{value / 1e6:,.2f} M/s"
 
@@ -236,8 +290,19 @@ def report(figures: dict[str, Any], console: Console) -> None:
         _rate(d["ordering_records_per_s"]))
     row("   write (write_emitted)", f"{d['write_seconds']:.2f} s",
         _rate(d["write_records_per_s"]))
+    e = figures["sliced_share"]
+    per_whole = 1e9 / a["fragments_per_s"]  # µs per 1000 fragments
+    per_share = 1e9 / e["fragments_per_s"]
+    row(f"e. orderer 0 of {e['orderers']}, slices of {e['slice_ticks']:,} ticks",
+        _rate(e["fragments_per_s"]))
+    row(f"   {e['fragments']:,} fragments, {e['watermarks']:,} crossing watermarks",
+        f"{e['seconds']:.3f} s")
+    row("   µs / 1000 fragments: share, whole run (a)", f"{per_share:.0f}, {per_whole:.0f}")
+    row("   ratio share / whole", f"{per_share / per_whole:.2f}", "1.10",
+        per_share / per_whole <= 1.10)
     console.print(table)
     figures["ratio_core_over_heapq"] = ratio
+    figures["ratio_share_over_whole"] = per_share / per_whole
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -258,6 +323,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replay-repeat", type=int, default=1, help="best of N for d (1)")
     parser.add_argument("--drain-every", type=int, default=32,
                         help="take_emitted after every N batches (32)")
+    parser.add_argument("--slice-orderers", type=int, default=2,
+                        help="orderers of the run for e (2)")
+    parser.add_argument("--slice-ticks", type=int, default=100_000_000,
+                        help="slice length for e, ticks of the 100 MHz clock (10^8: 1 s, five "
+                        "batches of a source at the defaults)")
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the figures here")
     args = parser.parse_args(argv)
@@ -284,6 +354,11 @@ def main(argv: list[str] | None = None) -> int:
     console.print("a. ordering throughput ...")
     figures["throughput"] = bench_throughput(
         batches, spec.source_ids, args.repeat, args.drain_every
+    )
+    console.print("e. one orderer's share of the run sliced ...")
+    figures["sliced_share"] = bench_sliced_share(
+        batches, spec.source_ids, args.slice_orderers, args.slice_ticks, args.repeat,
+        args.drain_every,
     )
     console.print("b. heapq baseline ...")
     figures["heapq"] = bench_heapq(batches)

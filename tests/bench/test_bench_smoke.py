@@ -24,7 +24,7 @@ def test_bench_runs_on_tiny_sizes(tmp_path: Path) -> None:
         [
             sys.executable, str(BENCH), "--fragments", "20000", "--sources", "8",
             "--batch", "500", "--backlog", "10000", "--replay-records", "5000",
-            "--repeat", "1", "--json", str(figures_path),
+            "--repeat", "1", "--slice-ticks", "5000000", "--json", str(figures_path),
         ],
         capture_output=True, text=True, timeout=120, env=env, check=False,
     )
@@ -35,4 +35,7 @@ def test_bench_runs_on_tiny_sizes(tmp_path: Path) -> None:
     assert figures["memory"]["queued"] >= 10_000
     assert figures["replay"]["records"] > 4_000
     assert figures["ratio_core_over_heapq"] > 0
+    share = figures["sliced_share"]  # orderer 0 of a run over 2: about half, and its watermarks
+    assert 0 < share["fragments"] < figures["throughput"]["fragments"]
+    assert share["watermarks"] > 0 and figures["ratio_share_over_whole"] > 0
     assert "evb orderer benchmark" in result.stdout
