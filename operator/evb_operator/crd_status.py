@@ -104,12 +104,48 @@ def _barriers_schema() -> dict[str, Any]:
     }
 
 
+def _orderer_schema() -> dict[str, Any]:
+    """One entry of ``status.orderers`` (a run over several orderers,
+    :mod:`evb_operator.status_orderers`): where the orderer answers, whether it does, and its own
+    counters (the run's fields are their sums). An orderer that does not answer keeps its last
+    known counters, with ``ready`` false and ``message`` saying why."""
+    counter = _COUNTER
+    return {
+        "type": "object",
+        "required": ["index", "endpoint", "ready"],
+        "properties": {
+            "index": {**counter, "description": "The orderer's number, 0 to N-1."},
+            "endpoint": {"type": "string", "description": "gRPC address of this orderer."},
+            "ready": {
+                "type": "boolean",
+                "description": "It answered the last GetStats and runs the spec's live parameters.",
+            },
+            "message": {"type": "string", "description": "Why it is not ready."},
+            "run": {**counter, "description": "Number of its current run."},
+            "runEnded": {"type": "boolean", "description": "It ended the run."},
+            "window": {"type": "number", "description": "buildWindow in force in it (seconds)."},
+            "fragments": {**counter, "description": "Fragments it received."},
+            "emitted": {**counter, "description": "Fragments it emitted."},
+            "late": {**counter, "description": "Its late fragments."},
+            "dropped": {**counter, "description": "Its late fragments dropped."},
+            "queued": {**counter, "description": "Fragments waiting in its queues."},
+            "nextOffset": {**counter, "description": "Length of its ordered log."},
+            "runStartOffset": {
+                **counter,
+                "description": "Its output offset of the current run's first fragment.",
+            },
+            "barriers": _barriers_schema(),
+        },
+    }
+
+
 def _status_schema() -> dict[str, Any]:
     counter = _COUNTER
     return {
         "type": "object",
         "description": "What the operator observed (from the orderer's GetStats, its"
-        " StatefulSet and the SparkApplication).",
+        " StatefulSet and the SparkApplication; several orderers: every orderer's GetStats,"
+        " summed).",
         "properties": {
             "observedGeneration": {
                 **_GENERATION,
@@ -121,7 +157,11 @@ def _status_schema() -> dict[str, Any]:
                 "enum": [phase.value for phase in RunPhase],
                 "description": describe(),
             },
-            "endpoint": {"type": "string", "description": "gRPC address of the orderer."},
+            "endpoint": {
+                "type": "string",
+                "description": "gRPC address of the orderer (several orderers: of the run's"
+                " Service, which answers for any one and names the others).",
+            },
             "window": {
                 "type": "number",
                 "description": "buildWindow in force in the orderer (seconds).",
@@ -177,6 +217,15 @@ def _status_schema() -> dict[str, Any]:
                     },
                     "errorMessage": {"type": "string"},
                 },
+            },
+            "orderers": {
+                "type": "array",
+                "description": "A run over several orderers (spec.orderers > 1): each orderer,"
+                " in index order; the counters above are their sums (a barrier counts once at"
+                " each orderer).",
+                "items": _orderer_schema(),
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["index"],
             },
             "lastUpdate": {"type": "string", "format": "date-time"},
             "conditions": {

@@ -34,9 +34,13 @@ What happens when:
   garbage collector would too, through the owner references, in no particular order).
 
 A run over several orderers (``spec.orderers`` > 1) gets its children from the same builders
-(the headless Service and the release's Deployment among them); its status and its control
-still go through the run's Service to one orderer (docs/scale-out.md, "The EventBuilder resource
-and the operator", says what is left).
+(the headless Service and the release's Deployment among them), and every call above goes to
+every orderer, each at its own address under the headless Service (:mod:`evb_operator.control`):
+the status sums their answers and has an entry per orderer (:mod:`evb_operator.status_orderers`),
+``Ready`` only when every orderer answers; a live edit, ``EndRun`` and ``BeginRun`` reach every
+orderer, and when one fails the handler is retried (``kopf.TemporaryError``) without doing again
+what the others did; ``observedGeneration`` moves on a live edit only once every orderer applied
+it.
 """
 
 from __future__ import annotations
@@ -44,14 +48,14 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import kopf
 
 from evb_operator import constants as c
-from evb_operator import crd, kube, security, specs, specs_common, validation
+from evb_operator import control, crd, kube, security, specs, specs_common, validation
 from evb_operator import status as evb_status
 from evb_operator.phases import RunPhase
 from orderer import client as orderer_client
@@ -68,8 +72,8 @@ BARRIER_LOG_LIMIT = 1000
 every barrier of one status period. Barriers mark run control (begin, end, pause), a few per run;
 a thousand in one period would be a hundred a second at the default ten-second period. Should
 more resolve in one period, the oldest of them are not in the answer: the summary Event counts
-them from the orderer's totals, without their offsets or sources (``status._barrier_report``).
-The answer stays small (a few tens of kB)."""
+them from the orderer's totals, without their offsets or sources
+(``status_barriers.barrier_report``). The answer stays small (a few tens of kB)."""
 CONTROL_TIMEOUT = 30.0
 """Seconds a Configure or EndRun may take (EndRun drains every queue and syncs the logs)."""
 RETRY_DELAY = 10.0
@@ -96,6 +100,28 @@ def _endpoint(name: str, namespace: str, annotations: Mapping[str, str]) -> str:
     if override and os.environ.get(c.ENV_ALLOW_ENDPOINT_OVERRIDE) == "1":
         return override
     return specs_common.orderer_endpoint(name, namespace)
+
+
+def _endpoints(
+    name: str, namespace: str, annotations: Mapping[str, str], orderers: int
+) -> tuple[str, ...]:
+    """Each orderer's own address, in index order: the run's Service with one orderer; with
+    several, pod k's name under the headless Service (``specs_common.orderer_peers``), or, where
+    the operator allows the endpoint override (tests), the override's addresses, one per
+    orderer, in index order (``127.0.0.1:5001,127.0.0.1:5002,...``)."""
+    if orderers == 1:
+        return (_endpoint(name, namespace, annotations),)
+    override = annotations.get(c.ANNOTATION_ENDPOINT_OVERRIDE)
+    if override and os.environ.get(c.ENV_ALLOW_ENDPOINT_OVERRIDE) == "1":
+        listed = tuple(address.strip() for address in override.split(","))
+        if len(listed) != orderers or not all(listed):
+            raise kopf.PermanentError(
+                f"annotation {c.ANNOTATION_ENDPOINT_OVERRIDE}: {override!r} names"
+                f" {len(listed)} address(es) for {orderers} orderers: give every orderer's,"
+                " in index order, separated by commas"
+            )
+        return listed
+    return specs_common.orderer_peers(name, namespace, orderers)
 
 
 def _generation(body: Mapping[str, Any]) -> int | None:
@@ -176,8 +202,16 @@ class _Orderer:
     """The EventBuilder's name."""
     namespace: str
     endpoint: str
+    """The run's address (its Service; the status shows it)."""
     valid: validation.ValidSpec | None
     """None for an invalid spec (the create/update handler reports it)."""
+    endpoints: tuple[str, ...] = ()
+    """Each orderer's own address, in index order (one orderer: ``endpoint``)."""
+
+    @property
+    def several(self) -> bool:
+        """A run over several orderers: every call goes to each (:mod:`evb_operator.control`)."""
+        return len(self.endpoints) > 1
 
 
 def _orderer(
@@ -190,7 +224,15 @@ def _orderer(
 ) -> _Orderer:
     """From a handler's keyword arguments."""
     namespace = _namespaced(namespace)
-    return _Orderer(name, namespace, _endpoint(name, namespace, annotations), _valid_or_none(spec))
+    valid = _valid_or_none(spec)
+    orderers = 1 if valid is None else valid.orderers
+    return _Orderer(
+        name,
+        namespace,
+        _endpoint(name, namespace, annotations),
+        valid,
+        _endpoints(name, namespace, annotations, orderers),
+    )
 
 
 async def _control(call: Callable[..., Awaitable[T]], orderer: _Orderer, *args: Any) -> T:
@@ -200,6 +242,31 @@ async def _control(call: Callable[..., Awaitable[T]], orderer: _Orderer, *args: 
     try:
         reach = None if valid is None else await _security(valid, orderer.namespace)
         return await call(orderer.endpoint, *args, timeout=CONTROL_TIMEOUT, security=reach)
+    except EvbError as error:
+        raise _orderer_error(error) from None
+
+
+def _failed(what: str, outcomes: Sequence[control.Outcome[Any]]) -> None:
+    """Raise for the orderers whose call failed, naming each: PermanentError when one refused
+    (nothing a retry changes), else TemporaryError (kopf retries the handler, which does again
+    only what did not happen); nothing when every call succeeded."""
+    failed = control.failures(outcomes)
+    if not failed:
+        return
+    lines = "; ".join(f"orderer {o.index} ({o.endpoint}): {o.error}" for o in failed)
+    done = len(outcomes) - len(failed)
+    message = f"{what} at {done} of {len(outcomes)} orderers; not at {lines}"
+    if any(isinstance(o.error, ConfigError | InterfaceError) for o in failed):
+        raise kopf.PermanentError(f"the orderer refused: {message}")
+    raise kopf.TemporaryError(message, delay=RETRY_DELAY)
+
+
+async def _reach(orderer: _Orderer) -> orderer_client.ChannelSecurity | None:
+    """How to reach the orderers (:func:`_security`), a missing Secret translated."""
+    if orderer.valid is None:
+        return None
+    try:
+        return await _security(orderer.valid, orderer.namespace)
     except EvbError as error:
         raise _orderer_error(error) from None
 
@@ -335,7 +402,11 @@ async def configure_live(
     *, param: str = "", reason: str, patch: kopf.Patch, logger: kopf.Logger, **kwargs: Any
 ) -> None:
     """Push one live parameter to the running orderer (``Configure``): no restart, no child
-    touched. At creation the ConfigMap already holds it."""
+    touched. At creation the ConfigMap already holds it.
+
+    Several orderers: ``Configure`` at every one. Should one fail, ``observedGeneration`` stays
+    where it was (``reconcile``, which ran first in this round, moved it; this puts it back), so
+    ``Ready`` says the spec is not acted on yet, and the handler is retried."""
     if reason == "create":
         return
     orderer = _orderer(**kwargs)
@@ -344,6 +415,21 @@ async def configure_live(
     value = orderer.valid.orderer.to_mapping(camel=True)[param]
     if param == "barrierTimeout" and value is None:  # unset: back to 4 x buildWindow, now
         value = orderer.valid.orderer.effective_barrier_timeout
+    if orderer.several:
+        outcomes = await control.configure_each(
+            orderer.endpoints,
+            {param: value},
+            security=await _reach(orderer),
+            timeout=CONTROL_TIMEOUT,
+        )
+        configs = [o.value for o in outcomes if o.value is not None]
+        if configs:
+            patch.status["window"] = float(configs[0].build_window)
+        if control.failures(outcomes):
+            patch.status["observedGeneration"] = kwargs["status"].get("observedGeneration")
+        _failed(f"{param}={value!r} configured", outcomes)
+        logger.info("configured %s=%r live at %d orderers", param, value, len(outcomes))
+        return
     config = await _control(orderer_client.configure_async, orderer, {param: value})
     logger.info("configured %s=%r live at %s", param, value, orderer.endpoint)
     patch.status["window"] = float(config.build_window)
@@ -464,6 +550,9 @@ async def begin_run(
             f"spec.run: run {after} not begun: this EventBuilder ended (spec.state Ended)"
             " and begins no more runs; create a new EventBuilder"
         )
+    if orderer.several:
+        await _begin_each(orderer, after, body, patch, logger)
+        return
     stats = await _control(orderer_client.get_stats_async, orderer)
     if stats.run >= after:
         logger.info("the orderer at %s is at run %s already", orderer.endpoint, stats.run)
@@ -476,6 +565,25 @@ async def begin_run(
     patch.status.update(
         evb_status.begun(begun.run, begun.start_offset, generation=_generation(body))
     )
+
+
+async def _begin_each(
+    orderer: _Orderer, run: int, body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger
+) -> None:
+    """``BeginRun`` of ``run`` at every orderer of the run that is below it
+    (:func:`control.begin_each`); the run's first offset in the status is the sum of the
+    orderers' (the length of all their ordered logs before it)."""
+    outcomes = await control.begin_each(
+        orderer.endpoints, run, security=await _reach(orderer), timeout=CONTROL_TIMEOUT
+    )
+    for o in outcomes:
+        if o.value is not None and not o.done_before:
+            logger.info(
+                "began run %d at orderer %d, output offset %d", run, o.index, o.value.start_offset
+            )
+    _failed(f"run {run} begun", outcomes)
+    start = sum(o.value.start_offset for o in outcomes if o.value is not None)
+    patch.status.update(evb_status.begun(run, start, generation=_generation(body)))
 
 
 @kopf.on.field(*RESOURCE, field="spec.spark")
@@ -514,8 +622,18 @@ async def end_run(
     if new != RunPhase.ENDED:
         return
     orderer = _orderer(**kwargs)
-    last = await _control(orderer_client.end_run_async, orderer)
-    logger.info("ended the run at %s: %d fragments in order", orderer.endpoint, last)
+    if orderer.several:
+        outcomes = await control.end_each(
+            orderer.endpoints, security=await _reach(orderer), timeout=CONTROL_TIMEOUT
+        )
+        for o in outcomes:
+            if o.value is not None and not o.done_before:
+                logger.info("ended the run at orderer %d: %d fragments in order", o.index, o.value)
+        _failed("the run ended", outcomes)
+        last = sum(o.value for o in outcomes if o.value is not None)
+    else:
+        last = await _control(orderer_client.end_run_async, orderer)
+        logger.info("ended the run at %s: %d fragments in order", orderer.endpoint, last)
     patch.status.update(
         evb_status.ended(status, offset=last, generation=_generation(body), now=_now())
     )
@@ -535,15 +653,28 @@ async def refresh_status(
         return
     stats: Stats | None = None
     error: str | None = None
+    answers: list[evb_status.OrdererAnswer] = []
     try:
-        stats = await orderer_client.get_stats_async(
-            orderer.endpoint,
-            barrier_log_limit=BARRIER_LOG_LIMIT,
-            timeout=RPC_TIMEOUT,
-            security=await _security(valid, orderer.namespace),
-        )
+        reach = await _security(valid, orderer.namespace)
+        if orderer.several:
+            answers = await control.stats_each(
+                orderer.endpoints,
+                security=reach,
+                timeout=RPC_TIMEOUT,
+                barrier_log_limit=BARRIER_LOG_LIMIT,
+            )
+        else:
+            stats = await orderer_client.get_stats_async(
+                orderer.endpoint,
+                barrier_log_limit=BARRIER_LOG_LIMIT,
+                timeout=RPC_TIMEOUT,
+                security=reach,
+            )
     except EvbError as failure:
         error = str(failure)
+        answers = [
+            evb_status.OrdererAnswer(k, e, None, error) for k, e in enumerate(orderer.endpoints)
+        ]
     children: dict[str, dict[str, Any] | None] = {}
     read = [specs_common.STATEFULSET]
     if valid.has_spark:
@@ -555,17 +686,31 @@ async def refresh_status(
             )
         except kube.KubeError as failure:
             logger.warning("cannot read the %s: %s", child.kind, failure)
-    new, notices = evb_status.observe(
-        status,
-        valid=valid,
-        endpoint=orderer.endpoint,
-        stats=stats,
-        error=error,
-        spark=children.get(specs_common.SPARKAPPLICATION.kind),
-        statefulset=children.get(specs_common.STATEFULSET.kind),
-        generation=_generation(body),
-        now=_now(),
-    )
+    spark = children.get(specs_common.SPARKAPPLICATION.kind)
+    statefulset = children.get(specs_common.STATEFULSET.kind)
+    if orderer.several:
+        new, notices = evb_status.observe_orderers(
+            status,
+            valid=valid,
+            endpoint=orderer.endpoint,
+            answers=answers,
+            spark=spark,
+            statefulset=statefulset,
+            generation=_generation(body),
+            now=_now(),
+        )
+    else:
+        new, notices = evb_status.observe(
+            status,
+            valid=valid,
+            endpoint=orderer.endpoint,
+            stats=stats,
+            error=error,
+            spark=spark,
+            statefulset=statefulset,
+            generation=_generation(body),
+            now=_now(),
+        )
     patch.status.update(new)
     for notice in notices:
         kopf.event(body, type=notice.type, reason=notice.reason, message=notice.message)

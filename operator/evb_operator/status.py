@@ -5,6 +5,10 @@ Called by the status timer in :mod:`evb_operator.handlers` with the orderer's ``
 StatefulSet and the SparkApplication. Pure: the previous status comes in (counters from one update
 to the next are compared through it, so the operator keeps no memory of its own and survives
 restarts), the new status fields and the :class:`Notice` list go out; the caller patches and posts.
+A run over several orderers: :func:`observe_orderers`, with every orderer's answer
+(:mod:`evb_operator.status_orderers` sums them and writes an entry per orderer); the barrier
+Events are :mod:`evb_operator.status_barriers`'s, the conditions' pieces
+:mod:`evb_operator.conditions`'.
 
 Generations, as Kubernetes users read them (a Deployment's status works the same way):
 ``status.observedGeneration`` is the ``metadata.generation`` the operator last acted on (accepted
@@ -16,23 +20,27 @@ while the spec's generation is newer than the one acted on, so ``kubectl wait
 
 from __future__ import annotations
 
-import datetime
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from evb_operator.conditions import Notice, Verdict, find, set_condition
 from evb_operator.phases import FINAL_PHASES, ConditionType, RunPhase
+from evb_operator.status_barriers import BARRIER_EVENTS_PER_UPDATE, barrier_report, count
+from evb_operator.status_orderers import OrdererAnswer, drift, observe_each
 from evb_operator.validation import ValidSpec
-from orderer.config import LIVE_PARAMETERS, OrdererConfig
-from orderer.stats import BarrierRecord, Stats
+from orderer.stats import Stats
 
 __all__ = [
+    "BARRIER_EVENTS_PER_UPDATE",
     "Notice",
+    "OrdererAnswer",
+    "Verdict",
     "accepted",
     "begun",
     "ended",
     "invalid",
     "observe",
+    "observe_orderers",
     "ready",
     "set_condition",
 ]
@@ -46,64 +54,6 @@ SPARK_DONE = {
 
 SPARK_RUNNING = "RUNNING"
 """The Spark operator's state of a job whose driver runs (the one state in which it builds)."""
-
-
-@dataclass(frozen=True)
-class Notice:
-    """A Kubernetes Event to post on the EventBuilder."""
-
-    type: str
-    """``Normal`` or ``Warning``."""
-    reason: str
-    """CamelCase reason (``IncompleteBarrier``)."""
-    message: str
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """One condition's value: what :func:`set_condition` writes under a type."""
-
-    status: bool
-    reason: str
-    """CamelCase, as the Kubernetes API conventions ask (a machine reads it)."""
-    message: str
-    """For a human: what is (not) ready and why."""
-
-
-def set_condition(
-    conditions: Sequence[Mapping[str, Any]] | None,
-    type: ConditionType,
-    verdict: Verdict,
-    *,
-    now: str,
-    generation: int | None,
-) -> list[dict[str, Any]]:
-    """``conditions`` with ``type`` set to ``verdict``, computed from the spec of
-    ``generation`` (``observedGeneration``; left out when unknown); ``lastTransitionTime`` moves
-    only when the status does, as the conventions ask."""
-    value = "True" if verdict.status else "False"
-    since = now
-    out: list[dict[str, Any]] = []
-    for condition in conditions or ():
-        if condition.get("type") != type:
-            out.append(dict(condition))
-        elif condition.get("status") == value:
-            since = condition.get("lastTransitionTime", now)
-    entry: dict[str, Any] = {
-        "type": str(type),
-        "status": value,
-        "reason": verdict.reason,
-        "message": verdict.message,
-        "lastTransitionTime": since,
-    }
-    if generation is not None:
-        entry["observedGeneration"] = generation
-    return sorted([*out, entry], key=lambda c: _ORDER.get(c.get("type", ""), len(_ORDER)))
-
-
-_ORDER = {str(kind): index for index, kind in enumerate(ConditionType)}
-"""Conditions in :class:`ConditionType` order (Ready first): a stable list, so a status update
-that changes nothing patches nothing."""
 
 _VALID = Verdict(True, "Accepted", "the spec is valid")
 
@@ -127,7 +77,7 @@ def accepted(
     conditions = set_condition(
         previous.get("conditions"), ConditionType.VALID, _VALID, now=now, generation=generation
     )
-    was = _find(conditions, ConditionType.READY)
+    was = find(conditions, ConditionType.READY)
     if was is None or was.get("reason") == "InvalidSpec":
         waiting = Verdict(
             False, "Reconciling", "the children exist; waiting for the orderer's pod to answer"
@@ -192,10 +142,6 @@ def invalid(
     return new
 
 
-def _find(conditions: Sequence[Mapping[str, Any]] | None, type: ConditionType) -> Any:
-    return next((c for c in conditions or () if c.get("type") == type), None)
-
-
 def ready(
     *,
     acted: int | None,
@@ -204,12 +150,13 @@ def ready(
     unreachable: str | None,
     spark_required: bool,
     spark_state: str | None,
+    orderers: int = 1,
 ) -> Verdict:
     """The ``Ready`` condition: True when the spec of ``generation`` was acted on (``acted`` is
-    ``status.observedGeneration``), the orderer's StatefulSet has its pod ready, the orderer
-    answers (``unreachable`` is None; else why not), and the Spark job is RUNNING or the spec
-    has none. False otherwise, with the first reason in that order: what a user must look at
-    first."""
+    ``status.observedGeneration``), the orderers' StatefulSet has its pods ready, every orderer
+    answers (``unreachable`` is None; else which do not and why), and the Spark job is RUNNING
+    or the spec has none. False otherwise, with the first reason in that order: what a user must
+    look at first. ``orderers``: N, the orderers of the run (only the message says it)."""
     if generation is not None and acted != generation:
         return Verdict(
             False,
@@ -228,6 +175,9 @@ def ready(
             return Verdict(False, reason, f"the Spark job is {spark_state}")
         return Verdict(False, "SparkNotRunning", f"the Spark job is {spark_state or 'absent'}")
     job = "the Spark job is RUNNING" if spark_required else "the spec has no Spark stage"
+    if orderers > 1:
+        pods = f"the {orderers} orderers' pods are ready and answer"
+        return Verdict(True, "Serving", f"{pods}; {job}")
     return Verdict(True, "Serving", f"the orderer's pod is ready and answers; {job}")
 
 
@@ -245,26 +195,6 @@ def _pods_not_ready(statefulset: Mapping[str, Any] | None) -> str | None:
     return None
 
 
-def _count(mapping: Mapping[str, Any] | None, *path: str) -> int:
-    node: Any = mapping or {}
-    for key in path:
-        if not isinstance(node, Mapping):
-            return 0
-        node = node.get(key, 0)
-    return int(node or 0)
-
-
-def _drift(valid: ValidSpec, config: OrdererConfig) -> list[str]:
-    """Live parameters whose value in the orderer differs from the spec's, both read the same
-    way (:meth:`OrdererConfig.to_mapping`: ``source_timeout`` ``off`` when disabled)."""
-    wanted, reported = valid.orderer.to_mapping(), config.to_mapping()
-    return [
-        f"{name}: spec {wanted[name]!r}, orderer {reported[name]!r}"
-        for name in LIVE_PARAMETERS
-        if wanted[name] != reported[name]
-    ]
-
-
 def observe(
     previous: Mapping[str, Any],
     *,
@@ -277,7 +207,7 @@ def observe(
     generation: int | None,
     now: str,
 ) -> tuple[dict[str, Any], list[Notice]]:
-    """New status fields and the Events they call for.
+    """New status fields and the Events they call for, for a run of one orderer.
 
     ``stats`` is None when the orderer could not be reached (``error`` says why); ``spark`` is
     the SparkApplication's body, or None when there is none (yet); ``statefulset`` the
@@ -293,29 +223,126 @@ def observe(
         verdicts[ConditionType.ORDERER_REACHABLE] = Verdict(
             False, "Unreachable", error or "GetStats failed"
         )
-        if phase not in FINAL_PHASES:
-            phase = RunPhase.PENDING
-        was = _find(previous.get("conditions"), ConditionType.ORDERER_REACHABLE)
-        if was is not None and was.get("status") == "True":
-            notices.append(Notice("Warning", "OrdererUnreachable", error or "GetStats failed"))
+        phase = _unanswered(previous, phase)
+        notices += _lost(previous, error or "GetStats failed")
     else:
         verdicts[ConditionType.ORDERER_REACHABLE] = Verdict(
             True, "GetStats", f"the orderer answers at {endpoint}"
         )
         new.update(_counters(stats))
-        drift = _drift(valid, stats.config)
+        wrong = drift(valid, stats.config)
         verdicts[ConditionType.CONFIGURED] = (
-            Verdict(False, "Drift", "; ".join(drift))
-            if drift
+            Verdict(False, "Drift", "; ".join(wrong))
+            if wrong
             else Verdict(True, "InSync", "the orderer runs the spec's live parameters")
         )
         if new["runEnded"]:
             verdicts[ConditionType.RUN_ENDED] = _run_ended(new["nextOffset"])
         phase = RunPhase.ENDED if new["runEnded"] else RunPhase.RUNNING
-        barriers, notices = _barrier_report(previous, stats, new["barriers"])
+        barriers, notices = barrier_report(previous, stats, new["barriers"])
         new["barriers"].update(barriers)
         notices += _late_burst(previous, new, valid)
+    unreachable = None if stats is not None else error or "GetStats failed"
+    return _with_spark_and_ready(
+        previous,
+        new,
+        verdicts,
+        notices,
+        phase,
+        valid=valid,
+        spark=spark,
+        statefulset=statefulset,
+        unreachable=unreachable,
+        generation=generation,
+        now=now,
+    )
 
+
+def observe_orderers(
+    previous: Mapping[str, Any],
+    *,
+    valid: ValidSpec,
+    endpoint: str,
+    answers: Sequence[OrdererAnswer],
+    spark: Mapping[str, Any] | None,
+    statefulset: Mapping[str, Any] | None,
+    generation: int | None,
+    now: str,
+) -> tuple[dict[str, Any], list[Notice]]:
+    """:func:`observe` for a run over several orderers: ``answers`` holds every orderer's, in
+    index order (:mod:`evb_operator.status_orderers` says how they are summed); ``endpoint``
+    is the run's address (its Service, which answers for any one orderer and names the others).
+
+    ``OrdererReachable`` and ``Ready`` are True only when every orderer answers, and name those
+    that do not; ``Configured`` only when every orderer that answers runs the spec's live
+    parameters, naming those that do not; the run has ended (``RunEnded``, phase Ended) only
+    when every orderer says so."""
+    view = observe_each(previous, valid=valid, answers=answers)
+    verdicts: dict[ConditionType, Verdict] = {
+        ConditionType.VALID: _VALID,
+        ConditionType.ORDERER_REACHABLE: view.reachable,
+    }
+    new: dict[str, Any] = {"endpoint": endpoint, "lastUpdate": now, **view.fields}
+    notices = list(view.notices)
+    phase = previous.get("phase")
+    if view.unreachable is not None:
+        notices += _lost(previous, view.unreachable)
+    if view.configured is not None:
+        verdicts[ConditionType.CONFIGURED] = view.configured
+    if view.phase is None:
+        phase = _unanswered(previous, phase)
+    elif view.unreachable is None or phase not in FINAL_PHASES:
+        phase = view.phase
+    if view.run_ended:
+        verdicts[ConditionType.RUN_ENDED] = _run_ended(new["nextOffset"])
+    if view.phase is not None:
+        notices += _late_burst(previous, new, valid)
+    return _with_spark_and_ready(
+        previous,
+        new,
+        verdicts,
+        notices,
+        phase,
+        valid=valid,
+        spark=spark,
+        statefulset=statefulset,
+        unreachable=view.unreachable,
+        generation=generation,
+        now=now,
+        orderers=len(answers),
+    )
+
+
+def _unanswered(previous: Mapping[str, Any], phase: Any) -> Any:
+    """The phase when no orderer answers: Pending, unless the run is over."""
+    return phase if phase in FINAL_PHASES else RunPhase.PENDING
+
+
+def _lost(previous: Mapping[str, Any], why: str) -> list[Notice]:
+    """A Warning when the orderers answered at the last update and do not now."""
+    was = find(previous.get("conditions"), ConditionType.ORDERER_REACHABLE)
+    if was is not None and was.get("status") == "True":
+        return [Notice("Warning", "OrdererUnreachable", why)]
+    return []
+
+
+def _with_spark_and_ready(
+    previous: Mapping[str, Any],
+    new: dict[str, Any],
+    verdicts: dict[ConditionType, Verdict],
+    notices: list[Notice],
+    phase: Any,
+    *,
+    valid: ValidSpec,
+    spark: Mapping[str, Any] | None,
+    statefulset: Mapping[str, Any] | None,
+    unreachable: str | None,
+    generation: int | None,
+    now: str,
+    orderers: int = 1,
+) -> tuple[dict[str, Any], list[Notice]]:
+    """What one orderer and several share: the Spark job's state (its final state is the
+    run's phase), TLS, ``Ready``, and the conditions written."""
     spark_state = None
     if spark is not None:
         state = (spark.get("status") or {}).get("applicationState") or {}
@@ -338,14 +365,15 @@ def observe(
                 )
             )
     if "tls" in valid.spec:
-        verdicts[ConditionType.TLS] = _tls_condition(valid, stats is not None)
+        verdicts[ConditionType.TLS] = _tls_condition(valid, unreachable is None)
     verdicts[ConditionType.READY] = ready(
         acted=_generation_of(previous),
         generation=generation,
         statefulset=statefulset,
-        unreachable=None if stats is not None else error or "GetStats failed",
+        unreachable=unreachable,
         spark_required=valid.has_spark,
         spark_state=spark_state,
+        orderers=orderers,
     )
     conditions: list[dict[str, Any]] = list(previous.get("conditions") or ())
     for kind, verdict in verdicts.items():
@@ -409,7 +437,7 @@ def _late_burst(
 ) -> list[Notice]:
     """A Warning when more late fragments than ``alerts.lateBurst`` came since the last update."""
     notices = []
-    late = new["late"] - _count(previous, "late")
+    late = new["late"] - count(previous, "late")
     if late >= valid.spec["alerts"]["lateBurst"]:
         notices.append(
             Notice(
@@ -421,162 +449,3 @@ def _late_burst(
             )
         )
     return notices
-
-
-# ----------------------------------------------------------------------------- barriers
-
-BARRIER_EVENTS_PER_UPDATE = 5
-"""At most this many Events name one barrier each per status update; one more sums up the rest.
-A run whose sources keep missing barriers must not flood the namespace's Events."""
-
-_FLAGS = (("incomplete", "complete"), ("heterogeneous", "homogeneous"))
-"""Each counter of ``stats.barriers`` worth reporting and the barrier log's flag it counts the
-absence of."""
-
-
-def _barrier_report(
-    previous: Mapping[str, Any], stats: Stats, counters: Mapping[str, int]
-) -> tuple[dict[str, Any], list[Notice]]:
-    """What the orderer's barrier log (``stats.barrier_log``, oldest first) adds since the
-    last update: the status fields under ``barriers`` besides the ``counters`` (of this answer),
-    and the Events.
-
-    Each incomplete barrier is a Warning naming its output offset and the sources that sent none;
-    each heterogeneous one names the type each source sent. ``barriers.lastReportedOffset`` (the
-    newest barrier looked at) is the operator's memory, kept in the status so that a restarted
-    operator repeats nothing; an orderer whose log is shorter than that offset started a new log
-    (a new volume), and its barriers are reported from the start.
-
-    At most :data:`BARRIER_EVENTS_PER_UPDATE` barriers get an Event of their own, the oldest
-    first; one more sums up the rest. The answer holds only the newest barriers (the operator
-    asks for ``handlers.BARRIER_LOG_LIMIT``): when more resolved since the last update, the ones
-    before the oldest returned are counted from the totals (this answer's counters less the
-    previous status's) and the summary says so, without their offsets or sources."""
-    before: Mapping[str, Any] = previous.get("barriers") or {}
-    cursor = before.get("lastReportedOffset")
-    out: dict[str, Any] = {}
-    if cursor is not None and int(cursor) >= stats.next_offset:  # a new log
-        cursor, before = None, {}
-        if "lastIncomplete" in (previous.get("barriers") or {}):
-            out["lastIncomplete"] = None  # a merge patch deletes it: it names the old log
-    log = [entry for entry in stats.barrier_log if cursor is None or entry.offset > int(cursor)]
-    notable = [entry for entry in log if not entry.complete or not entry.homogeneous]
-    shown = BARRIER_EVENTS_PER_UPDATE
-    at = _wall_clock(stats)
-    notices = [_barrier_notice(entry, at) for entry in notable[:shown]]
-    unlisted = {
-        counter: max(
-            0, counters[counter] - _count(before, counter) - sum(not getattr(e, flag) for e in log)
-        )
-        for counter, flag in _FLAGS
-    }
-    if notable[shown:] or any(unlisted.values()):
-        start = int(cursor) + 1 if cursor is not None else 0
-        returned = len(stats.barrier_log)
-        notices.append(_barrier_summary(notable[shown:], unlisted, start, returned))
-    if log:
-        out["lastReportedOffset"] = log[-1].offset
-    elif cursor is not None:
-        out["lastReportedOffset"] = int(cursor)
-    incomplete = [entry for entry in log if not entry.complete]
-    if incomplete:
-        out["lastIncomplete"] = _incomplete(incomplete[-1], at)
-    elif before.get("lastIncomplete"):
-        out["lastIncomplete"] = before["lastIncomplete"]
-    return out, notices
-
-
-_Clock = Callable[[float], str | None]
-
-
-def _wall_clock(stats: Stats) -> _Clock:
-    """Orderer time -> ``YYYY-MM-DDTHH:MM:SSZ`` (the answer's ``wall_time`` is the Unix time at
-    its orderer time ``now``); None for every time when the answer has no ``wall_time`` (0: an
-    orderer from before it)."""
-    wall, now = stats.wall_time, stats.now
-
-    def clock(t: float) -> str | None:
-        if not wall:
-            return None
-        unix = float(wall) - (float(now) - float(t))
-        return datetime.datetime.fromtimestamp(unix, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-    return clock
-
-
-def _types(entry: BarrierRecord) -> str:
-    types = sorted(entry.types.items())
-    return ", ".join(f"source {source}: type {kind}" for source, kind in types) or "none"
-
-
-def _sources(ids: Sequence[int]) -> str:
-    return ", ".join(str(source) for source in ids)
-
-
-def _barrier_notice(entry: BarrierRecord, at: _Clock) -> Notice:
-    """One barrier's Event: a Warning for an incomplete one (the sources that sent no barrier
-    fragment), Normal for a complete heterogeneous one (every source's fragment is in the output,
-    the sources disagree on the type)."""
-    when = at(entry.t)
-    where = f"barrier at output offset {entry.offset}" + (f" (resolved {when})" if when else "")
-    mixed = "" if entry.homogeneous else "heterogeneous "
-    if not entry.complete:
-        return Notice(
-            "Warning",
-            "IncompleteBarrier",
-            f"incomplete {mixed}{where}: no barrier from source(s) {_sources(entry.missing)};"
-            f" sent {_types(entry)}",
-        )
-    return Notice("Normal", "HeterogeneousBarrier", f"heterogeneous {where}: {_types(entry)}")
-
-
-def _barrier_summary(
-    rest: Sequence[BarrierRecord], unlisted: Mapping[str, int], start: int, returned: int
-) -> Notice:
-    """The barriers beyond the Events of this update, in one Event: how many incomplete and
-    heterogeneous since which output offset, and which sources missed them."""
-    counts = {
-        counter: unlisted[counter] + sum(not getattr(e, flag) for e in rest)
-        for counter, flag in _FLAGS
-    }
-    if rest and not any(unlisted.values()):
-        start = rest[0].offset
-    what = " and ".join(f"{n} more {counter}" for counter, n in counts.items() if n)
-    message = f"and {what} barrier(s) since output offset {start}"
-    if rest:
-        message += f", the newest at {rest[-1].offset}"
-    missed: dict[int, int] = {}
-    for entry in rest:
-        for source in entry.missing:
-            missed[source] = missed.get(source, 0) + 1
-    if missed:
-        message += "; missed by " + ", ".join(
-            f"source {source}: {n}" for source, n in sorted(missed.items())
-        )
-    lost = max(unlisted.values())
-    if lost:
-        where = (
-            f"resolved before the {returned} newest the orderer returned"
-            if returned
-            else "not in the orderer's answer"
-        )
-        message += f"; {lost} of them {where} (counted from its totals)"
-    incomplete = counts["incomplete"] > 0
-    return Notice(
-        "Warning" if incomplete else "Normal",
-        "IncompleteBarriers" if incomplete else "HeterogeneousBarriers",
-        message,
-    )
-
-
-def _incomplete(entry: BarrierRecord, at: _Clock) -> dict[str, Any]:
-    """``status.barriers.lastIncomplete``: the newest incomplete barrier."""
-    last: dict[str, Any] = {
-        "offset": entry.offset,
-        "missing": list(entry.missing),
-        "types": {str(source): kind for source, kind in sorted(entry.types.items())},
-    }
-    when = at(entry.t)
-    if when:
-        last["resolved"] = when
-    return last

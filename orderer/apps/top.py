@@ -12,6 +12,11 @@ refused token does end it (exit 3): asking again will not change the answer. On 
 view takes the alternate screen and redraws in place; into a pipe or a file (``evb top | cat``)
 each frame is printed after the previous one, plain; ``once`` prints one frame and returns,
 which is what scripts and tests use.
+
+A run over several orderers (``--target a,b,c``, or one orderer started with ``--peers``, whose
+answer names the others) is shown as the run's line and each orderer's, with their rates
+(:mod:`orderer.apps.run_stats`); an orderer that does not answer is marked on its line and
+asked again, the others shown meanwhile.
 """
 
 from __future__ import annotations
@@ -22,7 +27,17 @@ import time
 from collections.abc import Iterator
 from typing import IO, Any
 
+from rich.console import Group
+from rich.text import Text
+
 from orderer.apps.console import DEFAULT_RECENT, top_frame, write
+from orderer.apps.run_stats import (
+    OrdererView,
+    check_roles,
+    orderer_targets,
+    run_table,
+    split_targets,
+)
 from orderer.client import DEFAULT_CONNECT_TIMEOUT, ChannelSecurity, get_stats
 from orderer.errors import AuthenticationError, ServiceUnavailable
 from orderer.stats import Stats
@@ -58,6 +73,31 @@ class _View:
             width=width,
             recent=self.recent,
         )
+
+
+class _RunView:
+    """What the next frame of a run over several orderers shows: each orderer's last answer,
+    its rates and why its last call failed."""
+
+    def __init__(self, targets: list[str]) -> None:
+        self.targets = targets
+        self.views = [OrdererView(k, t, None) for k, t in enumerate(targets)]
+
+    def update(self, index: int, stats: Stats | None, error: str | None = None) -> None:
+        view = self.views[index]
+        if stats is None:
+            self.views[index] = OrdererView(index, view.target, view.stats, error, view.rates)
+            return
+        rates = _rates(view.stats, stats)
+        self.views[index] = OrdererView(index, view.target, stats, None, rates)
+        check_roles(self.views)
+
+    def frame(self, width: int, plain: bool) -> Any:
+        style = "" if plain else "bold"
+        header = Text(
+            f"evb top  {','.join(self.targets)}  {time.strftime('%H:%M:%S')}", style=style
+        )
+        return Group(header, run_table(self.views, plain=plain, width=width, rates=True))
 
 
 def _rates(before: Stats | None, after: Stats) -> tuple[float, float] | None:
@@ -121,12 +161,14 @@ def run_top(
     """``evb top``: the live view on ``out`` every ``interval`` seconds until Ctrl-C or q on
     ``stdin`` (exit status 0); ``once``: one frame, and an unreachable server raises
     ``ServiceUnavailable`` as ``evb stats`` does."""
-    view = _View(target, recent)
+    targets = split_targets(target)
+    view: _View | _RunView = _View(target, recent) if len(targets) == 1 else _RunView(targets)
 
-    def poll() -> None:
+    def ask(address: str) -> Stats | str:
+        """The answer, or why there is none (``once``: raised, as ``evb stats`` does)."""
         try:
-            stats = get_stats(
-                target,
+            return get_stats(
+                address,
                 barrier_log_limit=recent or 1,
                 timeout=timeout,
                 security=security,
@@ -137,9 +179,28 @@ def run_top(
         except ServiceUnavailable as error:
             if once:
                 raise
-            view.update(None, str(error))
+            return str(error)
+
+    def poll() -> None:
+        nonlocal view
+        if isinstance(view, _RunView):
+            for k, address in enumerate(view.targets):
+                answer = ask(address)
+                if isinstance(answer, str):
+                    view.update(k, None, answer)
+                else:
+                    view.update(k, answer)
             return
-        view.update(stats)
+        answer = ask(target)
+        if isinstance(answer, str):
+            view.update(None, answer)
+            return
+        named = orderer_targets(answer) if view.stats is None else None
+        if named is None:
+            view.update(answer)
+            return
+        view = _RunView(named)  # one orderer of a run over several: show them all
+        poll()
 
     if once:
         poll()
@@ -148,7 +209,7 @@ def run_top(
     try:
         with _keys(stdin) as wait:
             if out.isatty():
-                _live(out, view, poll, wait, interval)
+                _live(out, lambda: view, poll, wait, interval)
             else:
                 while True:
                     started = time.monotonic()
@@ -162,18 +223,18 @@ def run_top(
     return 0
 
 
-def _live(out: IO[str], view: _View, poll: Any, wait: Any, interval: float) -> None:
-    """Redraw in place on the terminal's alternate screen (left as it was on exit)."""
+def _live(out: IO[str], view: Any, poll: Any, wait: Any, interval: float) -> None:
+    """Redraw in place on the terminal's alternate screen (left as it was on exit); ``view()``
+    is the view now (a run's replaces one orderer's once its answer names the others)."""
     from rich.console import Console
     from rich.live import Live
 
     console = Console(file=out, highlight=False, markup=False, emoji=False)
     with Live(console=console, screen=True, auto_refresh=False, redirect_stderr=False) as live:
-        live.update(view.frame(console.width, False), refresh=True)  # "connecting"
+        live.update(view().frame(console.width, False), refresh=True)  # "connecting"
         while True:
             started = time.monotonic()
             poll()
-            live.update(view.frame(console.width, False), refresh=True)
+            live.update(view().frame(console.width, False), refresh=True)
             if wait(max(0.0, started + interval - time.monotonic())):
                 return
-

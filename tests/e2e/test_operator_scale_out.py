@@ -9,14 +9,18 @@ ordinal in their variable, the ConfigMap as their ``--config``; the cluster's na
 loopback addresses, the metrics port by a free one, as three pods on one host need) -> each
 says in its ``GetStats`` that it is orderer k of 3, with the spec's slice length and the peers;
 a source routes data over the three; the release's command (its arguments, the targets
-replaced the same way, one look) answers; ``state: Ended`` -> the release is scaled to 0;
-delete -> every child goes, the headless Service and the release included; every call the
-operator made is one the chart's RBAC allows.
+replaced the same way, one look) answers; the status sums the three orderers' counters and has
+an entry for each; the pods ready and the Spark job running -> Ready; ``buildWindow`` patched ->
+all three run the new window, and Ready follows the new generation; orderer 1 killed -> not
+Ready, the condition naming orderer 1 and no other, its entry not ready with its last counters;
+started again -> Ready; ``state: Ended`` -> every orderer's run ended, the status Ended, the
+release scaled to 0; delete -> every child goes, the headless Service and the release included;
+every call the operator made is one the chart's RBAC allows.
 
-The status summed over the orderers and the control of all three are not built yet
-(docs/scale-out.md, "The EventBuilder resource and the operator"): the operator still reaches one
-orderer, here orderer 0 through the endpoint override. The emulator, the operator's process and
-the helpers are those of :mod:`tests.e2e.test_operator` (its docstring says what KMock is not).
+The operator reaches each orderer at its address in the endpoint override (the three loopback
+addresses, in index order, standing in for the pods' names under the headless Service). The
+emulator, the operator's process and the helpers are those of :mod:`tests.e2e.test_operator`
+(its docstring says what KMock is not).
 """
 
 from __future__ import annotations
@@ -66,6 +70,37 @@ def _free_ports(count: int) -> list[int]:
             probe.close()
 
 
+def _status(api: e2e.KubernetesAPI) -> dict[str, Any]:
+    body = e2e._object(api, "evb.io/v1alpha1/eventbuilders", NAME) or {}
+    return dict(body.get("status", {}))
+
+
+def _condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next((c for c in status.get("conditions", ()) if c["type"] == kind), {})
+
+
+async def _ready_children(api: e2e.KubernetesAPI) -> None:
+    """What the StatefulSet's and the Spark operator's controllers would report: three pods
+    ready, the job RUNNING."""
+    for path, body in (
+        (
+            f"/apis/apps/v1/namespaces/{e2e.NAMESPACE}/statefulsets/{NAME}-orderer",
+            {"replicas": 3, "readyReplicas": 3},
+        ),
+        (
+            f"/apis/sparkoperator.k8s.io/v1beta2/namespaces/{e2e.NAMESPACE}/sparkapplications/"
+            f"{NAME}-spark",
+            {"applicationState": {"state": "RUNNING"}},
+        ),
+    ):
+        response = await api.patch(
+            f"{path}/status",
+            json={"status": body},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        assert response.status == 200, await response.text()
+
+
 def _children(api: e2e.KubernetesAPI) -> dict[str, dict[str, Any]] | None:
     found = {key: e2e._object(api, res, name) for key, (res, name) in CHILDREN.items()}
     if any(child is None for child in found.values()):
@@ -111,7 +146,7 @@ async def test_three_orderers_get_a_statefulset_of_three_a_headless_service_and_
     }
     response = await api.post(
         f"{e2e.EVB}/namespaces/{e2e.NAMESPACE}/eventbuilders",
-        json=e2e._eventbuilder(NAME, local[0], **spec),
+        json=e2e._eventbuilder(NAME, ",".join(local), **spec),
     )
     assert response.status == 200, await response.text()
     owner_uid = (await response.json())["metadata"]["uid"]
@@ -164,6 +199,56 @@ async def _scenario(
     received = [(await get_stats_async(o.target)).totals.received for o in orderers]
     assert all(count > 0 for count in received), received
 
+    # the status: the three orderers' counters summed, an entry for each
+    def summed() -> dict[str, Any] | None:
+        status = _status(api)
+        entries = status.get("orderers", [])
+        if [e.get("fragments") for e in entries] == received:
+            return status
+        return None
+
+    status = await e2e.until(summed, "the status to sum the three orderers' counters")
+    assert status["fragments"] == sum(received) == 2 * len(range(0, 6 * T, 7))
+    assert status["endpoint"] == ",".join(local)
+    assert [(e["index"], e["endpoint"], e["ready"]) for e in status["orderers"]] == [
+        (k, local[k], True) for k in range(3)
+    ]
+    assert status["phase"] == "Running" and status["window"] == 0.5
+
+    # the pods ready and the Spark job running (as their controllers would say) -> Ready
+    await _ready_children(api)
+    ready = await e2e.until(lambda: e2e._ready(api, NAME, generation=1), "Ready at generation 1")
+    assert "the 3 orderers' pods are ready and answer" in _condition(ready, "Ready")["message"]
+
+    # a live edit reaches all three; Ready follows the new generation
+    await e2e._merge_patch(api, NAME, {"spec": {"buildWindow": 0.75}})
+    for orderer in orderers:
+        await e2e.until(
+            lambda o=orderer: e2e._window_is(o.target, 0.75), f"{orderer.target} at 0.75 s"
+        )
+    status = await e2e.until(lambda: e2e._ready(api, NAME, generation=2), "Ready at generation 2")
+    assert _condition(status, "Configured")["status"] == "True"
+
+    # orderer 1 killed -> not Ready, naming it; started again -> Ready
+    orderers[1].kill()
+
+    def not_ready() -> dict[str, Any] | None:
+        status = _status(api)
+        condition = _condition(status, "Ready")
+        return status if condition and condition["reason"] == "OrdererUnreachable" else None
+
+    status = await e2e.until(not_ready, "Ready False while orderer 1 is down")
+    message = _condition(status, "Ready")["message"]
+    assert f"orderer 1 ({local[1]}) does not answer" in message, message
+    assert "orderer 0" not in message and "orderer 2" not in message, message
+    assert _condition(status, "Ready")["status"] == "False"
+    down = status["orderers"][1]
+    assert down["ready"] is False and down["fragments"] == received[1]  # its last counters
+    assert status["fragments"] == sum(received)
+    await asyncio.to_thread(orderers[1].start)  # same port, same data directory
+    await e2e.until(lambda: e2e._ready(api, NAME, generation=2), "Ready again")
+    assert (await get_stats_async(orderers[1].target)).config.build_window == 0.75
+
     # the release's own command line, one look over the three: nothing silent to release
     (container,) = release["spec"]["template"]["spec"]["containers"]
     args = _as_local(container["args"], "--target", ",".join(local))
@@ -187,7 +272,17 @@ async def _scenario(
         return deployment.get("spec", {}).get("replicas") == 0
 
     await e2e.until(scaled_down, "the release's Deployment at 0 replicas")
-    assert (await get_stats_async(orderers[0].target)).run_ended  # EndRun reached orderer 0
+    for orderer in orderers:  # EndRun reached every orderer
+        assert (await get_stats_async(orderer.target)).run_ended, orderer.target
+
+    def every_one_ended() -> dict[str, Any] | None:
+        status = _status(api)
+        entries = status.get("orderers", [])
+        return status if len(entries) == 3 and all(e.get("runEnded") for e in entries) else None
+
+    status = await e2e.until(every_one_ended, "each orderer's entry to say its run ended")
+    assert status["phase"] == "Ended" and status["runEnded"] is True
+    assert _condition(status, "RunEnded")["status"] == "True"
 
     # delete -> every child goes, then the EventBuilder
     response = await api.delete(f"{e2e.EVB}/namespaces/{e2e.NAMESPACE}/eventbuilders/{NAME}")

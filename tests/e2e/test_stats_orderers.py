@@ -1,0 +1,104 @@
+"""``evb stats`` and ``evb top --once`` of a run over three real orderers (``evb serve
+--orderers 3 ... --peers``): given one orderer's address (its answer names the others) or the
+three in order, a line for the run, the counters summed, and one per orderer; the orderers
+given out of order are refused in one line (exit 2); an orderer that does not answer is named
+(exit 3). One orderer of a run of one is drawn by the code it always was
+(``tests/e2e/test_top.py``, ``tests/orderer/test_console.py``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orderer.client import get_stats
+from tests.e2e.conftest import ServerProcess
+from tests.e2e.test_cli import evb
+from tests.e2e.test_operator_scale_out import _free_ports
+
+T = 100_000
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Iterator[list[ServerProcess]]:
+    """Three orderers of one run, each told the others (``--peers``), fed 2 x 300 fragments
+    through one address."""
+    ports = _free_ports(3)
+    peers = ",".join(f"127.0.0.1:{port}" for port in ports)
+    orderers = []
+    for k, port in enumerate(ports):
+        logs = tmp_path / f"orderer-{k}"
+        logs.mkdir()
+        server = ServerProcess(
+            logs / "data", logs,
+            "--sources", "1,2", "--build-window", "0.2", "--startup-delay", "0",
+            "--orderers", "3", "--orderer-index", str(k), "--slice-ticks", str(T),
+            "--peers", peers,
+        )  # fmt: skip
+        server.port = port
+        orderers.append(server)
+    try:
+        for server in orderers:
+            server.start()
+        sent = evb(
+            "send", "--target", orderers[0].target, "--n-sources", "2", "--fragments", "300",
+            "--rate", "10000", "--speed", "0", "--payload-size", "8", "--no-progress",
+        )  # fmt: skip
+        assert sent.returncode == 0, sent.stderr
+        yield orderers
+    finally:
+        for server in orderers:
+            if server.alive():
+                server.stop()
+
+
+def _row(lines: list[str], first: str) -> list[str]:
+    """The first line that begins with ``first`` (the run's table comes first), in words."""
+    return next(line.split() for line in lines if line.split()[:1] == [first])
+
+
+def test_stats_and_top_show_the_run_and_each_orderer(run: list[ServerProcess]) -> None:
+    targets = [server.target for server in run]
+    received = [get_stats(t).totals.received for t in targets]
+    # the begin, sync and end barriers of both sources reach every orderer
+    assert all(received) and sum(received) == 2 * 300 + 3 * 2 * 3
+
+    answer = evb("stats", "--target", ",".join(targets), "--json")
+    assert answer.returncode == 0, answer.stderr
+    stats = json.loads(answer.stdout)
+    assert stats["run"]["totals"]["received"] == sum(received)
+    assert stats["run"]["orderers"] == 3 and stats["run"]["run_ended"] is False
+    assert [o["target"] for o in stats["orderers"]] == targets
+    assert [o["slicing"]["index"] for o in stats["orderers"]] == [0, 1, 2]
+
+    table = evb("stats", "--target", targets[1])  # one address: its answer names the others
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0] == f"a run over 3 orderers, slices of {T} ticks"
+    assert all(len(line) <= 80 and line.isascii() for line in lines), table.stdout
+    assert _row(lines, "run")[:4] == ["run", "running", "1", f"{sum(received):,}"]
+    for k in range(3):
+        assert _row(lines, str(k))[:4] == [str(k), "running", "1", f"{received[k]:,}"]
+        assert f"orderer {k}: {targets[k]}" in lines
+        assert f"orderer {k} ({targets[k]})" in lines  # then its own sections
+
+    top = evb("top", "--once", "--target", targets[0])
+    assert top.returncode == 0, top.stderr
+    lines = top.stdout.splitlines()
+    assert lines[0].startswith(f"evb top  {','.join(targets)}  ")
+    assert _row(lines, "run")[3] == f"{sum(received):,}"
+    assert [_row(lines, str(k))[3] for k in range(3)] == [f"{n:,}" for n in received]
+
+    swapped = evb("stats", "--target", ",".join([targets[1], targets[0], targets[2]]))
+    assert swapped.returncode == 2
+    assert swapped.stderr.strip() == (
+        f"evb stats: target: {targets[1]} is orderer 1 of 3, not orderer 0 of 3: give the run's"
+        " orderers in their order"
+    )
+
+    run[2].kill()
+    down = evb("stats", "--target", ",".join(targets), "--timeout", "2", "--connect-timeout", "2")
+    assert down.returncode == 3 and targets[2] in down.stderr, down.stderr
+    assert len(down.stderr.strip().splitlines()) == 1 and down.stdout == ""
