@@ -1,65 +1,29 @@
 """The operator's calls to every orderer of a run over several (``spec.orderers`` > 1,
-docs/scale-out.md): ``GetStats`` for the status, ``Configure`` for a live edit, ``EndRun`` and
-``BeginRun`` for ``spec.state: Ended`` and ``spec.run``.
+docs/scale-out.md): ``GetStats`` for the status here; ``Configure`` for a live edit, ``EndRun`` and
+``BeginRun`` for ``spec.state: Ended`` and ``spec.run`` from :mod:`orderer.client.each`, which
+``evb end-run`` and ``evb begin-run`` share.
 
-Called by :mod:`evb_operator.handlers`, which translates the failures into kopf's errors. Each
-call goes to every orderer at once and each orderer's outcome comes back on its own
-(:class:`Outcome`): one orderer that does not answer stops nothing at the others, and the
-handler's retry (``kopf.TemporaryError``) does again only what did not happen.
-
-Why a retry does nothing twice: ``EndRun`` goes only to the orderers whose ``GetStats`` says the
-run has not ended (an ended orderer would write a second end-of-run record), ``BeginRun`` only to
-those below the run asked for (one at it or past it has begun it: the orderer refuses a run
-number that does not rise), each after its own ``EndRun`` if its run has not ended; ``Configure``
-sets a parameter to a value, which a second call sets again to the same value.
+Called by :mod:`evb_operator.handlers`, which translates the failures into kopf's errors.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from collections.abc import Sequence
 
 from evb_operator.status_orderers import OrdererAnswer
 from orderer import client as orderer_client
-from orderer.config import OrdererConfig
-from orderer.errors import EvbError
-from orderer.stats import RunSpan, Stats
+from orderer.client.each import (
+    Outcome,
+    begin_each,
+    configure_each,
+    each,
+    end_each,
+    failures,
+    outcome,
+)
+from orderer.stats import Stats
 
 __all__ = ["Outcome", "begin_each", "configure_each", "end_each", "failures", "stats_each"]
-
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Outcome(Generic[T]):
-    """What one orderer's call gave: its value, or the error that stopped it."""
-
-    index: int
-    endpoint: str
-    value: T | None = None
-    error: EvbError | None = None
-    done_before: bool = False
-    """Nothing was asked: the orderer had done it already (a retry, or a run begun by hand)."""
-
-
-async def _each(
-    endpoints: Sequence[str], call: Callable[[int, str], Awaitable[Outcome[T]]]
-) -> list[Outcome[T]]:
-    return list(await asyncio.gather(*(call(k, e) for k, e in enumerate(endpoints))))
-
-
-async def _outcome(index: int, endpoint: str, call: Awaitable[T]) -> Outcome[T]:
-    try:
-        return Outcome(index, endpoint, await call)
-    except EvbError as error:
-        return Outcome(index, endpoint, error=error)
-
-
-def failures(outcomes: Sequence[Outcome[T]]) -> list[Outcome[T]]:
-    """The outcomes that failed, in index order."""
-    return [o for o in outcomes if o.error is not None]
 
 
 async def stats_each(
@@ -76,80 +40,9 @@ async def stats_each(
         call = orderer_client.get_stats_async(
             endpoint, barrier_log_limit=barrier_log_limit, timeout=timeout, security=security
         )
-        return await _outcome(index, endpoint, call)
+        return await outcome(index, endpoint, call)
 
     return [
         OrdererAnswer(o.index, o.endpoint, o.value, None if o.error is None else str(o.error))
-        for o in await _each(endpoints, one)
+        for o in await each(endpoints, one)
     ]
-
-
-async def configure_each(
-    endpoints: Sequence[str],
-    changes: dict[str, object],
-    *,
-    security: orderer_client.ChannelSecurity | None,
-    timeout: float,
-) -> list[Outcome[OrdererConfig]]:
-    """``Configure`` at every orderer."""
-
-    async def one(index: int, endpoint: str) -> Outcome[OrdererConfig]:
-        call = orderer_client.configure_async(endpoint, changes, timeout=timeout, security=security)
-        return await _outcome(index, endpoint, call)
-
-    return await _each(endpoints, one)
-
-
-async def end_each(
-    endpoints: Sequence[str],
-    *,
-    security: orderer_client.ChannelSecurity | None,
-    timeout: float,
-) -> list[Outcome[int]]:
-    """``EndRun`` at every orderer whose run has not ended; each outcome's value is the
-    orderer's output offset after the run's last fragment."""
-
-    async def one(index: int, endpoint: str) -> Outcome[int]:
-        try:
-            stats = await orderer_client.get_stats_async(
-                endpoint, timeout=timeout, security=security
-            )
-            if stats.run_ended:
-                return Outcome(index, endpoint, stats.next_offset, done_before=True)
-            last = await orderer_client.end_run_async(endpoint, timeout=timeout, security=security)
-        except EvbError as error:
-            return Outcome(index, endpoint, error=error)
-        return Outcome(index, endpoint, last)
-
-    return await _each(endpoints, one)
-
-
-async def begin_each(
-    endpoints: Sequence[str],
-    run: int,
-    *,
-    security: orderer_client.ChannelSecurity | None,
-    timeout: float,
-) -> list[Outcome[RunSpan]]:
-    """``BeginRun`` of ``run`` at every orderer below it, each after its ``EndRun`` if its run
-    has not ended; an orderer at ``run`` or past it is left alone (its current run's span, marked
-    ``done_before``)."""
-
-    async def one(index: int, endpoint: str) -> Outcome[RunSpan]:
-        try:
-            stats = await orderer_client.get_stats_async(
-                endpoint, timeout=timeout, security=security
-            )
-            if stats.run >= run:
-                span = RunSpan(stats.run, stats.run_start_offset)
-                return Outcome(index, endpoint, span, done_before=True)
-            if not stats.run_ended:
-                await orderer_client.end_run_async(endpoint, timeout=timeout, security=security)
-            begun = await orderer_client.begin_run_async(
-                endpoint, run, timeout=timeout, security=security
-            )
-        except EvbError as error:
-            return Outcome(index, endpoint, error=error)
-        return Outcome(index, endpoint, begun)
-
-    return await _each(endpoints, one)

@@ -478,19 +478,45 @@ def cmd_source(args: argparse.Namespace) -> int:
 
 
 def cmd_end_run(args: argparse.Namespace) -> int:
+    """One orderer: its offset after the run's last fragment; a run over several
+    (:mod:`orderer.apps.run_control`): each orderer's."""
+    from orderer.apps.run_control import end_everywhere, run_orderers
     from orderer.client import end_run
 
+    if "," in args.target or _sliced(args):
+        orderers = run_orderers(args.target, timeout=args.timeout, **_connection(args))
+        rows = end_everywhere(
+            orderers.targets, security=security_from_args(args), timeout=args.timeout
+        )
+        print(json.dumps({"orderers": rows}), flush=True)
+        return 0
     next_offset = end_run(args.target, timeout=args.timeout, **_connection(args))
     print(json.dumps({"next_offset": next_offset}), flush=True)
     return 0
 
 
 def cmd_begin_run(args: argparse.Namespace) -> int:
+    from orderer.apps.run_control import begin_everywhere, run_orderers
     from orderer.client import begin_run
 
+    if "," in args.target or _sliced(args):
+        orderers = run_orderers(args.target, timeout=args.timeout, **_connection(args))
+        rows = begin_everywhere(
+            orderers.targets, args.run, security=security_from_args(args), timeout=args.timeout
+        )
+        print(json.dumps({"orderers": rows}), flush=True)
+        return 0
     begun = begin_run(args.target, args.run, timeout=args.timeout, **_connection(args))
     print(json.dumps({"run": begun.run, "start_offset": begun.start_offset}), flush=True)
     return 0
+
+
+def _sliced(args: argparse.Namespace) -> bool:
+    """The one orderer named is one of a run over several (its ``GetStats`` says so)."""
+    from orderer.client import get_stats
+
+    stats = get_stats(args.target, barrier_log_limit=1, timeout=args.timeout, **_connection(args))
+    return stats.slicing.sliced
 
 
 def cmd_forward(args: argparse.Namespace) -> int:

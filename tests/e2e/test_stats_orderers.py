@@ -102,3 +102,61 @@ def test_stats_and_top_show_the_run_and_each_orderer(run: list[ServerProcess]) -
     down = evb("stats", "--target", ",".join(targets), "--timeout", "2", "--connect-timeout", "2")
     assert down.returncode == 3 and targets[2] in down.stderr, down.stderr
     assert len(down.stderr.strip().splitlines()) == 1 and down.stdout == ""
+
+
+def test_end_run_and_begin_run_reach_every_orderer_and_do_nothing_twice(
+    run: list[ServerProcess],
+) -> None:
+    """``evb end-run`` given one address ends the run at all three (``--peers``); with one
+    orderer down it ends nothing and names that one (exit 3); a second ``evb end-run`` asks
+    nothing of an orderer whose run has ended; ``evb begin-run`` over the three begins the next
+    run at each."""
+    targets = [server.target for server in run]
+    swapped = evb("end-run", "--target", ",".join([targets[0], targets[2], targets[1]]))
+    assert swapped.returncode == 2 and "not orderer 1 of 3" in swapped.stderr, swapped.stderr
+
+    run[2].kill()
+    down = evb("end-run", "--target", ",".join(targets), "--timeout", "2",
+               "--connect-timeout", "2")  # fmt: skip
+    assert down.returncode == 3, down.stderr
+    assert f"orderer 2 ({targets[2]}): cannot reach" in down.stderr, down.stderr
+    assert "nothing was asked of the others" in down.stderr and len(down.stderr.splitlines()) == 1
+    run[2].start()  # same port, same data directory
+    assert not any(get_stats(t).run_ended for t in targets)
+
+    ended = evb("end-run", "--target", targets[1])  # one address names the others
+    assert ended.returncode == 0, ended.stderr
+    rows = json.loads(ended.stdout)["orderers"]
+    assert [(r["orderer"], r["ended_before"]) for r in rows] == [(0, False), (1, False), (2, False)]
+    assert [r["next_offset"] for r in rows] == [get_stats(t).next_offset for t in targets]
+    assert all(get_stats(t).run_ended for t in targets)
+    again = evb("end-run", "--target", ",".join(targets))
+    assert [r["ended_before"] for r in json.loads(again.stdout)["orderers"]] == [True] * 3
+
+    begun = evb("begin-run", "--target", ",".join(targets))
+    assert begun.returncode == 0, begun.stderr
+    rows = json.loads(begun.stdout)["orderers"]
+    assert [(r["orderer"], r["run"]) for r in rows] == [(0, 2), (1, 2), (2, 2)]
+    assert [get_stats(t).run for t in targets] == [2, 2, 2]
+
+
+def test_one_orderer_of_several_without_peers_is_not_ended_alone(tmp_path: Path) -> None:
+    """Ending a third of a run by mistake cannot be undone: refused, one line, exit 2."""
+    logs = tmp_path / "orderer"
+    logs.mkdir()
+    server = ServerProcess(
+        logs / "data", logs, "--sources", "1", "--orderers", "3", "--orderer-index", "1",
+        "--slice-ticks", str(T),
+    )  # fmt: skip
+    server.start()
+    try:
+        alone = evb("end-run", "--target", server.target)
+        assert alone.returncode == 2
+        assert alone.stderr.strip() == (
+            f"evb end-run: target: {server.target} is orderer 1 of 3, started without --peers: "
+            "a run is ended and begun at every orderer; give them all, in their order "
+            "(--target a:50051,b:50051,...)"
+        )
+        assert not get_stats(server.target).run_ended
+    finally:
+        server.stop()

@@ -13,6 +13,7 @@ import kopf
 import pytest
 
 from evb_operator import control, handlers
+from orderer.client import each
 from orderer.errors import ServiceUnavailable
 from orderer.stats import RunSpan, Stats
 from tests.operator.conftest import stats_answer
@@ -62,8 +63,10 @@ class _Orderers:
 def orderers(monkeypatch: pytest.MonkeyPatch) -> _Orderers:
     fake = _Orderers()
     monkeypatch.setattr(control.orderer_client, "get_stats_async", fake.get_stats)
-    monkeypatch.setattr(control.orderer_client, "end_run_async", fake.end_run)
-    monkeypatch.setattr(control.orderer_client, "begin_run_async", fake.begin_run)
+    # the calls at every orderer the operator shares with evb end-run / begin-run
+    monkeypatch.setattr(each, "get_stats_async", fake.get_stats)
+    monkeypatch.setattr(each, "end_run_async", fake.end_run)
+    monkeypatch.setattr(each, "begin_run_async", fake.begin_run)
     monkeypatch.setenv("EVB_ALLOW_ENDPOINT_OVERRIDE", "1")
 
     async def scaled(child: Any, path: str, **_: Any) -> None:  # the release's Deployment
