@@ -25,6 +25,7 @@ from rich.console import Group
 from rich.text import Text
 
 from orderer.apps.console import _Column, _count, _Style, _tables
+from orderer.client import parse_targets
 from orderer.errors import InterfaceError
 from orderer.stats import Stats
 
@@ -53,13 +54,8 @@ class OrdererView:
 
 def split_targets(target: str) -> list[str]:
     """``--target``'s addresses (one, or several separated by commas); refused with one line
-    when one is empty or named twice."""
-    targets = [t.strip() for t in target.split(",")]
-    if not all(targets):
-        raise InterfaceError(f"target: {target!r} names no orderer address (HOST:PORT[,...])")
-    if len(set(targets)) != len(targets):
-        raise InterfaceError(f"target: {target!r} names an orderer twice")
-    return targets
+    when one is empty or named twice, as the sources' client refuses them."""
+    return parse_targets(target)
 
 
 def orderer_targets(stats: Stats) -> list[str] | None:
