@@ -1,4 +1,5 @@
-"""``evb end-run`` and ``evb begin-run`` over a run of several orderers (docs/scale-out.md).
+"""``evb end-run``, ``evb begin-run`` and ``evb source`` over a run of several orderers
+(docs/scale-out.md).
 
 Why: a run over N orderers is ended (and the next begun) at every orderer or it is not ended: an
 orderer left running keeps its queues and never closes its pieces, so the Spark job waits at them.
@@ -17,12 +18,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from orderer.apps.run_stats import OrdererView, check_roles, orderer_targets, split_targets
-from orderer.client import ChannelSecurity, get_stats
+from orderer.client import ChannelSecurity, get_stats, set_source_state
 from orderer.client.each import Outcome, begin_each, end_each, failures
 from orderer.errors import InterfaceError, ServiceUnavailable
 from orderer.stats import RunSpan
 
-__all__ = ["RunOrderers", "begin_everywhere", "end_everywhere", "run_orderers"]
+__all__ = [
+    "RunOrderers",
+    "begin_everywhere",
+    "end_everywhere",
+    "run_orderers",
+    "source_state_everywhere",
+]
 
 
 @dataclass(frozen=True)
@@ -123,3 +130,26 @@ def begin_everywhere(
          "start_offset": o.value.start_offset, "begun_before": o.done_before}
         for o in outcomes if o.value is not None
     ]  # fmt: skip
+
+
+def source_state_everywhere(
+    targets: list[str], source: int, dead: bool, *, security: ChannelSecurity | None,
+    timeout: float,
+) -> list[dict[str, Any]]:
+    """Mark ``source`` dead (or revive it) at every orderer, in index order: a source holds
+    barriers at every orderer of the run (each takes every barrier), so marking it at one only
+    would leave the others waiting. Marking twice changes nothing, so a second run of the
+    command after a failure part-way is safe; the failure names the orderer."""
+    rows = []
+    for k, address in enumerate(targets):
+        try:
+            mark = set_source_state(address, source, dead, timeout=timeout, security=security)
+        except ServiceUnavailable as error:
+            raise type(error)(
+                f"orderer {k} ({address}): {error}; marked at orderer(s) "
+                f"{', '.join(map(str, range(k))) or 'none'}: run it again once every orderer "
+                "answers"
+            ) from None
+        rows.append({"orderer": k, "target": address, "was_known": mark.was_known,
+                     "dead": mark.dead})  # fmt: skip
+    return rows

@@ -467,6 +467,16 @@ def cmd_source(args: argparse.Namespace) -> int:
         source = -1
     if not 0 <= source < 2**32:
         raise ConfigError("SOURCE", text, "must be a source id, an integer from 0 to 4294967295")
+    if "," in args.target or _sliced(args):
+        from orderer.apps.run_control import run_orderers, source_state_everywhere
+
+        orderers = run_orderers(args.target, timeout=args.timeout, **_connection(args))
+        rows = source_state_everywhere(
+            orderers.targets, source, args.action == "dead", timeout=args.timeout,
+            security=security_from_args(args),
+        )  # fmt: skip
+        print(json.dumps({"source": source, "orderers": rows}), flush=True)
+        return 0
     state = set_source_state(
         args.target, source, args.action == "dead", timeout=args.timeout, **_connection(args)
     )

@@ -104,7 +104,7 @@ def test_stats_and_top_show_the_run_and_each_orderer(run: list[ServerProcess]) -
     assert len(down.stderr.strip().splitlines()) == 1 and down.stdout == ""
 
 
-def test_end_run_and_begin_run_reach_every_orderer_and_do_nothing_twice(
+def test_end_run_begin_run_and_source_reach_every_orderer_and_do_nothing_twice(
     run: list[ServerProcess],
 ) -> None:
     """``evb end-run`` given one address ends the run at all three (``--peers``); with one
@@ -114,6 +114,14 @@ def test_end_run_and_begin_run_reach_every_orderer_and_do_nothing_twice(
     targets = [server.target for server in run]
     swapped = evb("end-run", "--target", ",".join([targets[0], targets[2], targets[1]]))
     assert swapped.returncode == 2 and "not orderer 1 of 3" in swapped.stderr, swapped.stderr
+
+    marked = evb("source", "dead", "2", "--target", targets[0])  # at every orderer
+    assert marked.returncode == 0, marked.stderr
+    assert [r["dead"] for r in json.loads(marked.stdout)["orderers"]] == [True] * 3
+    assert all(get_stats(t).sources[2].marked_dead for t in targets)
+    revived = evb("source", "revive", "2", "--target", ",".join(targets))
+    assert revived.returncode == 0, revived.stderr
+    assert not any(get_stats(t).sources[2].marked_dead for t in targets)
 
     run[2].kill()
     down = evb("end-run", "--target", ",".join(targets), "--timeout", "2",
