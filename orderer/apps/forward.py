@@ -9,25 +9,32 @@ file of its own (its state travels with its commits to A):
   of that source in A's output before it; with ``as_source`` (the whole upstream is one source)
   its offset in A's output, which counts from 0 without gaps. B drops every fragment below a
   source's durable sequence (and refuses gaps), so a replay of A's output from any earlier
-  offset brings nothing twice.
+  offset brings nothing twice. When B is a run over several orderers (docs/scale-out.md), each
+  of them numbers its own share of a source, so the number is counted per orderer: of the
+  fragments before it forwarded as its source, those routed to its orderer by the source
+  client's own rule (:mod:`orderer.apps.forward_numbering`), barriers counting at every
+  orderer; the routing reads only timestamps and barrier types, so it is a function of A's
+  log too.
 - **Acknowledgements chain.** An offset X is committed to A (consumer ``forward-to-<B>`` unless
-  named) only once B acknowledged durable every fragment A emitted below X, and the commit
-  carries the per-source counts below X as its metadata (JSON, :func:`_metadata`). A restarted
-  forwarder reads its committed offset and those counts (``GetCommitted``) and resumes there
-  with the same sequences, reading nothing of A's log below it, so it restarts as well when A's
-  retention deleted the start of the log (A keeps what a known consumer has not committed).
-  Only a commit without usable counts (written by an older forwarder, or with another
-  ``as_source``) makes it count the sources of A's log below the offset again, payloads left
-  out, which needs that log from offset 0. Everything after the offset is sent again, and B
-  drops what it already holds. A restarted A serves the same durable log; a restarted B is
-  resent what it had not acknowledged, by the client.
+  named; over several orderers B is named by orderer 0's address) only once B acknowledged
+  durable every fragment A emitted below X (every orderer its share), and the commit carries
+  the counts below X as its metadata (JSON: per source, :func:`_metadata`; over several
+  orderers per source and orderer, :func:`_sliced_metadata`). A restarted forwarder reads its
+  committed offset and those counts (``GetCommitted``) and resumes there with the same
+  sequences, reading nothing of A's log below it, so it restarts as well when A's retention
+  deleted the start of the log (A keeps what a known consumer has not committed). Only a
+  commit without usable counts (written by an older forwarder, with another ``as_source``, or
+  for a B of other N or T) makes it count A's log below the offset again, payloads left out,
+  which needs that log from offset 0. Everything after the offset is sent again, and B drops
+  what it already holds. A restarted A serves the same durable log; a restarted B (or one of
+  its orderers) is resent what it had not acknowledged, by the client.
 - **Watermarks.** A's output is in timestamp order above its high-water mark: every ordinary
   fragment A emits later that is not late has a timestamp at least the high-water mark. So,
-  once a batch of A's output is sent, the high-water mark is sent to B as the watermark of every
-  source this forwarder speaks for (docs/ordering.md, Frontiers), and B need not wait a build
-  window for an upstream that is slow or quiet. A's late fragments and its barriers may be older;
-  B takes them as it takes any fragment older than its source's watermark (late, or sorted into
-  the queue).
+  once a batch of A's output is sent, the high-water mark is sent to B (every orderer of it) as
+  the watermark of every source this forwarder speaks for (docs/ordering.md, Frontiers), and B
+  need not wait a build window for an upstream that is slow or quiet. A's late fragments and
+  its barriers may be older; B takes them as it takes any fragment older than its source's
+  watermark (late, or sorted into the queue).
 - **Barriers with ``as_source``.** A resolves the barriers of its sources together and emits
   them one after another. Sent as they are, B would see several barriers of one source in a row
   and resolve each on its own (all but the first waiting ``barrier_timeout``). So each group of
@@ -51,10 +58,8 @@ import logging
 from collections import deque
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
-from orderer.batch import EmittedBatch, FragmentBatch
+from orderer.apps.forward_numbering import Checkpoint, Numbering
+from orderer.batch import EmittedBatch
 from orderer.client import (
     DEFAULT_CONNECT_TIMEOUT,
     AsyncSourceClient,
@@ -62,9 +67,11 @@ from orderer.client import (
     commit_async,
     get_committed_async,
     get_stats_async,
+    parse_targets,
     subscribe,
 )
 from orderer.errors import InterfaceError, ServiceUnavailable
+from orderer.replay.slicing import Slicing
 from orderer.wire.limits import MAX_COMMIT_METADATA
 
 __all__ = ["forward", "forward_async"]
@@ -73,53 +80,6 @@ log = logging.getLogger("evb.forward")
 
 _POLL = 0.2
 """Seconds between two commits to A, and between two looks at whether A's run ended."""
-
-
-def _rows(batch: EmittedBatch, rows: npt.NDArray[np.intp], source: int) -> FragmentBatch:
-    """Rows ``rows`` of ``batch`` (in their order) as one batch of ``source``, payloads kept."""
-    offsets = batch.payload_offsets.astype(np.int64)
-    starts, lengths = offsets[rows], offsets[rows + 1] - offsets[rows]
-    new_offsets = np.zeros(len(rows) + 1, dtype=np.uint64)
-    np.cumsum(lengths, out=new_offsets[1:])
-    total = int(new_offsets[-1])
-    gather = np.repeat(starts - new_offsets[:-1].astype(np.int64), lengths) + np.arange(total)
-    return FragmentBatch(
-        np.full(len(rows), source, dtype=np.uint32),
-        batch.timestamp[rows],
-        batch.barrier[rows],
-        new_offsets,
-        batch.payload[gather],
-    )
-
-
-class _Groups:
-    """With ``as_source``: which barrier fragments continue a group A resolved at once (they
-    travel as ordinary fragments). The state carries over from one batch to the next."""
-
-    def __init__(self) -> None:
-        self._t: float | None = None  # the open group's flush time (None: no group open)
-        self._sources: set[int] = set()
-
-    def barriers(self, batch: EmittedBatch) -> npt.NDArray[np.uint32]:
-        """The barrier types to send for ``batch``."""
-        barrier = batch.barrier.copy()
-        source, t = batch.source.tolist(), batch.t.tolist()
-        kinds = batch.barrier.tolist()
-        for i, kind in enumerate(kinds):
-            if kind == 0:
-                self._t = None
-                continue
-            if self._t == t[i] and source[i] not in self._sources:
-                barrier[i] = 0
-                self._sources.add(source[i])
-            else:
-                self._t, self._sources = t[i], {source[i]}
-        return barrier
-
-    @property
-    def open(self) -> bool:
-        """Whether the last fragment seen was a barrier (a group may go on)."""
-        return self._t is not None
 
 
 def _metadata(counts: dict[int, int], as_source: int | None) -> bytes:
@@ -150,16 +110,64 @@ def _counts_from(metadata: bytes, offset: int, as_source: int | None) -> dict[in
     return counts
 
 
-async def _counts_below(target: str, offset: int, connection: dict[str, Any]) -> dict[int, int]:
-    """How many fragments of each source A emitted below ``offset`` (payloads left out)."""
-    counts: dict[int, int] = {}
-    if offset == 0:
-        return counts
-    async for batch in subscribe(target, 0, until=offset, payload=False, **connection):
-        sources, n = np.unique(batch.source, return_counts=True)
-        for source, count in zip(sources.tolist(), n.tolist(), strict=True):
-            counts[source] = counts.get(source, 0) + count
-    return counts
+def _sliced_metadata(checkpoint: Checkpoint, as_source: int | None, slicing: Slicing) -> bytes:
+    """The commit metadata of a checkpoint when B is a run over several orderers: per source,
+    the fragments forwarded as it below the checkpoint and each orderer's share of them, with
+    B's N and T (a count per orderer means nothing under another slicing). A version of its own,
+    so that a forwarder into one orderer, of this version or an older one, never takes it for
+    its per-source counts."""
+    state = {
+        "evb_forward": 2,
+        "as_source": as_source,
+        "orderers": slicing.orderers,
+        "slice_ticks": slicing.slice_ticks,
+        "fragments": {str(s): n for s, n in checkpoint.fragments.items()},
+        "shares": {str(s): list(c) for s, c in checkpoint.shares.items()},
+    }
+    return json.dumps(state, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _checkpoint_from(
+    metadata: bytes, offset: int, as_source: int | None, slicing: Slicing
+) -> Checkpoint | None:
+    """The checkpoint a commit at ``offset`` stands for, or None when its metadata says nothing
+    this forwarder can use. Into one orderer: the per-source counts of :func:`_counts_from` (with
+    ``as_source``, the offset itself); into several: :func:`_sliced_metadata`'s, of the same
+    ``as_source``, N and T, adding up to the offset, each source's shares its fragments with
+    every barrier counted at every orderer."""
+    n = slicing.orderers
+    if n == 1:
+        counts = (
+            {as_source: offset}  # the offset is the sequence
+            if as_source is not None
+            else _counts_from(metadata, offset, as_source)
+        )
+        if counts is None:
+            return None
+        return Checkpoint(offset, counts, {s: (c,) for s, c in counts.items()})
+    if not metadata:
+        return None
+    try:
+        state = json.loads(metadata)
+        if (
+            state.get("evb_forward") != 2
+            or state.get("as_source") != as_source
+            or state.get("orderers") != n
+            or state.get("slice_ticks") != slicing.slice_ticks
+        ):
+            return None
+        fragments = {int(s): int(c) for s, c in state["fragments"].items()}
+        shares = {int(s): tuple(int(c) for c in cs) for s, cs in state["shares"].items()}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    if sum(fragments.values()) != offset or fragments.keys() != shares.keys():
+        return None
+    for source, count in fragments.items():
+        share = shares[source]
+        copies, rest = divmod(sum(share) - count, n - 1)  # each barrier: n - 1 more
+        if len(share) != n or min(share) < 0 or rest or not 0 <= copies <= count:
+            return None
+    return Checkpoint(offset, fragments, shares)
 
 
 class _Forwarder:
@@ -178,38 +186,61 @@ class _Forwarder:
         self.consumer = consumer
         self.as_source = as_source
         self.connection = connection
+        self.numbering = Numbering(client.slicing, as_source)
         self.position = 0
         """A's offset after the last fragment handed to the client."""
         self.committed = 0
-        self.counts: dict[int, int] = {}
         self.forwarded = 0
         self.high_water = -1
         self.recounted = False
         """Whether the start counted A's log (no usable commit metadata)."""
-        self._groups = _Groups()
-        self._checkpoints: deque[tuple[int, dict[int, int]]] = deque()
-        self._unsent: tuple[int, dict[int, int]] | None = None
+        self._checkpoints: deque[Checkpoint] = deque()
+        self._unsent: Checkpoint | None = None
         """An acknowledged checkpoint not committed yet (A was down)."""
         self._stopping = asyncio.Event()
         """Set at the end: the committer finishes the commit it is making and returns (cancelling
         a unary call in flight could leave its channel's close waiting)."""
 
+    @property
+    def counts(self) -> dict[int, int]:
+        """Per source at B: the fragments of A forwarded as it."""
+        return self.numbering.fragments
+
     async def start_at(self, offset: int, metadata: bytes = b"") -> None:
-        """Start at the committed ``offset``, with the counts its ``metadata`` carried."""
+        """Start at the committed ``offset``, with the counts its ``metadata`` carried (else
+        counted again from A's log)."""
         self.position = self.committed = offset
-        counts = _counts_from(metadata, offset, self.as_source)
-        if self.as_source is not None:
-            counts = {self.as_source: offset}  # the offset is the sequence
-        elif counts is None:
+        numbering = self.numbering
+        checkpoint = _checkpoint_from(metadata, offset, self.as_source, numbering.slicing)
+        if checkpoint is None:
             if offset:
                 log.info(
                     "no counts committed with offset %d: counting %s's log", offset, self.upstream
                 )
             self.recounted = offset > 0
-            counts = await _counts_below(self.upstream, offset, self.connection)
-        self.counts = counts
-        for source, count in self.counts.items():
-            self.client.number_from(source, count)
+            await self._count_below(offset)
+        else:
+            numbering.restore(checkpoint)
+        if self.as_source is not None and self.as_source not in numbering.fragments:
+            numbering.restore(  # nothing forwarded yet: the source is known (watermarks, end)
+                Checkpoint(offset, {self.as_source: 0}, {self.as_source: (0,) * self.orderers})
+            )
+        for source, share in numbering.shares.items():
+            for orderer, count in enumerate(share.tolist()):
+                self.client.number_from(source, count, orderer=orderer)
+
+    @property
+    def orderers(self) -> int:
+        return self.numbering.slicing.orderers
+
+    async def _count_below(self, offset: int) -> None:
+        """Number A's output below ``offset`` as it was forwarded (payloads left out)."""
+        if offset == 0:
+            return
+        async for batch in subscribe(
+            self.upstream, 0, until=offset, payload=False, **self.connection
+        ):
+            self.numbering.parts(batch)
 
     async def read(self) -> None:
         """Forward A's output from the position, forever (until cancelled)."""
@@ -221,61 +252,56 @@ class _Forwarder:
             await self._send(batch)
 
     async def _send(self, batch: EmittedBatch) -> None:
-        n = len(batch)
-        if self.as_source is not None:
-            whole = np.arange(n, dtype=np.intp)
-            part = _rows(batch, whole, self.as_source)
-            part = FragmentBatch(
-                part.source,
-                part.timestamp,
-                self._groups.barriers(batch),
-                part.payload_offsets,
-                part.payload,
-            )
+        for part in self.numbering.parts(batch):
+            source = int(part.source[0])
+            if not self.client.registered(source):  # a new source: from 0 at every orderer
+                self.client.number_from(source, 0)
             await self.client.send_fragments(part)
-            self.counts[self.as_source] += n
-        else:
-            for source in np.unique(batch.source).tolist():
-                rows = np.flatnonzero(batch.source == source)
-                if source not in self.counts:
-                    self.counts[source] = 0
-                    self.client.number_from(source, 0)
-                await self.client.send_fragments(_rows(batch, rows, source))
-                self.counts[source] += len(rows)
-        self.position += n
-        self.forwarded += n
-        if not self._groups.open:
-            self._checkpoints.append((self.position, dict(self.counts)))
+        self.position += len(batch)
+        self.forwarded += len(batch)
+        if not self.numbering.open:
+            self._checkpoints.append(self.numbering.checkpoint(self.position))
         ordinary = batch.timestamp[(batch.barrier == 0) & ~batch.late]
         if len(ordinary) and int(ordinary.max()) > self.high_water:
             self.high_water = int(ordinary.max())
             for source in self.counts:
                 await self.client.watermark(source, self.high_water)
 
-    def _acknowledged(self) -> tuple[int, dict[int, int]] | None:
-        """The highest checkpoint below which B acknowledged everything, with its counts; None
-        when no checkpoint was passed since the last look."""
+    def _acknowledged(self) -> Checkpoint | None:
+        """The highest checkpoint below which B acknowledged everything (each orderer its
+        share); None when no checkpoint was passed since the last look."""
         passed = None
         while self._checkpoints and all(
-            self.client.acked(s) >= c for s, c in self._checkpoints[0][1].items()
+            self.client.acked(source, orderer) >= count
+            for source, share in self._checkpoints[0].shares.items()
+            for orderer, count in enumerate(share)
         ):
             passed = self._checkpoints.popleft()
         return passed
 
-    async def commit(self, offset: int, counts: dict[int, int]) -> None:
-        """Commit ``offset`` to A with ``counts`` (the counts below it) as its metadata."""
-        if offset > self.committed:
-            metadata: bytes | None = _metadata(counts, self.as_source)
+    async def commit(self, checkpoint: Checkpoint) -> None:
+        """Commit ``checkpoint`` to A, with the counts below it as its metadata."""
+        if checkpoint.offset > self.committed:
+            slicing = self.numbering.slicing
+            metadata: bytes | None = (
+                _metadata(dict(checkpoint.fragments), self.as_source)
+                if slicing.orderers == 1
+                else _sliced_metadata(checkpoint, self.as_source, slicing)
+            )
             if len(metadata or b"") > MAX_COMMIT_METADATA:  # thousands of sources: recount
                 log.warning(
                     "the counts of %d sources exceed a commit's metadata: a restart recounts",
-                    len(counts),
+                    len(checkpoint.fragments),
                 )
                 metadata = None
             await commit_async(
-                self.upstream, self.consumer, offset, metadata=metadata, **self.connection
+                self.upstream,
+                self.consumer,
+                checkpoint.offset,
+                metadata=metadata,
+                **self.connection,
             )
-            self.committed = offset
+            self.committed = checkpoint.offset
 
     def stop(self) -> None:
         """The committer returns once its commit in flight is made."""
@@ -291,7 +317,7 @@ class _Forwarder:
                 self._unsent = passed
             if self._unsent is not None:
                 with contextlib.suppress(ServiceUnavailable):
-                    await self.commit(*self._unsent)
+                    await self.commit(self._unsent)
                     self._unsent = None
 
     async def watching(self) -> None:
@@ -305,6 +331,17 @@ class _Forwarder:
                 if stats.run_ended and self.position >= stats.next_offset:
                     return
             await asyncio.sleep(_POLL)
+
+
+def _not_the_upstream(upstream: str, downstream: str, targets: list[str] | tuple[str, ...]) -> None:
+    """Refuse a downstream that is, or holds, the upstream: its output would come back as its
+    input, for ever."""
+    if upstream in targets:
+        held = "is" if len(targets) == 1 else f"holds {upstream},"
+        raise InterfaceError(
+            f"downstream: {downstream} {held} the upstream itself",
+            hint="forward one orderer's output into another one",
+        )
 
 
 async def forward_async(
@@ -321,20 +358,14 @@ async def forward_async(
 ) -> dict[str, Any]:
     """Forward ``upstream``'s ordered output to ``downstream`` until ``upstream``'s run ended
     (see the module's docstring); returns a summary: the offsets forwarded, the fragments sent,
-    the sources at B and the reconnects to B."""
+    the sources at B and the reconnects to B. ``downstream``: one orderer, or the orderers of a
+    run over several in their order (``"b0,b1,b2"``), or one of them started with ``--peers``;
+    a list that is not a run's orderers in order is refused (``InterfaceError``) before
+    anything is committed to ``upstream``."""
     if as_source is not None and not 0 <= as_source < 2**32:
         raise InterfaceError(f"as_source: {as_source} does not fit in uint32")
-    if upstream == downstream:  # its output would come back as its input, for ever
-        raise InterfaceError(
-            f"downstream: {downstream} is the upstream itself",
-            hint="forward one orderer's output into another one",
-        )
-    name = consumer or f"forward-to-{downstream}"
+    _not_the_upstream(upstream, downstream, parse_targets(downstream))
     connection: dict[str, Any] = {"security": security, "connect_timeout": connect_timeout}
-    committed = await get_committed_async(upstream, name, **connection)
-    start = committed.offset
-    if not committed.known:  # from now on A's retention keeps its log for this forwarder
-        await commit_async(upstream, name, 0, **connection)
     client = AsyncSourceClient(
         downstream,
         batch_size=batch_size,
@@ -342,16 +373,17 @@ async def forward_async(
         security=security,
         connect_timeout=connect_timeout,
     )
-    async with client:
-        if client.orderers > 1:  # its numbering is per source; over N it would be per share
-            raise InterfaceError(
-                f"downstream: {downstream} is a run over {client.orderers} orderers, which "
-                "evb forward does not feed yet",
-                hint="forward into a run of one orderer",
-            )
+    async with client:  # learns B's orderers, in order, and refuses a list that is not theirs
+        _not_the_upstream(upstream, downstream, client.targets)
+        # one orderer: named as given, as always; several: by orderer 0, however they were given
+        name = consumer or f"forward-to-{downstream if client.orderers == 1 else client.targets[0]}"
+        committed = await get_committed_async(upstream, name, **connection)
+        start = committed.offset
+        if not committed.known:  # from now on A's retention keeps its log for this forwarder
+            await commit_async(upstream, name, 0, **connection)
         forwarder = _Forwarder(client, upstream, name, as_source, connection)
         await forwarder.start_at(start, committed.metadata)
-        log.info("forwarding %s from offset %d to %s", upstream, start, downstream)
+        log.info("forwarding %s from offset %d to %s", upstream, start, client.target)
         reading = [
             asyncio.create_task(forwarder.read()),
             asyncio.create_task(forwarder.watching()),
@@ -371,13 +403,13 @@ async def forward_async(
                 with contextlib.suppress(BaseException):
                     await task
         log.info("%s's run ended at offset %d: waiting for %s", upstream, forwarder.position,
-                 downstream)
+                 client.target)
         await client.wait_acked()
         if end_sources:
             for source in forwarder.counts:
                 await client.end_source(source)
         await client.close()
-        await forwarder.commit(forwarder.position, forwarder.counts)
+        await forwarder.commit(forwarder.numbering.checkpoint(forwarder.position))
         log.info("all forwarded and acknowledged; committed %d", forwarder.position)
         reconnects = client.reconnects
     return {

@@ -21,11 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from orderer.batch import FragmentBatch
 from orderer.replay.slicing import Slicing, crossings
 
-__all__ = ["Routed", "SourceRouting"]
+__all__ = ["Routed", "SourceRouting", "shares"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,16 @@ class SourceRouting:
             if part is not None or watermark is not None:
                 routed.append(Routed(orderer, part, watermark))
         return routed
+
+
+def shares(slicing: Slicing, batch: FragmentBatch) -> npt.NDArray[np.int64]:
+    """How many of ``batch``'s fragments each orderer gets from :meth:`SourceRouting.route`
+    (its parts' lengths; every orderer's, 0 for none), without making the parts: for a sender
+    that numbers each orderer's share of a source itself (``evb forward``, from its upstream's
+    log). The rule above, counted: an ordinary fragment to its slice's owner, a barrier to all."""
+    ordinary = batch.barrier == 0
+    counts = np.bincount(slicing.owner(batch.timestamp[ordinary]), minlength=slicing.orderers)
+    return counts.astype(np.int64) + (len(batch) - int(np.count_nonzero(ordinary)))
 
 
 def _take(batch: FragmentBatch, rows: np.ndarray) -> FragmentBatch | None:

@@ -304,13 +304,24 @@ class AsyncSourceClient:
     def registered(self, source: int) -> bool:
         return source in self._buffers
 
-    def number_from(self, source: int, first_sequence: int) -> None:
+    def number_from(self, source: int, first_sequence: int, orderer: int | None = None) -> None:
         """Number ``source``'s fragments from ``first_sequence`` instead of continuing the
         server's sequence (call before its first fragment): a sender that replays its input
         from a known point (``evb forward``) numbers it the same way every time, and the server
         drops what it already holds. Over several orderers each numbers its own share of the
-        source, so only ``0`` is taken there: the same input is routed the same way every time,
-        so each orderer's share is numbered the same way again."""
+        source, so only ``0`` is taken there for all of them: the same input is routed the same
+        way every time, so each orderer's share is numbered the same way again. ``orderer``:
+        number only that orderer's share (after :meth:`start`), for a sender that knows how
+        many fragments of the source it routed to each (``evb forward``, from its commits)."""
+        if orderer is not None:
+            if not self._started or not 0 <= orderer < len(self._links):
+                raise InterfaceError(
+                    f"number_from: orderer {orderer} is not one of the run's"
+                    f" {len(self._links)} (known once started)"
+                )
+            self._register(source)
+            self._links[orderer].number_from(source, first_sequence)
+            return
         if len(self._links) > 1 and first_sequence != 0:
             raise InterfaceError(
                 f"number_from: {first_sequence}: over several orderers each numbers its share"
@@ -331,9 +342,17 @@ class AsyncSourceClient:
         """The run's orderers' addresses, in their order (known once started)."""
         return tuple(self._targets)
 
-    def acked(self, source: int) -> int:
+    @property
+    def slicing(self) -> Slicing:
+        """How the run is sliced, N and T (known once started; one orderer: ``Slicing(1, 1)``)."""
+        return self._routing.slicing
+
+    def acked(self, source: int, orderer: int | None = None) -> int:
         """Fragments of ``source`` below this sequence number are durable on the server (one
-        orderer; over several, the fragments acknowledged by all of them together)."""
+        orderer; over several, the fragments acknowledged by all of them together, or by
+        ``orderer`` alone, in its own numbering of its share)."""
+        if orderer is not None:
+            return self._links[orderer].acked(source)
         if len(self._links) == 1:
             return self._links[0].acked(source)
         return sum(link.acked(source) for link in self._links)

@@ -38,7 +38,9 @@ class ForwardCommand:
     upstream: str
     """The lower orderer, HOST:PORT, whose ordered output is forwarded (``--from``)."""
     downstream: str
-    """The upper orderer, HOST:PORT, which takes it as its sources (``--to``)."""
+    """The upper orderer, HOST:PORT, which takes it as its sources (``--to``); or the orderers
+    of a run over several, in their order, separated by commas (or one of them that was started
+    with ``--peers``)."""
     as_source: int | None = None
     """Send everything as this one source; None: each upstream source keeps its id."""
     consumer: str | None = None
@@ -59,13 +61,18 @@ class ForwardCommand:
 
 
 def add_forward_flags(parser: argparse.ArgumentParser) -> None:
-    """``evb forward``'s flags but the connection's: the two orderers, the sources' ids, the
-    consumer at the upstream, and whether the sources end with the upstream's run."""
+    """``evb forward``'s flags but the connection's: the two orderers (the upper one may be a
+    run over several), the sources' ids, the consumer at the upstream, and whether the sources
+    end with the upstream's run."""
     parser.add_argument(
         "--from", dest="upstream", required=True, metavar="HOST:PORT", help="the lower orderer"
     )
     parser.add_argument(
-        "--to", dest="downstream", required=True, metavar="HOST:PORT", help="the upper orderer"
+        "--to",
+        dest="downstream",
+        required=True,
+        metavar="HOST:PORT[,...]",
+        help="the upper orderer, or the orderers of a run over several, in their order",
     )
     parser.add_argument(
         "--as-source",
@@ -74,7 +81,10 @@ def add_forward_flags(parser: argparse.ArgumentParser) -> None:
         help="send everything as this one source (a group of barriers becomes one barrier)",
     )
     parser.add_argument(
-        "--consumer", metavar="NAME", help="consumer name at --from (default: forward-to-<--to>)"
+        "--consumer",
+        metavar="NAME",
+        help="consumer name at --from (default: forward-to-<--to>; over several orderers, "
+        "forward-to-<orderer 0>)",
     )
     parser.add_argument("--no-end", action="store_true", help="do not end the sources at --to")
 
