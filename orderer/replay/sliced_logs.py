@@ -15,6 +15,11 @@ rows, byte for byte.
 
 The merged stream's rows are numbered as the job numbers them: a row's ``offset`` is its position
 in the merged stream (a position the merge's own drop leaves unused under ``late_policy: drop``).
+
+Runs one after another (``BeginRun`` at every orderer, recorded in each arrival log) are split
+by :meth:`ReplayedRun.runs`: each run's rows of the merged stream and glom's events of them
+alone, the oracle of ``evb spark-job --follow-runs`` over N orderers.
+
 Payloads and sources are kept beside the orderers' outputs (each fragment is numbered and the
 number rides through its orderer in place of its payload, as in the simulation), so the replay
 holds the run's payloads in memory: it is for runs a test or a check holds, not for 100 M
@@ -34,7 +39,7 @@ import pyarrow as pa
 from orderer.api import Orderer
 from orderer.batch import ArrivalKind, ArrivalRecords
 from orderer.building.config import GlomConfig
-from orderer.building.glom import EVENT_SCHEMA, FRAGMENT_SCHEMA, build_events
+from orderer.building.glom import EVENT_SCHEMA, FRAGMENT_SCHEMA, build_events, glom_batches
 from orderer.clock import SimulatedClock
 from orderer.config import OrdererConfig
 from orderer.errors import ConfigError
@@ -44,7 +49,7 @@ from orderer.replay.sliced import OutputTaker, numbered
 from orderer.replay.sliced_merge import built_starts, merge
 from orderer.replay.slicing import Slicing
 
-__all__ = ["ReplayedRun", "replay_orderers", "slicing_of"]
+__all__ = ["ReplayedRun", "RunPart", "replay_orderers", "slicing_of"]
 
 
 def slicing_of(data_dirs: Sequence[Path], flag: str = "INPUT") -> Slicing:
@@ -79,6 +84,19 @@ def slicing_of(data_dirs: Sequence[Path], flag: str = "INPUT") -> Slicing:
 
 
 @dataclass(frozen=True, slots=True)
+class RunPart:
+    """One run of the orderers' run tables (``evb serve --run``, then each ``BeginRun``) in the
+    replay: its rows of the merged stream (positions as in the whole) and the events glom builds
+    of them alone (an event never spans two runs), as ``evb spark-job --follow-runs`` builds
+    each run."""
+
+    number: int | None
+    """Its number; None for the first run (the server's ``--run``, which no log records)."""
+    fragments: pa.Table
+    events: pa.Table | None
+
+
+@dataclass(frozen=True, slots=True)
 class ReplayedRun:
     """The merged stream of N orderers replayed from their arrival logs, and its events."""
 
@@ -95,6 +113,32 @@ class ReplayedRun:
     """Of those, the ones left out (``late_policy: drop``)."""
     counters: tuple[dict[str, Any], ...]
     """Each orderer's counters, as ``evb replay --stats`` writes one orderer's."""
+    run_numbers: tuple[int | None, ...] = (None,)
+    """The runs of the orderers' run tables, in order (the first one's number unrecorded)."""
+    run_of_row: np.ndarray | None = None
+    """Each row's run (its index in ``run_numbers``): the run its fragment arrived in."""
+    glom: GlomConfig | None = None
+
+    def runs(self) -> tuple[RunPart, ...]:
+        """The merged stream run by run. Each run must be one stretch of it (the runs' clocks
+        go on from run to run: where a run's clocks restart below the run before, its rows fall
+        into the earlier run's pieces and the whole stream mixes them; ValueError)."""
+        which = np.zeros(self.fragments.num_rows, np.int64) if self.run_of_row is None else (
+            self.run_of_row
+        )
+        parts = []
+        for run, number in enumerate(self.run_numbers):
+            rows = np.flatnonzero(which == run)
+            if rows.size and int(rows[-1]) - int(rows[0]) + 1 != rows.size:
+                raise ValueError(f"run {number}'s rows are not one stretch of the merged stream")
+            first = int(rows[0]) if rows.size else 0
+            fragments = self.fragments.slice(first, int(rows.size))
+            events = None
+            if self.glom is not None:
+                built = list(glom_batches(fragments.to_batches(), self.glom))
+                events = pa.Table.from_batches(built, EVENT_SCHEMA)
+            parts.append(RunPart(number, fragments, events))
+        return tuple(parts)
 
     def to_json(self) -> dict[str, Any]:
         """The summary ``evb replay d0,d1,d2`` prints (and writes with ``--stats``)."""
@@ -176,19 +220,36 @@ def replay_orderers(
     fragments = _Fragments()
     takers = []
     counters = []
+    begun: list[list[tuple[int, int]]] = []  # each orderer's (run, its first fragment number)
+    numbers: list[tuple[int, int]] = []  # each orderer's fragment numbers
     first = 0
     for k, directory in enumerate(dirs):
         taker = OutputTaker(Orderer(configs[k], clock=SimulatedClock()))
         walker = ArrivalWalker(taker.orderer, taker)
+        begun.append([])
+        low = first
         for batch in input_batches(directory) if batches is None else batches[k]:
             if not len(batch):
                 continue
             fragments.add(batch)
             walker.feed(numbered(batch, first))
-            first += int((batch.kind == ArrivalKind.FRAGMENT).sum())
+            is_fragment = batch.kind == ArrivalKind.FRAGMENT
+            for row in np.flatnonzero(batch.kind == ArrivalKind.BEGIN_RUN).tolist():
+                begun[k].append((int(batch.value[row]), first + int(is_fragment[:row].sum())))
+            first += int(is_fragment.sum())
         walker.finish()
+        numbers.append((low, first))
         takers.append(taker)
         counters.append(taker.orderer.counters())
+    if any([r for r, _ in b] != [r for r, _ in begun[0]] for b in begun):
+        raise ConfigError(
+            "INPUT", ",".join(map(str, dirs)), "the data directories began other runs: each "
+            "run of a run over several orderers is begun at every orderer"
+        )
+    run_of_number = np.zeros(first, np.int64)
+    for (_, high), runs in zip(numbers, begun, strict=True):
+        for _, at in runs:
+            run_of_number[at:high] += 1
     run = configs[0]
     merged = merge(
         [taker.output for taker in takers], slicing,
@@ -219,5 +280,6 @@ def replay_orderers(
             if n else EVENT_SCHEMA.empty_table()
         )
     return ReplayedRun(
-        slicing, rows, events, without, merged.raised, merged.dropped, tuple(counters)
-    )
+        slicing, rows, events, without, merged.raised, merged.dropped, tuple(counters),
+        (None, *(r for r, _ in begun[0])), run_of_number[merged.id], glom,
+    )  # fmt: skip

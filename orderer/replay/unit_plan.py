@@ -55,6 +55,7 @@ __all__ = [
     "PieceSpan",
     "PlannedUnits",
     "Range",
+    "RunStart",
     "Unit",
     "UnitPlanner",
     "UnitStart",
@@ -148,6 +149,16 @@ def merged_pieces(indexes: Sequence[SliceIndex]) -> MergedPieces:
 
 
 @dataclass(frozen=True, slots=True)
+class RunStart:
+    """Where one run of the orderers' run tables begins in the merged stream: each orderer's
+    first offset of it, the rows of the merged stream before it and their high-water mark."""
+
+    starts: tuple[int, ...]
+    position: int
+    high_water: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class UnitStart:
     """Where the next unit begins (the query's offset; the module's text says why each part)."""
 
@@ -170,6 +181,13 @@ class UnitStart:
     @classmethod
     def initial(cls, orderers: int) -> UnitStart:
         return cls(-1, 0, 0, 0, 0, None, (0,) * orderers)
+
+    @classmethod
+    def run_start(cls, before: RunStart) -> UnitStart:
+        """Before the first row of one run of the orderers' run tables (``evb spark-job
+        --follow-runs``): its rows are numbered on from the runs before and flagged late
+        against their high-water mark, as one stream, and nothing before it is read."""
+        return cls(-1, 0, 0, before.position, before.position, before.high_water, before.starts)
 
     def to_json(self) -> dict[str, Any]:
         """The offset as Spark keeps it in the checkpoint (JSON)."""
@@ -290,12 +308,12 @@ class UnitPlanner:
         if start.slice < 0:  # the run's first row begins the first unit
             if not known:
                 if merged.complete:
-                    return PlannedUnits((), self._ended(merged, 0))
+                    return PlannedUnits((), self._ended(merged, start.position))
                 return PlannedUnits((), start)
             first = known[0]
             start = UnitStart(
-                first.slice, first.orderer, first.first, 0, 0, None,
-                self._needed(merged, first.slice, first.orderer, first.first),
+                first.slice, first.orderer, first.first, start.position, start.position,
+                start.high_water, self._needed(merged, first.slice, first.orderer, first.first),
             )  # fmt: skip
             at = 0
         else:

@@ -141,11 +141,9 @@ def _check_several(
     """A run over several orderers (``--target a,b,c``, ``--path d0,d1,d2``): what the job
     does not do over several yet, and (without the network) the data directories' roles."""
     flag = "--path" if paths is not None else "--target"
-    for given, name in ((config.follow_runs, "--follow-runs"), (config.check_order,
-                                                                 "--check-order")):
-        if given:
-            raise ConfigError(name, None, f"is not done over several orderers yet: give {flag} "
-                              "one orderer")
+    if config.check_order:
+        raise ConfigError("--check-order", None, f"is not done over several orderers yet: give "
+                          f"{flag} one orderer")
     if paths is not None:
         for name in paths:
             if not Path(name).is_dir():

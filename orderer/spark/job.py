@@ -53,13 +53,15 @@ A run spread over several orderers (docs/scale-out.md) is read as one: ``--targe
 orderers in their order, each one's role checked before Spark starts: another order or a missing
 orderer is refused in one line, exit status 2) or ``--path d0,d1,d2`` (their data directories);
 the source reads them in slice order (:mod:`orderer.spark.sliced_source`) and the events are
-glom's over the merged stream, each row's ``offset`` its position there. ``--follow-runs`` and
-``--check-order`` take one orderer.
+glom's over the merged stream, each row's ``offset`` its position there. ``--check-order`` takes
+one orderer.
 
 With ``--follow-runs`` the job follows the orderer from run to run (:mod:`orderer.spark.runs`):
 each run of its run table is a run of the layout above, named by its number (``events/run=8/``,
 ``runs/8/``), built by a query of its own over exactly its offsets, its summary and report
 written once it ended and was read to its end; the job goes on until SIGTERM or ``--until-run``.
+Over several orderers (``--target a,b,c``) it follows the runs begun at every orderer, each run
+the merge of the orderers' outputs of that run (:func:`orderer.spark.runs.orderers_table`).
 
 The SparkSession is created only in :func:`main`; :func:`run` and :func:`follow_runs` take one
 (the tests share theirs).
@@ -87,6 +89,7 @@ from orderer.spark.glom import glom_options
 from orderer.spark.layout import Layout
 from orderer.spark.nscldaq import NscldaqSink
 from orderer.spark.order_check import CHECK_FRAGMENTS, check_order, report
+from orderer.spark.sliced_reads import several
 from orderer.spark.stages import stage_failure, stage_results
 from orderer.spark.streaming import channel_security, security_options, stream
 from orderer.stages.plan import Plan
@@ -133,32 +136,54 @@ def follow_runs(spark: Any, config: JobConfig, plan: Plan | None = None) -> list
     target = config.target
     assert target is not None  # --follow-runs needs --target (checked before Spark starts)
     security = channel_security(config)
+    orderers = several(target, "--target")
     results: list[JobResult] = []
 
     def table() -> list[runs.RunSpan]:
         return runs.table(get_stats(target, security=security, barrier_log_limit=1))
+
+    def orderers_table() -> list[runs.OrderersRun]:  # a run over several: begun at every one
+        assert orderers is not None
+        return runs.orderers_table([
+            runs.table(get_stats(t, security=security, barrier_log_limit=1)) for t in orderers
+        ])  # fmt: skip
 
     def done(number: int) -> bool:
         return files.exists(spark, Layout.of(config, str(number)).summary)
 
     with runs.StopSignal() as stop:
 
-        def build(span: runs.RunSpan) -> bool:
+        def build(span: runs.RunSpan | runs.OrderersRun) -> bool:
             layout = Layout.of(config, str(span.run))
             started = time.monotonic()
             batches, end = stream(spark, config, glom, layout, span, stop.requested, plan)
             if end is None:
                 return False
-            offsets = {"run_offsets": {"start": span.start_offset, "end": end}}
+            if isinstance(span, runs.RunSpan):
+                offsets: dict[str, Any] = {"run_offsets": {"start": span.start_offset, "end": end}}
+            else:  # each orderer's offsets of the run, and where it ends in the merged stream
+                try:
+                    ended = next(r for r in orderers_table() if r.run == span.run)
+                except ServiceUnavailable:  # only the summary's ends: the begun run's then
+                    ended = span
+                offsets = {"run_offsets": {"start": list(ended.starts), "end": list(ended.ends),
+                                           "merged_end": end}}
             built = time.monotonic() - started
             results.append(
                 _finish(spark, config, glom, layout, batches, built, offsets, plan=plan)
             )
             return True
 
-        runs.follow(
-            table, done, build, until=config.until_run, stopped=stop.requested, poll=config.poll
-        )
+        if orderers is not None:
+            runs.follow(
+                orderers_table, done, build, until=config.until_run, stopped=stop.requested,
+                poll=config.poll,
+            )  # fmt: skip
+        else:
+            runs.follow(
+                table, done, build, until=config.until_run, stopped=stop.requested,
+                poll=config.poll,
+            )  # fmt: skip
     return results
 
 

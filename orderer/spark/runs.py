@@ -19,6 +19,12 @@ run ended and the job had consumed it to its end): a restarted job goes on with 
 that is not. The job stops when told (SIGTERM), when a run's query stops, or with
 ``--until-run N`` once every run up to N is done and the table holds N or a later run.
 
+A run spread over N orderers (``--target a,b,c``) is begun and ended at every orderer, so each
+orderer's run table holds the same runs: :func:`orderers_table` is their view as one table (a
+run is in it once begun at every orderer; it has ended once ended at every one), each run with
+its offsets at each orderer (:class:`OrderersRun`), and :func:`follow` follows it as it follows
+one orderer's.
+
 This module imports neither Spark nor the job: :mod:`orderer.spark.job` gives :func:`follow` its
 way to build a run, and the source takes :func:`run_end` from here.
 """
@@ -30,23 +36,70 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from orderer.errors import ConfigError, ServiceUnavailable
 from orderer.job_config import JobConfig
 from orderer.stats import RunSpan, Stats
 
 __all__ = [
+    "OrderersRun",
     "RunSpan",
     "StopSignal",
     "check_arguments",
     "finished",
     "follow",
     "next_run",
+    "orderers_table",
     "run_end",
     "table",
 ]
+
+
+class Numbered(Protocol):
+    """A run of a run table, as following it needs it: its number."""
+
+    @property
+    def run(self) -> int: ...
+
+
+_Run = TypeVar("_Run", bound=Numbered)
+
+
+@dataclass(frozen=True, slots=True)
+class OrderersRun:
+    """One run of a run spread over N orderers: its output at orderer ``k`` is ``[starts[k],
+    ends[k])``, an end None while the run goes on there."""
+
+    run: int
+    starts: tuple[int, ...]
+    ends: tuple[int | None, ...]
+
+    @property
+    def ended(self) -> bool:
+        """Ended at every orderer (each one's end is known)."""
+        return all(end is not None for end in self.ends)
+
+
+def orderers_table(tables: Sequence[Sequence[RunSpan]]) -> list[OrderersRun]:
+    """The run tables of the N orderers of one run (orderer ``k``'s at ``k``) as one table, in
+    order: the runs begun at every orderer (a run an orderer has not begun yet is left out until
+    it has; the numbers only increase, so the runs of one table are a prefix of another's)."""
+    runs: list[OrderersRun] = []
+    for spans in zip(*tables, strict=False):  # the runs every orderer has begun
+        numbers = {span.run for span in spans}
+        if len(numbers) != 1:
+            listed = ", ".join(str(span.run) for span in spans)
+            raise ConfigError(
+                "--target", None, f"the orderers' run tables differ (runs {listed} in one "
+                "place, in the orderers' order): begin and end each run at every orderer"
+            )
+        runs.append(OrderersRun(
+            spans[0].run, tuple(s.start_offset for s in spans), tuple(s.end_offset for s in spans)
+        ))  # fmt: skip
+    return runs
 
 
 def table(stats: Stats) -> list[RunSpan]:
@@ -66,8 +119,8 @@ def run_end(runs: Sequence[RunSpan], run: int) -> int | None:
 
 
 def next_run(
-    runs: Sequence[RunSpan], done: Callable[[int], bool], until: int | None
-) -> RunSpan | None:
+    runs: Sequence[_Run], done: Callable[[int], bool], until: int | None
+) -> _Run | None:
     """The first run of the table that is not done (and not above ``until``); None: none yet."""
     for span in runs:
         if (until is None or span.run <= until) and not done(span.run):
@@ -75,7 +128,7 @@ def next_run(
     return None
 
 
-def finished(runs: Sequence[RunSpan], done: Callable[[int], bool], until: int | None) -> bool:
+def finished(runs: Sequence[Numbered], done: Callable[[int], bool], until: int | None) -> bool:
     """Whether ``--until-run until`` is reached: every run up to it done, and the table holds it
     or a later run (a later one: the numbers skipped it, and no run up to it can come any more,
     run numbers only increase)."""
@@ -87,9 +140,9 @@ def finished(runs: Sequence[RunSpan], done: Callable[[int], bool], until: int | 
 
 
 def follow(
-    runs: Callable[[], list[RunSpan]],
+    runs: Callable[[], list[_Run]],
     done: Callable[[int], bool],
-    build: Callable[[RunSpan], bool],
+    build: Callable[[_Run], bool],
     *,
     until: int | None,
     stopped: Callable[[], bool],

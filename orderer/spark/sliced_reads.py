@@ -13,35 +13,96 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
+import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
 from orderer.batch import EmittedBatch
-from orderer.errors import ConfigError
+from orderer.errors import AuthenticationError, ConfigError, ServiceUnavailable
 from orderer.formats import log_format
 from orderer.formats.payloads import ArrivalPayloads, read_ordered_range
 from orderer.replay.pieces import DEFAULT_LIMIT, PieceCutter, PieceList
 from orderer.replay.sliced_logs import slicing_of
 from orderer.replay.slicing import Slicing
-from orderer.replay.unit_plan import Range
-from orderer.stats import SliceIndex, SliceRole
+from orderer.replay.unit_plan import Range, RunStart
+from orderer.stats import RunSpan, SliceIndex, SliceRole
 
 __all__ = [
     "LiveHeads",
     "LogHeads",
     "LogSpans",
     "OrderersAt",
+    "RunHeads",
     "RunOrderers",
     "check_data_dirs",
     "check_targets",
+    "retried",
     "several",
 ]
+
+log = logging.getLogger("evb.spark")
+
+_T = TypeVar("_T")
+
+_FIRST_WAIT = 0.05
+"""Seconds before the first retry of an orderer that did not answer; each further wait doubles,
+up to :data:`_LONGEST_WAIT`."""
+_LONGEST_WAIT = 1.0
+
+
+class _Outage:
+    """How long one orderer has not answered, and the wait before the next try (an orderer
+    killed and restarted on its data directory: a call in flight ends UNAVAILABLE, and one made
+    while it dies or starts is told the connection closed, at once, not after its connect
+    timeout)."""
+
+    __slots__ = ("_since", "_wait", "target", "timeout")
+
+    def __init__(self, target: str, timeout: float) -> None:
+        self.target = target
+        self.timeout = timeout
+        self._since: float | None = None
+        self._wait = _FIRST_WAIT
+
+    def answered(self) -> None:
+        self._since, self._wait = None, _FIRST_WAIT
+
+    def wait_or_raise(self, error: ServiceUnavailable) -> None:
+        """Sleep before the next try; raise ``error`` once ``timeout`` seconds have passed
+        without an answer, or at once when it refused the credentials (no wait cures that)."""
+        if isinstance(error, AuthenticationError):
+            raise error
+        now = time.monotonic()
+        if self._since is None:
+            self._since = now
+            log.warning("orderer %s unavailable, waiting up to %g s: %s",
+                        self.target, self.timeout, error)
+        if now - self._since > self.timeout:
+            raise error
+        time.sleep(self._wait)
+        self._wait = min(2 * self._wait, _LONGEST_WAIT)
+
+
+def retried(call: Callable[[], _T], target: str, timeout: float) -> _T:
+    """``call()`` (one call to the orderer at ``target``) tried again while the orderer is
+    unavailable, up to ``timeout`` seconds: the query waits at that orderer, it does not end.
+    (The one-orderer source waits for a restarting orderer through its calls' connect timeout
+    alone; a call broken off in flight, or refused while the orderer dies or starts, fails at
+    once, which over N orderers, N times the calls, the query would meet often.)"""
+    outage = _Outage(target, timeout)
+    while True:
+        try:
+            return call()
+        except ServiceUnavailable as error:
+            outage.wait_or_raise(error)
 
 
 def several(value: str | Path | None, flag: str) -> list[str] | None:
@@ -155,9 +216,13 @@ class LiveHeads:
         target = self._at.targets[orderer]
         pieces: list = []
         while True:
-            reply = get_slice_index(
-                target, from_slice, timeout=self._at.reconnect_timeout,
-                connect_timeout=self._at.reconnect_timeout, security=self._at.channel_security(),
+            reply = retried(
+                functools.partial(
+                    get_slice_index, target, from_slice, timeout=self._at.reconnect_timeout,
+                    connect_timeout=self._at.reconnect_timeout,
+                    security=self._at.channel_security(),
+                ),
+                target, self._at.reconnect_timeout,
             )  # fmt: skip
             if pieces and reply.pieces and reply.pieces[0].slice == pieces[-1].slice:
                 pieces.pop()  # the last piece of the page before, as it stands now
@@ -176,6 +241,99 @@ class LiveHeads:
             np.concatenate([b.timestamp for b in batches]),
             np.concatenate([b.barrier for b in batches]),
         )
+
+
+class RunHeads:
+    """The driver's reads of one run of the live orderers' run tables (``--follow-runs``,
+    option ``run``): where the run begins in the merged stream (:attr:`start`), and each
+    orderer's run cut into pieces here, from its first offset of the run on, its rows read once
+    without payloads as the output grows (the orderer's own slice index runs over all its runs,
+    and a piece there can hold the end of one run and the beginning of the next, or, where the
+    clocks restart, the whole of the next); rows without payloads as :class:`LiveHeads`."""
+
+    __slots__ = ("_cutters", "_live", "_pieces", "_run", "at", "start")
+
+    def __init__(self, at: OrderersAt, run: int) -> None:
+        self.at = at
+        self._run = run
+        self._live = LiveHeads(at)
+        n = at.slicing.orderers
+        spans = [self._span(k)[0] for k in range(n)]
+        self._cutters = [PieceCutter(at.slicing, k) for k in range(n)]
+        self._pieces = [PieceList() for _ in range(n)]
+        for pieces, span in zip(self._pieces, spans, strict=True):
+            pieces.next_offset = span.start_offset
+        before = [self._before(k, span.start_offset) for k, span in enumerate(spans)]
+        high = [h for _, h in before if h is not None]
+        self.start = RunStart(
+            tuple(span.start_offset for span in spans),
+            sum(kept for kept, _ in before),
+            max(high) if high else None,
+        )
+
+    def _span(self, orderer: int) -> tuple[RunSpan, int]:
+        """The run's span in the orderer's run table, and the end of its durable output."""
+        from orderer.client import get_stats
+
+        at = self.at
+        target = at.targets[orderer]
+        stats = retried(
+            functools.partial(
+                get_stats, target, barrier_log_limit=1, timeout=at.reconnect_timeout,
+                connect_timeout=at.reconnect_timeout, security=at.channel_security(),
+            ),
+            target, at.reconnect_timeout,
+        )  # fmt: skip
+        for span in stats.runs:
+            if span.run == self._run:
+                return span, stats.next_offset
+        known = ", ".join(str(span.run) for span in stats.runs) or "none"
+        raise ConfigError(
+            "run", self._run, f"is not in the run table of orderer {orderer} ({target}; runs: "
+            f"{known}): a run over several orderers is begun at every one"
+        )
+
+    def _before(self, orderer: int, start: int) -> tuple[int, int | None]:
+        """The orderer's rows of the merged stream below ``start`` and their highest ordinary
+        timestamp: from its own slice index, but for the piece the run begins in, read."""
+        kept, high = 0, None
+        if start == 0:
+            return kept, high
+        index = self._live.index(orderer, 0)
+        pieces = index.pieces
+        for i, piece in enumerate(pieces):
+            if piece.first_offset >= start:
+                break
+            until = pieces[i + 1].first_offset if i + 1 < len(pieces) else index.next_offset
+            if until <= start:
+                kept += piece.kept
+                top = piece.highest_timestamp
+                if top is not None:
+                    high = top if high is None else max(high, top)
+                continue
+            ts, barrier = self._live.heads(orderer, piece.first_offset, start)
+            keep = (barrier == 0) | (self.at.slicing.owner(ts) == orderer)
+            kept += int(keep.sum())
+            ordinary = ts[barrier == 0]
+            if ordinary.size:
+                top = int(ordinary.max())
+                high = top if high is None else max(high, top)
+        return kept, high
+
+    def index(self, orderer: int, from_slice: int) -> SliceIndex:
+        span, durable = self._span(orderer)
+        end = span.end_offset
+        pieces, cutter = self._pieces[orderer], self._cutters[orderer]
+        available = durable if end is None else min(end, durable)
+        for batch in self.at.batches(orderer, pieces.next_offset, available, payload=False):
+            pieces.fold(cutter.cut_rows(batch.first_seq, batch.timestamp, batch.barrier))
+        complete = end is not None and pieces.next_offset >= end
+        return pieces.read(from_slice, 2**62, complete=complete)
+
+    def heads(
+        self, orderer: int, first: int, until: int
+    ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint32]]:
+        return self._live.heads(orderer, first, until)
 
 
 # ----------------------------------------------------------------------- finished run's logs
@@ -293,16 +451,27 @@ class OrderersAt:
     def batches(
         self, orderer: int, first: int, until: int, *, payload: bool = True
     ) -> Iterator[EmittedBatch]:
-        """A live orderer's offsets ``[first, until)``."""
+        """A live orderer's offsets ``[first, until)``; a read the orderer broke off (killed,
+        restarting) goes on from the offset it reached once the orderer is back, up to
+        ``reconnect_timeout`` seconds without an answer."""
         from orderer.client import OrderedStreamReader
 
-        if until <= first:
-            return iter(())
-        return iter(OrderedStreamReader(
-            self.targets[orderer], first, until=until, payload=payload,
-            reconnect_timeout=self.reconnect_timeout, connect_timeout=self.reconnect_timeout,
-            security=self.channel_security(),
-        ))  # fmt: skip
+        outage = _Outage(self.targets[orderer], self.reconnect_timeout)
+        offset = first
+        while offset < until:
+            reader = OrderedStreamReader(
+                outage.target, offset, until=until, payload=payload,
+                reconnect_timeout=self.reconnect_timeout, connect_timeout=self.reconnect_timeout,
+                security=self.channel_security(),
+            )  # fmt: skip
+            try:
+                for batch in reader:
+                    outage.answered()
+                    offset = batch.first_seq + len(batch)
+                    yield batch
+                return
+            except ServiceUnavailable as error:
+                outage.wait_or_raise(error)
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[Callable[[Range], Iterator[EmittedBatch]]]:

@@ -13,8 +13,11 @@ over the merged stream from the high-water mark the unit carries, and builds wit
 (:func:`~orderer.building.glom.glom_batches`): whole units are whole events, so the events are
 glom's over the merged stream for any partitions and any micro-batches. The rows are the
 one-orderer source's (``offset`` is the row's position in the merged stream), and so are the
-options, but for ``startingOffset``, ``endingOffset`` and ``run`` (refused here: a run over
-several orderers is read whole).
+options, but for ``startingOffset`` and ``endingOffset`` (refused here: a run over several
+orderers is read whole). ``run`` (a streamed read, ``evb spark-job --follow-runs``) reads one
+run of the orderers' run tables (:class:`~orderer.spark.sliced_reads.RunHeads`): the merge of
+each orderer's output of that run, numbered on from the runs before it and flagged late against
+their high-water mark, ending where the run ended at every orderer.
 
 Offsets are :class:`~orderer.replay.unit_plan.UnitStart` as JSON: where the next unit begins,
 with what a restarted query needs to plan on from there. ``commit`` sends each orderer the
@@ -48,8 +51,10 @@ from orderer.spark.sliced_reads import (
     LiveHeads,
     LogHeads,
     OrderersAt,
+    RunHeads,
     check_data_dirs,
     check_targets,
+    retried,
 )
 
 __all__ = ["SlicedBatchReader", "SlicedStreamReader", "UnitsPartition", "several_orderers"]
@@ -79,13 +84,16 @@ class UnitsPartition(InputPartition):
     at: OrderersAt
 
 
-def _check_options(options: Any) -> None:
-    """What the one-orderer source takes and a read of several orderers does not."""
-    if options.starting_offset or options.ending_offset is not None or options.run is not None:
+def _check_options(options: Any, *, streamed: bool) -> None:
+    """What the one-orderer source takes and a read of several orderers does not (``run``: a
+    streamed read follows one run of the orderers' run tables)."""
+    if options.starting_offset or options.ending_offset is not None:
         raise ConfigError(
-            "startingOffset/endingOffset/run", None,
+            "startingOffset/endingOffset", None,
             "are offsets of one orderer's output: a run over several orderers is read whole",
         )  # fmt: skip
+    if options.run is not None and not streamed:
+        raise ConfigError("run", options.run, "is read as a stream over several orderers")
 
 
 def _read(options: Any, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -110,7 +118,7 @@ class SlicedBatchReader(DataSourceReader):
     live orderers hold (``target``) as far as units can be planned."""
 
     def __init__(self, options: Any, kind: str, names: Sequence[str]) -> None:
-        _check_options(options)
+        _check_options(options, streamed=False)
         self.options = options
         self._kind = kind
         self._names = tuple(names)
@@ -140,9 +148,12 @@ def _live(options: Any, targets: Sequence[str]) -> OrderersAt:
     """The live orderers, their roles checked (the run's slicing and late policy from them)."""
     from orderer.spark.access import channel_security
 
-    run = check_targets(
-        targets, channel_security(options.security), options.reconnect_timeout
-    )
+    run = retried(  # a query (re)started while an orderer restarts waits for it
+        lambda: check_targets(
+            targets, channel_security(options.security), options.reconnect_timeout
+        ),
+        ",".join(targets), options.reconnect_timeout,
+    )  # fmt: skip
     return OrderersAt(
         run.slicing, targets=tuple(targets), security=options.security,
         reconnect_timeout=options.reconnect_timeout, drop_late=run.drop_late,
@@ -159,42 +170,50 @@ class SlicedStreamReader(DataSourceStreamReader):
     def __init__(self, options: Any, kind: str, names: Sequence[str]) -> None:
         if kind != "target":
             raise ConfigError("target", None, "a streaming read needs the option target")
-        _check_options(options)
+        _check_options(options, streamed=True)
         self.options = options
         self._targets = tuple(names)
         self._at: OrderersAt | None = None
         self._planner: UnitPlanner | None = None
+        self._start: UnitStart | None = None
         self._plans: dict[tuple[str, str], tuple[Unit, ...]] = {}
         self._last_look = 0.0
         self._idle_at: str | None = None
 
     def __getstate__(self) -> dict[str, Any]:  # the executors need the options alone
-        return {**self.__dict__, "_planner": None, "_plans": {}}
+        return {**self.__dict__, "_planner": None, "_plans": {}, "_start": None}
 
     def _planning(self) -> UnitPlanner:
         if self._planner is None:
             self._at = _live(self.options, self._targets)
+            heads: HeadReader
+            if self.options.run is None:
+                heads, self._start = LiveHeads(self._at), UnitStart.initial(len(self._targets))
+            else:  # one run of the run tables: from its start, its pieces cut here
+                heads = RunHeads(self._at, self.options.run)
+                self._start = UnitStart.run_start(heads.start)
             self._planner = UnitPlanner(
-                self._at.slicing, _dt(self.options), LiveHeads(self._at),
-                drop_late=self._at.drop_late,
-            )  # fmt: skip
+                self._at.slicing, _dt(self.options), heads, drop_late=self._at.drop_late
+            )
         return self._planner
 
     def initialOffset(self) -> dict:
         from orderer.client import commit
         from orderer.spark.access import channel_security
 
-        for target in self._targets:  # register: retention keeps this consumer's output
-            try:
+        self._planning()
+        assert self._start is not None
+        for target, offset in zip(self._targets, self._start.needed, strict=True):
+            try:  # register: retention keeps this consumer's output from there
                 commit(
-                    target, self.options.consumer, 0,
+                    target, self.options.consumer, offset,
                     connect_timeout=self.options.reconnect_timeout,
                     security=channel_security(self.options.security),
                 )  # fmt: skip
-            except InterfaceError as error:
+            except (ServiceUnavailable, InterfaceError) as error:  # the first commit does
                 log.warning("could not register consumer %s at %s: %s",
                             self.options.consumer, target, error)
-        return UnitStart.initial(len(self._targets)).to_json()
+        return self._start.to_json()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_per_trigger is None:

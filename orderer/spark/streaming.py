@@ -59,7 +59,7 @@ def stream(
     config: JobConfig,
     glom: GlomConfig,
     layout: Layout,
-    span: runs.RunSpan | None = None,
+    span: runs.RunSpan | runs.OrderersRun | None = None,
     stopped: Callable[[], bool] = lambda: False,
     plan: Plan | None = None,
 ) -> tuple[int, int | None]:
@@ -95,8 +95,10 @@ def stream(
     )
     if config.max_fragments_per_trigger:
         reader = reader.option("maxFragmentsPerTrigger", config.max_fragments_per_trigger)
-    if span is not None:  # this run's offsets alone: its last event closes at its end
+    if isinstance(span, runs.RunSpan):  # this run's offsets alone: its last event closes there
         reader = reader.option("run", span.run).option("startingOffset", span.start_offset)
+    elif span is not None:  # one run over several orderers: the source finds its offsets
+        reader = reader.option("run", span.run)
     events = reader.option("output", "events").load()  # built where read: one Python step
     writer = events.writeStream.option("checkpointLocation", checkpoint).queryName(
         f"evb-{layout.run}"
@@ -121,7 +123,8 @@ def stream(
             if query.awaitTermination(config.poll):
                 break
             if orderers is not None:  # a run over several orderers
-                read_to = _read_to_the_end(query, orderers, config, security)
+                number = None if span is None else span.run
+                read_to = _read_to_the_end(query, orderers, config, security, number)
                 if read_to is None:
                     continue
                 break
@@ -130,7 +133,7 @@ def stream(
             except ServiceUnavailable as error:  # the orderer restarts: the query retries too
                 print(f"evb spark-job: orderer unavailable, waiting: {error}", file=sys.stderr)
                 continue
-            if span is None:
+            if not isinstance(span, runs.RunSpan):
                 run_end = stats.next_offset if stats.run_ended else None
             else:
                 run_end = runs.run_end(stats.runs, span.run)
@@ -141,7 +144,9 @@ def stream(
             # the last one is never committed: commit it here, or the finished job would
             # show a lag for ever and hold that much of the log from retention
             end = _end_offset(query.lastProgress)
-            if span is not None and (span.start_offset if end is None else end) < run_end:
+            if isinstance(span, runs.RunSpan) and (
+                span.start_offset if end is None else end
+            ) < run_end:
                 continue  # not read to the run's end yet
             if end is not None:
                 commit(target, config.consumer, end, security=security)
@@ -160,20 +165,23 @@ def stream(
 
 
 def _read_to_the_end(
-    query: Any, orderers: list[str], config: JobConfig, security: Any
+    query: Any, orderers: list[str], config: JobConfig, security: Any, run: int | None = None
 ) -> int | None:
-    """A run over several orderers once every orderer's run ended: the query read to the end
-    of the merged stream (its last offset the end, :class:`~orderer.replay.unit_plan.
-    UnitStart`), that end committed at every orderer (Spark commits a batch's end only when it
-    plans the next: the last one here); returns the merged stream's length, None until then."""
+    """A run over several orderers once every orderer's run ended (``run``: that run of their
+    run tables): the query read to the end of the merged stream (its last offset the end,
+    :class:`~orderer.replay.unit_plan.UnitStart`), that end committed at every orderer (Spark
+    commits a batch's end only when it plans the next: the last one here); returns the
+    position after the merged stream's last row, None until then."""
     from orderer.client import commit, get_stats
     from orderer.replay.unit_plan import UnitStart
 
     try:
-        ended = all(
-            get_stats(target, security=security, barrier_log_limit=1).run_ended
-            for target in orderers
-        )
+        stats = [get_stats(target, security=security, barrier_log_limit=1) for target in orderers]
+        if run is None:
+            ended = all(s.run_ended for s in stats)
+        else:
+            table = runs.orderers_table([runs.table(s) for s in stats])
+            ended = any(span.run == run and span.ended for span in table)
     except ServiceUnavailable as error:  # an orderer restarts: the query waits for it too
         print(f"evb spark-job: orderer unavailable, waiting: {error}", file=sys.stderr)
         return None

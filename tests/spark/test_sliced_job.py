@@ -256,5 +256,5 @@ def test_orderers_out_of_order_or_missing_are_refused_before_spark(
         err = capsys.readouterr().err
         assert said in err and len(err.strip().splitlines()) == 1, err
     assert job.main(["--target", late_run.targets, "--dt", "5", "--output", out,
-                     "--follow-runs"]) == 2
-    assert "--follow-runs: is not done over several orderers yet" in capsys.readouterr().err
+                     "--check-order"]) == 2
+    assert "--check-order: is not done over several orderers yet" in capsys.readouterr().err
