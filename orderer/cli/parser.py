@@ -439,7 +439,8 @@ def _add_forward(commands: Any) -> None:
         "forward one orderer's ordered output to another as its sources (build in levels)",
         cmd_forward,
         "Read the ordered output of the orderer --from (from the offset its consumer NAME "
-        "committed) and send it to the orderer --to: each upstream source keeps its id, or "
+        "committed) and send it to the orderer --to (or the run over several orderers it "
+        "names, routing as every source does): each upstream source keeps its id, or "
         "with --as-source all become one source. Commits to --from only what --to "
         "acknowledged durable, and numbers each source from --from's log, so a kill -9 of "
         "either orderer or of the forwarder loses and duplicates nothing; sends --from's "

@@ -27,7 +27,7 @@ import pytest
 
 from orderer.apps.forward import _counts_from, _metadata
 from orderer.batch import EmittedBatch
-from orderer.client import OrderedStreamReader, commit, end_run, get_stats
+from orderer.client import OrderedStreamReader, commit, end_run, get_committed, get_stats
 from orderer.config import OrdererConfig
 from orderer.replay.simulate import replay
 from orderer.replay.synthetic import SyntheticRun, generate_records, iter_batches
@@ -116,6 +116,16 @@ class _Forwarder:
         return dict(json.loads(out.strip().splitlines()[-1]))
 
 
+def _committed(kill: str, lower: dict[str, ServerProcess], top: ServerProcess) -> bool:
+    """A forwarder to be killed has committed something at its lower orderer (the other
+    forwarder alone can bring the top orderer's count up to where the kill happens; killed
+    before its first commit, the restart would rightly begin at offset 0)."""
+    if not kill.startswith("forward-"):
+        return True
+    name = kill.removeprefix("forward-")
+    return get_committed(lower[name].target, f"forward-to-{top.target}").offset > 0
+
+
 def _received(target: str) -> int:
     try:
         return get_stats(target, timeout=5, connect_timeout=1).totals.received
@@ -174,7 +184,7 @@ def _build(
     if kill is not None:
         total = sum(_expected().values())
         deadline = time.monotonic() + 60
-        while _received(top.target) < total // 3:
+        while _received(top.target) < total // 3 or not _committed(kill, lower, top):
             assert time.monotonic() < deadline, "the top orderer did not get going"
             time.sleep(0.05)
         assert all(s.poll() is None for s in senders), "the run ended before the kill"
