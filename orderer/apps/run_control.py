@@ -17,10 +17,11 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from orderer.apps.run_stats import OrdererView, check_roles, orderer_targets, split_targets
+from orderer.apps.run_stats import OrdererView, check_roles, split_targets
 from orderer.client import ChannelSecurity, get_stats, set_source_state
 from orderer.client.each import Outcome, begin_each, end_each, failures
-from orderer.errors import InterfaceError, ServiceUnavailable
+from orderer.client.roles import peers_of
+from orderer.errors import ServiceUnavailable
 from orderer.stats import RunSpan
 
 __all__ = [
@@ -60,18 +61,11 @@ def run_orderers(
 
     first = ask(targets[0])
     if len(targets) == 1:
-        role = first.slicing
-        if not role.sliced:
-            return RunOrderers(targets, sliced=False)
-        named = orderer_targets(first)
+        named = peers_of(targets[0], first.slicing)  # one without --peers is refused
         if named is None:
-            raise InterfaceError(
-                f"target: {targets[0]} is orderer {role.index} of {role.orderers}, started "
-                "without --peers: a run is ended and begun at every orderer; give them all, "
-                "in their order (--target a:50051,b:50051,...)"
-            )
+            return RunOrderers(targets, sliced=False)
         targets = named
-        answers = {role.index: first}
+        answers = {first.slicing.index: first}
     else:
         answers = {0: first}
     views = []

@@ -26,6 +26,7 @@ from rich.text import Text
 
 from orderer.apps.console import _Column, _count, _Style, _tables
 from orderer.client import parse_targets
+from orderer.client.roles import misplaced
 from orderer.errors import InterfaceError
 from orderer.stats import Stats
 
@@ -70,17 +71,16 @@ def orderer_targets(stats: Stats) -> list[str] | None:
 
 def check_roles(views: Sequence[OrdererView]) -> None:
     """Each answer is the orderer of its index in a run of that many, as the targets were
-    given (one line naming the first that is not)."""
-    n = len(views)
+    given (one line naming the first that is not; :func:`orderer.client.roles.check_roles`)."""
+    first = views[0].stats if views else None  # orderer 0 fixes the slice length
     for view in views:
         if view.stats is None:
             continue
         role = view.stats.slicing
-        if role.orderers != n or role.index != view.index:
-            raise InterfaceError(
-                f"target: {view.target} is orderer {role.index} of {role.orderers}, not orderer"
-                f" {view.index} of {n}: give the run's orderers in their order"
-            )
+        ticks = role.slice_ticks if first is None else first.slicing.slice_ticks
+        why = misplaced(role, view.index, len(views), ticks)
+        if why is not None:
+            raise InterfaceError(f"target: {view.target} {why}")
 
 
 def _state(stats: Stats | None, error: str | None) -> str:

@@ -44,9 +44,11 @@ from orderer.batch import FragmentBatch
 from orderer.client.batching import Buffer, check_timestamp, single_source, source_batch
 from orderer.client.connect import check_connect_timeout, check_source, error_of
 from orderer.client.link import Changes, LinkOptions, OrdererLink
+from orderer.client.roles import check_roles, peers_of
 from orderer.client.routing import SourceRouting
 from orderer.errors import EvbError, InterfaceError
 from orderer.replay.slicing import Slicing
+from orderer.wire.convert import slice_role_from_pb
 from orderer.wire.options import DEFAULT_CONNECT_TIMEOUT
 from orderer.wire.security import ChannelSecurity
 
@@ -161,36 +163,24 @@ class AsyncSourceClient:
         """N and T from the orderers' ``GetStats``; one address of a run over several stands
         for all of them (its ``peers``). Refused with one line: orderers that are not one run's
         in the order given."""
-        roles = [await self._role(link) for link in self._links]
-        first = roles[0]
-        if len(self._links) == 1 and first.orderers > 1:
-            if len(first.peers) != first.orderers:
-                raise InterfaceError(
-                    f"{self._targets[0]} is orderer {first.index} of {first.orderers} and does not"
-                    " name the others (evb serve --peers): give every orderer's address, in order"
-                )
-            mine = self._links[0]
-            self._targets = list(first.peers)
-            self._links = [
-                mine if k == first.index else self._link(t) for k, t in enumerate(self._targets)
-            ]
-            for link in self._links:
-                await link.connect()
-            roles = [await self._role(link) for link in self._links]
-            self.target = ",".join(self._targets)
+        roles = [slice_role_from_pb(await self._role(link)) for link in self._links]
+        if len(self._links) == 1:
+            peers = peers_of(self._targets[0], roles[0])
+            if peers is not None:
+                mine = self._links[0]
+                self._targets = peers
+                self._links = [
+                    mine if k == roles[0].index else self._link(t)
+                    for k, t in enumerate(self._targets)
+                ]
+                for link in self._links:
+                    await link.connect()
+                roles = [slice_role_from_pb(await self._role(link)) for link in self._links]
+                self.target = ",".join(self._targets)
         n = len(self._links)
-        for k, (target, role) in enumerate(zip(self._targets, roles, strict=True)):
-            if role.orderers != n or role.index != k:
-                raise InterfaceError(
-                    f"target: {target} is orderer {role.index} of {role.orderers}, not orderer"
-                    f" {k} of {n}: give the run's orderers in their order"
-                )
-            if role.slice_ticks != roles[0].slice_ticks:
-                raise InterfaceError(
-                    f"target: {target} cuts slices of {role.slice_ticks} ticks, orderer 0 of"
-                    f" {roles[0].slice_ticks}: they are not one run's orderers"
-                )
+        check_roles(self._targets, roles)
         if n > 1:
+            assert roles[0].slice_ticks is not None  # an orderer of several has its T
             self._routing = SourceRouting(Slicing(n, roles[0].slice_ticks))
         for link in self._links:  # the sources known already go to the new links too
             for source in self._buffers:

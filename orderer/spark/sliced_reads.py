@@ -148,6 +148,7 @@ def check_targets(
     client refuses: ConfigError of ``--target``); an orderer that does not answer is
     ``ServiceUnavailable``."""
     from orderer.client import get_stats
+    from orderer.client.roles import misplaced
 
     n = len(targets)
     roles: list[SliceRole] = []
@@ -157,16 +158,9 @@ def check_targets(
             target, barrier_log_limit=1, connect_timeout=connect_timeout, security=security
         )
         role = stats.slicing
-        if role.orderers != n or role.index != k:
-            raise ConfigError(
-                "--target", target, f"is orderer {role.index} of {role.orderers}, not orderer "
-                f"{k} of {n}: give the run's orderers in their order"
-            )
-        if roles and role.slice_ticks != roles[0].slice_ticks:
-            raise ConfigError(
-                "--target", target, f"cuts slices of {role.slice_ticks} ticks, orderer 0 of "
-                f"{roles[0].slice_ticks}: they are not one run's orderers"
-            )
+        why = misplaced(role, k, n, (roles[0] if roles else role).slice_ticks)
+        if why is not None:
+            raise ConfigError("--target", target, why)
         roles.append(role)
         config = config or stats.config
     assert config is not None and roles[0].slice_ticks is not None

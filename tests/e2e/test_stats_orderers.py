@@ -161,8 +161,8 @@ def test_one_orderer_of_several_without_peers_is_not_ended_alone(tmp_path: Path)
         alone = evb("end-run", "--target", server.target)
         assert alone.returncode == 2
         assert alone.stderr.strip() == (
-            f"evb end-run: target: {server.target} is orderer 1 of 3, started without --peers: "
-            "a run is ended and begun at every orderer; give them all, in their order "
+            f"evb end-run: target: {server.target} is orderer 1 of 3 and does not name the "
+            "others (evb serve --peers): give every orderer's address, in their order "
             "(--target a:50051,b:50051,...)"
         )
         assert not get_stats(server.target).run_ended
