@@ -19,9 +19,6 @@ Why these rules:
 - T is refused with N = 1: it would mean nothing to a run of one orderer, and such an
   EventBuilder builds exactly what it built before ``sliceTicks`` existed. A CRD rule can be
   relaxed later without harm; tightening it would strand the objects it once accepted.
-- No ``upstreams`` with N > 1: ``evb forward`` numbers what it forwards per source, which
-  over several orderers would have to be per orderer's share, so it refuses a downstream run
-  over several orderers; refused here, the forwarders' Deployment would only restart.
 - Both immutable (transition rules, as ``sources``, ``flowControl`` and ``storage``): every
   source computes the owner of a slice alone from N and T, so a change in the middle of a run
   would send one slice to two orderers; each orderer records them in its data directory and
@@ -122,10 +119,6 @@ def _slice_ticks_needs_orderers(spec: Mapping[str, Any]) -> bool:
     return "sliceTicks" not in spec or spec.get("orderers", DEFAULT_ORDERERS) > 1
 
 
-def _forwarded_into_one(spec: Mapping[str, Any]) -> bool:
-    return not spec.get("upstreams") or spec.get("orderers", DEFAULT_ORDERERS) == 1
-
-
 def _immutable(field: str, why: str) -> Rule:
     """``spec.<field>`` keeps the value it was created with; the message names both values
     (``why`` goes into a CEL string: no quote in it)."""
@@ -154,15 +147,6 @@ SLICING_RULES: tuple[Rule, ...] = (
         message="sliceTicks has no meaning with one orderer: unset it, or set orderers above 1",
         check=_slice_ticks_needs_orderers,
         field_path=".sliceTicks",
-    ),
-    Rule(
-        path=(),
-        cel="!has(self.upstreams) || size(self.upstreams) == 0 || !has(self.orderers)"
-        " || self.orderers == 1",
-        message="upstreams need one orderer (orderers: 1): evb forward does not forward into a"
-        " run over several orderers yet (it refuses to start)",
-        check=_forwarded_into_one,
-        field_path=".upstreams",
     ),
     _immutable("orderers", "every source computes the orderer of each fragment from it"),
     _immutable("sliceTicks", "every source computes the orderer of each fragment from it"),

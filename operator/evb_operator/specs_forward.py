@@ -14,7 +14,7 @@ from evb_operator.specs_common import (
     client_deployment,
     client_security,
     labels_for,
-    orderer_endpoint,
+    run_targets,
 )
 from evb_operator.validation import ValidSpec
 from orderer.flags.forward import ForwardCommand
@@ -34,8 +34,10 @@ FORWARD_RESOURCES: dict[str, Any] = {
 
 def forward_args(upstream: Mapping[str, Any], orderer: str) -> list[str]:
     """``evb forward`` arguments for one of ``spec.upstreams`` into ``orderer`` (this
-    EventBuilder's gRPC address), as a :class:`~orderer.flags.forward.ForwardCommand` writes
-    them (its credentials are the pod's variables: :func:`build_forward_spec`)."""
+    EventBuilder's gRPC address; a run over several orderers: each one's, comma-separated, which
+    ``evb forward`` routes over as every source does), as a
+    :class:`~orderer.flags.forward.ForwardCommand` writes them (its credentials are the pod's
+    variables: :func:`build_forward_spec`)."""
     as_source = upstream.get("asSource")
     return ForwardCommand(
         upstream=upstream["target"],
@@ -65,7 +67,7 @@ def build_forward_spec(
     The forwarders present this EventBuilder's credentials (``spec.tls``, ``spec.auth``) to
     both ends: ``evb forward`` has one set of them, so each upstream must accept them."""
     image = valid.spec["orderer"].get("image", default_image)
-    target = orderer_endpoint(name, namespace)
+    target = run_targets(name, namespace, valid)  # several orderers: each, in index order
     found = client_security(valid)
     pod_labels = labels_for(name, "forward", labels)
     containers = [

@@ -99,11 +99,6 @@ def test_the_fields_are_serve_commands_bounded_as_the_orderer_bounds_them() -> N
         ({"orderers": 0, "sliceTicks": 10}, "spec.orderers", "minimum"),
         ({"orderers": 1025, "sliceTicks": 10}, "spec.orderers", "maximum"),
         ({"orderers": 2.5, "sliceTicks": 10}, "spec.orderers", "integer"),
-        (
-            {**SLICED, "upstreams": [{"target": "lower-orderer.daq.svc:50051"}]},
-            "spec.upstreams",
-            "evb forward",
-        ),
     ],
 )
 def test_a_bad_slicing_is_refused_naming_the_field(
@@ -352,3 +347,19 @@ def test_the_handlers_find_each_child_by_its_name() -> None:
     assert service is not None and service["spec"]["type"] == "ClusterIP"
     headless = handlers._child(children, specs_common.HEADLESS, "run1")
     assert headless is not None and headless["spec"]["clusterIP"] == "None"
+
+
+def test_the_forwarders_feed_every_orderer_in_order() -> None:
+    """``spec.upstreams`` of a run over several orderers: each ``evb forward`` is given every
+    orderer of this run in index order (it routes as every source does), accepted by the
+    operator and by the API server."""
+    spec = {**SLICED, "upstreams": [{"target": "lower-orderer.daq.svc:50051", "asSource": 7}]}
+    validation.validate(spec)
+    accepted, why = api_server_accepts(spec)
+    assert accepted, why
+    forward = _named(_children(spec))[("Deployment", "run1-forward")]
+    (container,) = forward["spec"]["template"]["spec"]["containers"]
+    args = build_parser().parse_args(container["args"])
+    assert args.handler.__name__ == "cmd_forward"
+    assert args.downstream.split(",") == list(PEERS)
+    assert args.upstream == "lower-orderer.daq.svc:50051"
