@@ -19,7 +19,14 @@ gauge of a precomputed rate cannot be summed or re-windowed). README ("The servi
 ``evb_log_volume_free_bytes``, ``evb_log_volume_size_bytes``, ``evb_degraded``,
 ``evb_output_offset``, ``evb_high_water_mark``, ``evb_consumer_committed_offset{consumer}``,
 ``evb_consumer_lag_seconds{consumer}``,
-``evb_submit_streams``, ``evb_subscribers``, ``evb_run_ended``, ``evb_build_info{version}``.
+``evb_submit_streams``, ``evb_subscribers``, ``evb_run_ended``, ``evb_build_info{version}``,
+``evb_orderers``.
+
+An orderer of a run spread over N (docs/scale-out.md) adds ``orderer="K"`` to every series, so
+that a run's series tell its orderers apart wherever they are scraped from, and exports
+``evb_orderers`` N: the count of orderers that answer a scrape, against N, is how an orderer
+that is down (or never scheduled: no target at all) shows. A plain orderer's series keep their
+labels (``evb_orderers`` 1 is new), so existing queries and recorded series go on unchanged.
 
 A declared source that never sent anything has every per-source series from the start, its idle
 time counted from the run's start and ``evb_source_arrived`` 0: a series that is absent matches
@@ -51,6 +58,8 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+
+from orderer.stats import SliceRole
 
 __all__ = [
     "FSYNC_BUCKETS",
@@ -273,11 +282,24 @@ class MetricsSnapshot:
 
 
 class _OrdererCollector(Collector):
-    def __init__(self, snapshot: Callable[[], MetricsSnapshot]) -> None:
+    def __init__(self, snapshot: Callable[[], MetricsSnapshot], role: SliceRole) -> None:
         self._snapshot = snapshot
+        self._role = role
 
     def collect(self) -> Iterator[Metric]:
-        snap = self._snapshot()
+        families = self._families(self._snapshot())
+        if not self._role.sliced:
+            yield from families
+            return
+        index = str(self._role.index)
+        for family in families:
+            family.samples = [
+                sample._replace(labels={**sample.labels, "orderer": index})
+                for sample in family.samples
+            ]
+            yield family
+
+    def _families(self, snap: MetricsSnapshot) -> Iterator[Metric]:
         yield from _per_source(snap)
         barriers = CounterMetricFamily(
             "evb_barriers",
@@ -345,6 +367,11 @@ class _OrdererCollector(Collector):
         )
         info.add_metric([_version()], 1.0)
         yield info
+        yield GaugeMetricFamily(
+            "evb_orderers",
+            "N, the orderers of the run this orderer is one of (1: a plain orderer).",
+            value=float(self._role.orderers),
+        )
 
 
 def _per_source(snap: MetricsSnapshot) -> Iterator[Metric]:
@@ -413,9 +440,13 @@ class ServiceMetrics:
     """A registry of its own (several servers in one process never collide) and, optionally,
     the HTTP endpoint Prometheus scrapes."""
 
-    def __init__(self, snapshot: Callable[[], MetricsSnapshot]) -> None:
+    def __init__(
+        self, snapshot: Callable[[], MetricsSnapshot], role: SliceRole | None = None
+    ) -> None:
+        """``role``: where the orderer stands in its run (None: a plain orderer), which labels
+        its series (``orderer``) and gives ``evb_orderers``."""
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_OrdererCollector(snapshot))
+        self.registry.register(_OrdererCollector(snapshot, role or SliceRole()))
         self._httpd: Any = None
         self._thread: threading.Thread | None = None
 

@@ -18,9 +18,12 @@ import contextlib
 import ctypes
 import gc
 import logging
+import os
 import signal
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -52,6 +55,11 @@ overall status ("") is for readiness: NOT_SERVING also while the log volume is f
 restart would not cure."""
 
 
+STOP_SLACK = 1.0
+"""Seconds the gRPC server's stop may take past the stop grace (cancelling the calls left
+and ending their handlers) before the logs are closed without it: :meth:`RunningServer.stop`."""
+
+
 @dataclass
 class RunningServer:
     """A started server: its port, the service behind it, and how to stop it."""
@@ -64,13 +72,36 @@ class RunningServer:
     metrics_port: int | None
     stop_grace: float
     _watcher: asyncio.Task[None] | None = field(default=None, repr=False)
+    connections_left: bool = False
+    """The gRPC server had not finished stopping when the logs were closed: connections to
+    peers that do not read were still open. gRPC's own teardown then waits for them (its
+    poller thread is joined while the process exits), so :func:`serve` ends the process
+    without it."""
 
     async def stop(self, grace: float | None = None) -> None:
         """Graceful stop: health NOT_SERVING, streams told to finish, in-flight calls get
-        ``grace`` seconds, then the logs are made durable and closed."""
+        ``grace`` seconds, then the logs are made durable and closed.
+
+        The gRPC server's stop is awaited for ``grace`` + :data:`STOP_SLACK` at most: after
+        the grace it cancels every call, but it completes only once every connection is gone,
+        and a connection with a write in progress to a peer that does not read (a stopped or
+        stalled subscriber whose socket buffers are full) ends only when the kernel gives up
+        on the write (gRPC's TCP user timeout, 20 s), however soon the calls ended. Waiting
+        for that took the stop past the pod's grace period, so the logs were never closed
+        (SIGKILL); the connections left are dropped when the process exits
+        (:attr:`connections_left`)."""
+        grace = self.stop_grace if grace is None else grace
         await self.health.enter_graceful_shutdown()
         self.service.begin_shutdown()
-        await self.server.stop(self.stop_grace if grace is None else grace)
+        stopping = asyncio.ensure_future(self.server.stop(grace))
+        done, _ = await asyncio.wait({stopping}, timeout=grace + STOP_SLACK)
+        if not done:
+            self.connections_left = True
+            log.warning(
+                "connections still open %.1f s after the stop began (peers that do not read);"
+                " closing the logs without waiting for them",
+                grace + STOP_SLACK,
+            )
         await self.service.close()
         self.metrics.stop()
         if self._watcher is not None:
@@ -128,7 +159,9 @@ async def start_server(
             service_config.metrics_port, service_config.metrics_address, service_config.listen
         )
     service = OrdererService.open(config, service_config, given)
-    metrics = ServiceMetrics(_metrics_snapshot_function(service, asyncio.get_running_loop()))
+    metrics = ServiceMetrics(
+        _metrics_snapshot_function(service, asyncio.get_running_loop()), service.role
+    )
     server: grpc.aio.Server | None = None
     try:
         metrics_port = None
@@ -296,4 +329,21 @@ async def serve(
     log.info("stopping (grace %.1f s)", service_config.stop_grace)
     await running.stop()
     service = running.service
-    return 1 if service.failed is not None or service.degraded is not None else 0
+    status = 1 if service.failed is not None or service.degraded is not None else 0
+    if running.connections_left:
+        _exit_now(status)
+    return status
+
+
+def _exit_now(status: int) -> NoReturn:
+    """End the process at once, the logs closed and the output flushed. Why: gRPC's teardown
+    (the event loop's close deallocates the server, which shuts its completion queue down and
+    joins its poller thread) waits for every connection to end, and one with a write in
+    progress to a peer that does not read ends only at gRPC's TCP user timeout (20 s), past
+    a pod's grace period. Nothing is left to do here: the logs are durable and closed, and the
+    kernel drops the connections when the process ends."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)

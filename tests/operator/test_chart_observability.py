@@ -175,6 +175,7 @@ def test_every_expression_names_only_metrics_a_live_server_exports(tmp_path: Pat
     assert alerts >= {
         "EvbSourceDead", "EvbSourceStalled", "EvbLateBurst", "EvbIncompleteBarriers",
         "EvbConsumerLag", "EvbLogVolumeDegraded", "EvbLogVolumeNearlyFull", "EvbSourceNeverSeen",
+        "EvbOrdererDown", "EvbOrdererLagging",
     }
 
 
@@ -203,3 +204,55 @@ def test_a_declared_source_never_heard_from_has_an_alert_on_exported_series(
     (changed,) = [r for g in values_rule["spec"]["groups"] for r in g["rules"]
                   if r.get("alert") == "EvbSourceNeverSeen"]
     assert "(evb_source_idle_seconds) > 7" in changed["expr"]
+
+
+_RUN_ALERTS = (
+    "EvbSourceDead", "EvbSourceStalled", "EvbSourceNeverSeen", "EvbLateBurst",
+    "EvbIncompleteBarriers", "EvbConsumerLag", "EvbOrdererDown",
+)
+"""Alerts whose cause is the run's (its sources, barriers, consumer, orderers): every orderer
+of a run over several sees it, so each must fire once per run, not once per orderer."""
+_ORDERER_ALERTS = ("EvbLogVolumeDegraded", "EvbLogVolumeNearlyFull", "EvbOrdererLagging")
+"""Alerts whose cause is one orderer's (its volume, its lag): once per orderer pod."""
+_BY = re.compile(r"\bby \(([^)]*)\)")
+
+
+def test_each_alert_groups_by_its_causes_owner_and_the_pod_monitor_names_the_run() -> None:
+    """Every aggregation of a run's alert keeps the run (namespace, eventbuilder) and, at its
+    outermost level, not the pod, so the N orderers of a run give one alert; an orderer's
+    alert keeps the pod. The ``eventbuilder`` label comes from the PodMonitor, out of the pod
+    label the operator sets to the EventBuilder's name. tests/system/test_alerts.py fires them
+    on a real Prometheus over runs of 3 orderers."""
+    objects = render(ALL_ON, [MONITORING])
+    (rule,) = _kind(objects, "PrometheusRule")
+    rules = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
+    assert sorted(rules) == sorted(_RUN_ALERTS + _ORDERER_ALERTS)
+    for name, entry in rules.items():
+        groupings = [
+            {label.strip() for label in by.split(",")} for by in _BY.findall(entry["expr"])
+        ]
+        assert groupings, name
+        assert all({"namespace", "eventbuilder"} <= labels for labels in groupings), name
+        outer = groupings[0]
+        if name in _RUN_ALERTS:
+            assert "pod" not in outer and "orderer" not in outer, (name, outer)
+            assert "$labels.pod" not in str(entry["annotations"]), name
+        else:
+            assert "pod" in outer, (name, outer)
+    (monitor,) = _kind(objects, "PodMonitor")
+    (relabel,) = monitor["spec"]["podMetricsEndpoints"][0]["relabelings"]
+    assert relabel["targetLabel"] == "eventbuilder"
+    label = relabel["sourceLabels"][0].removeprefix("__meta_kubernetes_pod_label_")
+    instance = "app.kubernetes.io/instance"
+    assert specs_common.labels_for("run-1", "orderer")[instance] == "run-1"
+    assert label == re.sub(r"[^a-zA-Z0-9_]", "_", instance)
+    lagging = rules["EvbOrdererLagging"]["expr"]
+    assert "evb_high_water_mark offset 300s" in lagging  # the chart's default, in seconds
+    assert "evb_orderers" in rules["EvbOrdererDown"]["expr"]
+    dashboard = _dashboard(objects)
+    variables = [v["name"] for v in dashboard["templating"]["list"]]
+    assert variables.index("eventbuilder") < variables.index("pod")
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    assert all('eventbuilder=~"$eventbuilder"' in e for e in exprs)
+    assert any("by (eventbuilder)" in e for e in exprs)  # per run
+    assert any("by (eventbuilder, pod)" in e for e in exprs)  # per orderer

@@ -206,7 +206,7 @@ def test_the_degraded_flag_follows_a_full_log_volume(tmp_path: Path) -> None:
                     raise OSError(errno.ENOSPC, "No space left on device")
                 real(*args)  # type: ignore[arg-type]
 
-            running.service.arrivals.append_rows = full  # type: ignore[method-assign]
+            running.service.arrivals.append_rows = full  # type: ignore[method-assign,assignment]
             async with grpc.aio.insecure_channel(target(running)) as channel:
                 call = pb_grpc.OrdererStub(channel).Submit()
                 batch = FragmentBatch.from_arrays(source=1, timestamp=[1])
@@ -257,3 +257,34 @@ def test_histogram_bounds_are_inclusive() -> None:
     data = histogram.data()
     assert data.buckets() == [("0.1", 1.0), ("1.0", 3.0), ("+Inf", 4.0)]
     assert data.total == 0.1 + 2.0 + 3.0
+
+
+def test_an_orderer_of_a_sliced_run_labels_every_series_with_its_index(tmp_path: Path) -> None:
+    """Orderer 1 of 3: every sample carries ``orderer="1"`` (its run's series told apart
+    wherever they are scraped from) and ``evb_orderers`` is 3; a plain orderer's samples carry
+    no such label (its series as before) and ``evb_orderers`` 1."""
+
+    async def scraped(data_dir: Path, stamps: list[int], **role: object) -> Samples:
+        async with serving(data_dir, CONFIG, metrics_port=0, **role) as running:
+            async with grpc.aio.insecure_channel(target(running)) as channel:
+                await submit(channel, 1, stamps)
+            return await scrape_async(running)
+
+    sliced = run(  # slice 0 of 1000 ticks, orderer 0's; slice 1, orderer 1's
+        scraped(tmp_path / "sliced", [1, 2, 3], orderers=3, orderer_index=0, slice_ticks=1000)
+    )
+    other = run(
+        scraped(tmp_path / "other", [1001, 1002], orderers=3, orderer_index=1, slice_ticks=1000)
+    )
+    plain = run(scraped(tmp_path / "plain", [1, 2, 3]))
+    for samples, index in ((sliced, "0"), (other, "1")):
+        assert len(samples) > 30
+        assert all(dict(labels).get("orderer") == index for _, labels in samples)
+        assert value(samples, "evb_orderers", orderer=index) == 3
+    assert value(sliced, "evb_fragments_received_total", source="1", orderer="0") == 3
+    assert value(other, "evb_fragments_received_total", source="1", orderer="1") == 2
+    assert not any("orderer" in dict(labels) for _, labels in plain)
+    assert value(plain, "evb_orderers") == 1
+    # the same families and the same samples but for the label
+    assert {(name, tuple(k for k in labels if k[0] != "orderer")) for name, labels in sliced} \
+        == set(plain)

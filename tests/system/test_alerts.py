@@ -3,10 +3,16 @@ real and stays quiet on a healthy run.
 
 One Prometheus (``prometheus`` from the distribution, a subprocess with a scrape and evaluation
 interval of 1 s) scrapes several live ``evb serve --metrics-port`` processes at once, each
-labelled as the PodMonitor's targets are (``namespace``, ``pod``): one healthy run and one run
-per failure (a source that went silent, one never heard from, a late burst, an incomplete
-barrier, a consumer that lags, a log volume that is full, one that is nearly full), and one
-whose sources fail as the first two do before the run is ended (the source alerts go quiet).
+labelled as the PodMonitor's targets are (``namespace``, ``pod``, ``eventbuilder``): one healthy
+run and one run per failure (a source that went silent, one never heard from, a late burst, an
+incomplete barrier, a consumer that lags, a log volume that is full, one that is nearly full),
+and one whose sources fail as the first two do before the run is ended (the source alerts go
+quiet). Three runs are spread over 3 orderers each (``--orderers 3``, docs/scale-out.md): a
+healthy one, quiet; one whose orderer 2 falls behind the other two (its slices' data stops
+coming, while the sources' crossing watermarks keep them alive there: EvbOrdererLagging, once,
+for that orderer); one whose sources fall silent and
+whose orderer 2 is killed (EvbOrdererDown and the source alerts, each once for the run, not
+once per orderer).
 The rules are the chart's, rendered as ``tests/operator/test_chart_observability.py`` renders
 them (every monitoring option on) and taken out of the PrometheusRule into a plain rules file;
 the test's thresholds come through the chart's values, and every ``for:`` is rewritten to
@@ -58,11 +64,16 @@ VALUES = {
             "stalledSeconds": 4,
             "neverSeenSeconds": 4,
             "consumerLagFragments": 100,
+            "ordererLagSeconds": 4,
+            "ordererDownSeconds": 3,
         },
     }
 }
 """Every option on; the thresholds in seconds and fragments scaled down to a test's run (the
 fractions, late and free, keep the chart's defaults)."""
+SLICE_TICKS = 100
+"""T of the runs over 3 orderers: each round of the feed spans 3 slices, one of each
+orderer's."""
 SOURCE_TIMEOUT = 3.0
 """A silent source is dead after this (the healthy run's sources send every :data:`ROUND`)."""
 ROUND = 0.2
@@ -78,7 +89,13 @@ QUIET_WATCH = 12.0
 slowest alert takes to fire (stalled: 4 s idle + 2 s for + a scrape and an evaluation)."""
 VOLUME_BYTES = 16 << 20
 HEALTHY = "healthy"
+SLICED_HEALTHY = "sliced-healthy"
+LAGGING = "sliced-lagging"
+SLICED_DOWN = "sliced-down"
+QUIET_RUNS = (HEALTHY, SLICED_HEALTHY)
 FIRES_AT = {
+    "EvbOrdererLagging": (LAGGING, {"orderer": "2", "pod": f"{LAGGING}-orderer-2"}),
+    "EvbOrdererDown": (SLICED_DOWN, {}),
     "EvbSourceDead": ("silent-sources", {"source": "1"}),
     "EvbSourceStalled": ("silent-sources", {"source": "1"}),
     "EvbSourceNeverSeen": ("never-seen-source", {"source": "3"}),
@@ -88,7 +105,16 @@ FIRES_AT = {
     "EvbLogVolumeDegraded": ("full-volume", {}),
     "EvbLogVolumeNearlyFull": ("nearly-full-volume", {}),
 }
-"""Each alert of the chart: the run that makes its condition, and labels the alert must carry."""
+"""Each alert of the chart: the run (``eventbuilder``) that makes its condition, and labels the
+alert must carry."""
+ONCE = {
+    "EvbOrdererLagging": (LAGGING, {}),
+    "EvbOrdererDown": (SLICED_DOWN, {}),
+    "EvbSourceDead": (SLICED_DOWN, {"source": "1"}),
+    "EvbSourceStalled": (SLICED_DOWN, {"source": "2"}),
+}
+"""Alerts of a run over 3 orderers whose cause every orderer (or, for the lag, one) sees: each
+must be active once for the run, not once per orderer."""
 ENDED = "ended-run"
 QUIET_ONCE_ENDED = ("EvbSourceDead", "EvbSourceNeverSeen", "EvbSourceStalled")
 """The source alerts, which a run's end silences (``evb_run_ended``)."""
@@ -172,6 +198,7 @@ class Run:
     pod: str
     act: Callable[[Run], None] | None = None
     feed: tuple[int, ...] = ()
+    """Sources that send all along (the run's, from its first orderer's thread: :func:`_feed`)."""
     consumer: str | None = None
     flags: tuple[str, ...] = COMMON
     volume_bytes: int | None = None
@@ -184,6 +211,17 @@ class Run:
     errors: list[BaseException] = field(default_factory=list)
     ended_at: float | None = None
     """``time.monotonic()`` when the test ended the run (``evb end-run``), if it did."""
+    eventbuilder: str = ""
+    """The run's name (the ``eventbuilder`` label); empty: the pod's."""
+    index: int = 0
+    orderers: list[Run] = field(default_factory=list)
+    """The run's orderers, this one among them (set on each by :func:`_sliced`); empty: a run
+    of one orderer."""
+    starved: int | None = None
+    """On a run's first orderer: the orderer whose slices the feed leaves out from now on."""
+
+    def __post_init__(self) -> None:
+        self.eventbuilder = self.eventbuilder or self.pod
 
     @property
     def target(self) -> str:
@@ -191,7 +229,9 @@ class Run:
         return self.server.target
 
     def client(self) -> SourceClient:
-        client = SourceClient(self.target, connect_timeout=30.0)
+        """A source client of the run: of all its orderers (routing by slice) or of this one."""
+        targets = ",".join(o.target for o in self.orderers) if self.orderers else self.target
+        client = SourceClient(targets, connect_timeout=30.0)
         self.clients.append(client)
         return client
 
@@ -211,8 +251,6 @@ class Run:
         if "metrics on port" not in line:
             raise RuntimeError(f"{self.pod}: evb serve said {line!r}, not its metrics port")
         self.metrics_port = int(line.rsplit(" ", 1)[1])
-        if self.feed:
-            _feed(self)
 
     def background(self, work: Callable[[], None]) -> None:
         """Run ``work`` in a thread until teardown; what it raises fails the quiet tests."""
@@ -258,23 +296,64 @@ def _wait_output(target: str, at_least: int) -> int:
 
 
 def _feed(run: Run) -> None:
-    """Sources as they should be: every :data:`ROUND` each source of ``run.feed`` sends 5
-    fragments in order (every tenth round a barrier of each at the same timestamp: complete),
-    and ``run.consumer`` commits everything durable so far."""
+    """Sources as they should be: every :data:`ROUND` each source of ``run.feed`` sends 15
+    fragments in order, 20 ticks apart, through a client of all the run's orderers (3
+    slices a round, one of each orderer's; every tenth round the first a barrier of each at
+    the same timestamp: complete), and ``run.consumer`` commits everything durable so far at
+    every orderer. Fragments of the ``starved`` orderer's slices are left out once set."""
+    orderers = run.orderers or [run]
 
     def work() -> None:
         client = run.client()
         k = 0
         while not run.stopping.wait(ROUND):
             k += 1
-            stamps = [k * 100 + i for i in range(5)]
+            stamps = [k * 300 + i * 20 for i in range(15)]
+            if run.starved is not None:
+                stamps = [t for t in stamps if t // SLICE_TICKS % 3 != run.starved]
+            barriers = [1 if k % 10 == 0 and i == 0 else 0 for i in range(len(stamps))]
             for source in run.feed:
-                _send(client, source, stamps, [1, 0, 0, 0, 0] if k % 10 == 0 else None)
+                _send(client, source, stamps, barriers if any(barriers) else None)
             client.flush()
             if run.consumer is not None:
-                commit(run.target, run.consumer, get_stats(run.target).next_offset)
+                for orderer in orderers:
+                    commit(orderer.target, run.consumer, get_stats(orderer.target).next_offset)
 
     run.background(work)
+
+
+def _sliced(name: str, act: Callable[[Run], None] | None = None, **fields: Any) -> list[Run]:
+    """The 3 orderers of run ``name`` (pods ``name-orderer-K``); ``act`` and ``fields`` are
+    the first orderer's, which acts for the run."""
+    orderers = [
+        Run(
+            f"{name}-orderer-{k}", eventbuilder=name, index=k,
+            flags=(*COMMON, "--orderers", "3", "--orderer-index", str(k),
+                   "--slice-ticks", str(SLICE_TICKS)),
+            **({"act": act, **fields} if k == 0 else {}),
+        )
+        for k in range(3)
+    ]  # fmt: skip
+    for orderer in orderers:
+        orderer.orderers = orderers
+    return orderers
+
+
+def _lag(run: Run) -> None:
+    """Orderer 2 of the run falls behind: its slices' data stops coming."""
+    run.starved = 2
+
+
+def _silent_then_down(run: Run) -> None:
+    """Sources 1 and 2 send each orderer a slice's fragments once, then nothing (dead, stalled
+    at every orderer); then orderer 2 is killed (kill -9)."""
+    client = run.client()
+    for source in (1, 2):
+        _send(client, source, [10, 20, 130, 140, 250, 260])
+    client.wait_acked(30)
+    server = run.orderers[2].server
+    assert server is not None
+    server.kill()
 
 
 def _silent_sources(run: Run) -> None:
@@ -359,6 +438,9 @@ def _runs() -> list[Run]:
         Run("consumer-lag", _consumer_lag),
         Run("full-volume", _full_volume, volume_bytes=VOLUME_BYTES),
         Run("nearly-full-volume", _nearly_full_volume, volume_bytes=VOLUME_BYTES),
+        *_sliced(SLICED_HEALTHY, feed=(1, 2), consumer="spark"),
+        *_sliced(LAGGING, _lag, feed=(1, 2)),
+        *_sliced(SLICED_DOWN, _silent_then_down),
     ]
 
 
@@ -407,7 +489,11 @@ def _start_prometheus(directory: Path, rules: Path, runs: list[Run]) -> Promethe
                 "static_configs": [
                     {
                         "targets": [f"127.0.0.1:{run.metrics_port}"],
-                        "labels": {"namespace": NAMESPACE, "pod": run.pod},
+                        "labels": {
+                            "namespace": NAMESPACE,
+                            "pod": run.pod,
+                            "eventbuilder": run.eventbuilder,
+                        },
                     }
                     for run in runs
                 ],
@@ -466,6 +552,7 @@ class World:
     rules: Path
     alerts: dict[str, dict[str, Any]]
     runs: dict[str, Run]
+    """By pod."""
     acted: float
     """``time.monotonic()`` once every failure was made."""
 
@@ -479,6 +566,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     try:
         with concurrent.futures.ThreadPoolExecutor(len(runs)) as pool:
             list(pool.map(lambda run: run.start(directory), runs))
+        for run in runs:
+            if run.feed:  # once all the run's orderers are up
+                _feed(run)
         prometheus = _start_prometheus(directory, rules, runs)
         _wait_scraped(prometheus, runs)
         with concurrent.futures.ThreadPoolExecutor(len(runs)) as pool:
@@ -508,42 +598,68 @@ def test_every_alert_of_the_chart_is_made_to_fire_here(world: World) -> None:
 
 @pytest.mark.parametrize("alert", sorted(FIRES_AT))
 def test_the_alert_fires_when_its_condition_is_made(world: World, alert: str) -> None:
-    pod, labels = FIRES_AT[alert]
-    wanted = {"alertname": alert, "namespace": NAMESPACE, "pod": pod, **labels}
+    run, labels = FIRES_AT[alert]
+    _wait_firing(world, alert, run, labels)
+
+
+def _wait_firing(
+    world: World, alert: str, run: str, labels: dict[str, str]
+) -> list[dict[str, Any]]:
+    """Until ``alert`` fires for the run ``run`` with ``labels``; returns the active alerts."""
+    wanted = {"alertname": alert, "namespace": NAMESPACE, "eventbuilder": run, **labels}
     deadline = time.monotonic() + FIRE_TIMEOUT
     while True:
         active = world.prometheus.alerts()
         if any(a["state"] == "firing" and wanted.items() <= a["labels"].items() for a in active):
-            return
+            return active
         if time.monotonic() > deadline:
             pending = [a["labels"] for a in active if a["labels"]["alertname"] == alert]
             value = world.prometheus.query(world.alerts[alert]["expr"])
+            errors = [e for r in world.runs.values() if r.eventbuilder == run for e in r.errors]
             raise AssertionError(
-                f"{alert} did not fire for {pod} in {FIRE_TIMEOUT} s; active: {pending}; "
-                f"its expression gives {value}; errors: {world.runs[pod].errors}"
+                f"{alert} did not fire for {run} in {FIRE_TIMEOUT} s; active: {pending}; "
+                f"its expression gives {value}; errors: {errors}"
             )
         time.sleep(0.5)
 
 
+@pytest.mark.parametrize("alert", sorted(ONCE))
+def test_an_alert_of_a_run_over_three_orderers_is_active_once(world: World, alert: str) -> None:
+    """Once it fires, and a few evaluations later (each orderer's condition had time to hold):
+    one alert for the run's cause, pending or firing, not one per orderer."""
+    run, labels = ONCE[alert]
+    _wait_firing(world, alert, run, labels)
+    time.sleep(SETTLE)
+    wanted = {"alertname": alert, "eventbuilder": run, **labels}
+    active = [
+        a["labels"] for a in world.prometheus.alerts() if wanted.items() <= a["labels"].items()
+    ]
+    assert len(active) == 1, active
+
+
+@pytest.mark.parametrize("healthy_run", QUIET_RUNS)
 @pytest.mark.parametrize("alert", sorted(FIRES_AT))
-def test_the_alert_stays_quiet_on_a_healthy_run(world: World, alert: str) -> None:
+def test_the_alert_stays_quiet_on_a_healthy_run(
+    world: World, alert: str, healthy_run: str
+) -> None:
     """Watched from the first scrape until well after every failure was made: the alert was
-    never even pending for the healthy run, its rule evaluated without error, and the healthy
-    run exports every series its expression reads (a quiet alert over missing data proves
-    nothing)."""
+    never even pending for the healthy run (of one orderer, of three), its rule evaluated
+    without error, and the healthy run exports every series its expression reads (a quiet
+    alert over missing data proves nothing)."""
     time.sleep(max(0.0, world.acted + QUIET_WATCH - time.monotonic()))
-    healthy = world.runs[HEALTHY]
-    assert healthy.errors == []
+    for run in world.runs.values():
+        if run.eventbuilder == healthy_run:
+            assert run.errors == []
     (rule,) = [
         r for g in world.prometheus.get("/api/v1/rules")["groups"] for r in g["rules"]
         if r.get("name") == alert
     ]
     assert rule["health"] == "ok", rule
     for name in sorted(set(_NAME.findall(world.alerts[alert]["expr"]))):
-        series = world.prometheus.query(f'{name}{{pod="{HEALTHY}"}}')
+        series = world.prometheus.query(f'{name}{{eventbuilder="{healthy_run}"}}')
         assert series, f"the healthy run exports no {name}"
     history = world.prometheus.query(
-        f'count_over_time(ALERTS{{alertname="{alert}", pod="{HEALTHY}"}}[1h])'
+        f'count_over_time(ALERTS{{alertname="{alert}", eventbuilder="{healthy_run}"}}[1h])'
     )
     assert history == [], f"{alert} was active for the healthy run: {history}"
     fired = [a for a in world.prometheus.alerts() if a["labels"].get("alertname") == alert]
@@ -559,18 +675,20 @@ def test_the_source_alerts_go_quiet_once_the_run_ended(world: World, alert: str)
     time.sleep(max(0.0, world.acted + QUIET_WATCH - time.monotonic()))
     run = world.runs[ENDED]
     assert run.errors == [] and run.ended_at is not None
-    assert world.prometheus.query(f'evb_run_ended{{pod="{ENDED}"}} == 1'), "the end not seen"
+    assert world.prometheus.query(f'evb_run_ended{{eventbuilder="{ENDED}"}} == 1'), "no end"
     window = int(time.monotonic() - run.ended_at - SETTLE)
     assert window >= 5, f"only {window} s watched after the end"
     history = world.prometheus.query(
-        f'count_over_time(ALERTS{{alertname="{alert}", pod="{ENDED}"}}[{window}s])'
+        f'count_over_time(ALERTS{{alertname="{alert}", eventbuilder="{ENDED}"}}[{window}s])'
     )
     assert history == [], f"{alert} was active after the run ended: {history}"
 
 
-def test_every_dashboard_query_returns_data(world: World) -> None:
-    """The dashboard's panels, on the same Prometheus, the namespace and pod variables set to
-    the healthy run: each query has a series (a panel without data looks like a quiet one)."""
+@pytest.mark.parametrize("healthy_run", QUIET_RUNS)
+def test_every_dashboard_query_returns_data(world: World, healthy_run: str) -> None:
+    """The dashboard's panels, on the same Prometheus, the namespace, eventbuilder and pod
+    variables set to a healthy run (of one orderer, of three; every pod of it): each query has
+    a series (a panel without data looks like a quiet one)."""
     dashboard = _dashboard(render(VALUES, [MONITORING]))
     empty, queries = [], 0
     for panel in dashboard["panels"]:
@@ -579,7 +697,8 @@ def test_every_dashboard_query_returns_data(world: World) -> None:
             expr = (
                 target["expr"]
                 .replace("$namespace", NAMESPACE)
-                .replace("$pod", HEALTHY)
+                .replace("$eventbuilder", healthy_run)
+                .replace("$pod", ".+")
                 .replace("$__rate_interval", "1m")
             )
             if not world.prometheus.query(expr):
