@@ -84,6 +84,12 @@ def test_evb_demo_shows_the_coincidence_peak_and_what_the_stages_found(tmp_path:
         assert f"{name} (" in text, name
         assert any((out / "spark" / "stages" / name / "run=demo").rglob("*.parquet")), name
 
+    _assert_physics(text)
+
+
+
+def _assert_physics(text: str) -> None:
+    """What the demo's output must say of the generated physics, whatever carried the run."""
     found = re.search(r"Half-life: ([\d.]+) ± ([\d.]+) ms .* generated ([\d.]+) ms", text)
     assert found, text
     fitted, error, generated = (float(v) for v in found.groups())
@@ -111,3 +117,21 @@ def test_evb_demo_shows_the_coincidence_peak_and_what_the_stages_found(tmp_path:
     assert sorted(int(source) for source, *_ in rows) == [1, 2, 3, 4], text
     for _, low, high in rows:
         assert abs(float(low) - 661.7) < 1.0 and abs(float(high) - 1332.5) < 1.0
+
+
+@pytest.mark.slow
+def test_evb_demo_over_three_orderers_shows_the_same_physics(tmp_path: Path) -> None:
+    """``evb demo --orderers 3``: the same run spread over three orderers (slices of 10^6
+    ticks), merged and built by the Spark job, prints the same physics as one orderer's."""
+    out = tmp_path / "demo"
+    env = {**os.environ, "COLUMNS": "250"}
+    done = subprocess.run(
+        [sys.executable, "-m", "orderer.cli", "demo", "--output-dir", str(out), "--seconds", "8",
+         "--orderers", "3"],
+        capture_output=True, text=True, timeout=600, env=env, check=False, cwd=REPO,
+    )  # fmt: skip
+    text = done.stdout
+    assert done.returncode == 0, text + done.stderr[-3000:]
+    for k in range(3):
+        assert f"orderer {k}:" in text and (out / f"orderer-{k}-data").is_dir(), text
+    _assert_physics(text)
