@@ -1,6 +1,6 @@
 """How the ``evb`` data source reaches what it reads: an orderer's channel security from the
-source's options (:func:`channel_security`), a data directory's ordered log
-(:func:`segment_files`).
+source's options (:func:`channel_security`), a call that waits for a restarting orderer
+(:func:`retried`), a data directory's ordered log (:func:`segment_files`).
 
 Why a module of its own: the one-orderer source (:mod:`orderer.spark.source`) and the reads of a
 run over several orderers (:mod:`orderer.spark.sliced_reads`, :mod:`orderer.spark.sliced_source`)
@@ -10,14 +10,72 @@ here, neither imports the other's module to reach an orderer. Nothing here impor
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from orderer.errors import ConfigError
+from orderer.errors import AuthenticationError, ConfigError, ServiceUnavailable
 from orderer.formats import log_format
 from orderer.formats.log_format import ordered_segments
 
-__all__ = ["channel_security", "segment_files"]
+__all__ = ["Outage", "channel_security", "retried", "segment_files"]
+
+log = logging.getLogger("evb.spark")
+
+_T = TypeVar("_T")
+
+_FIRST_WAIT = 0.05
+"""Seconds before the first retry of an orderer that did not answer; each further wait doubles,
+up to :data:`_LONGEST_WAIT`."""
+_LONGEST_WAIT = 1.0
+
+
+class Outage:
+    """How long one orderer has not answered, and the wait before the next try (an orderer
+    killed and restarted on its data directory: a call in flight ends UNAVAILABLE, and one made
+    while it dies or starts is told the connection closed, at once, not after its connect
+    timeout)."""
+
+    __slots__ = ("_since", "_wait", "target", "timeout")
+
+    def __init__(self, target: str, timeout: float) -> None:
+        self.target = target
+        self.timeout = timeout
+        self._since: float | None = None
+        self._wait = _FIRST_WAIT
+
+    def answered(self) -> None:
+        self._since, self._wait = None, _FIRST_WAIT
+
+    def wait_or_raise(self, error: ServiceUnavailable) -> None:
+        """Sleep before the next try; raise ``error`` once ``timeout`` seconds have passed
+        without an answer, or at once when it refused the credentials (no wait cures that)."""
+        if isinstance(error, AuthenticationError):
+            raise error
+        now = time.monotonic()
+        if self._since is None:
+            self._since = now
+            log.warning("orderer %s unavailable, waiting up to %g s: %s",
+                        self.target, self.timeout, error)
+        if now - self._since > self.timeout:
+            raise error
+        time.sleep(self._wait)
+        self._wait = min(2 * self._wait, _LONGEST_WAIT)
+
+
+def retried(call: Callable[[], _T], target: str, timeout: float) -> _T:
+    """``call()`` (one call to the orderer at ``target``) tried again while the orderer is
+    unavailable, up to ``timeout`` seconds: the query waits at that orderer, it does not end.
+    (A call's connect timeout alone does not cover a restart: a call broken off in flight, or
+    refused while the orderer dies or starts, fails at once.)"""
+    outage = Outage(target, timeout)
+    while True:
+        try:
+            return call()
+        except ServiceUnavailable as error:
+            outage.wait_or_raise(error)
 
 
 def channel_security(options: tuple[tuple[str, str], ...]) -> Any:

@@ -15,24 +15,24 @@ import bisect
 import contextlib
 import functools
 import logging
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
 from orderer.batch import EmittedBatch
-from orderer.errors import AuthenticationError, ConfigError, ServiceUnavailable
+from orderer.errors import ConfigError, ServiceUnavailable
 from orderer.formats import log_format
 from orderer.formats.payloads import ArrivalPayloads, read_ordered_range
 from orderer.replay.pieces import DEFAULT_LIMIT, PieceCutter, PieceList
 from orderer.replay.sliced_logs import slicing_of
 from orderer.replay.slicing import Slicing
 from orderer.replay.unit_plan import Range, RunStart
+from orderer.spark.access import Outage, retried
 from orderer.stats import RunSpan, SliceIndex, SliceRole
 
 __all__ = [
@@ -44,66 +44,10 @@ __all__ = [
     "RunOrderers",
     "check_data_dirs",
     "check_targets",
-    "retried",
     "several",
 ]
 
 log = logging.getLogger("evb.spark")
-
-_T = TypeVar("_T")
-
-_FIRST_WAIT = 0.05
-"""Seconds before the first retry of an orderer that did not answer; each further wait doubles,
-up to :data:`_LONGEST_WAIT`."""
-_LONGEST_WAIT = 1.0
-
-
-class _Outage:
-    """How long one orderer has not answered, and the wait before the next try (an orderer
-    killed and restarted on its data directory: a call in flight ends UNAVAILABLE, and one made
-    while it dies or starts is told the connection closed, at once, not after its connect
-    timeout)."""
-
-    __slots__ = ("_since", "_wait", "target", "timeout")
-
-    def __init__(self, target: str, timeout: float) -> None:
-        self.target = target
-        self.timeout = timeout
-        self._since: float | None = None
-        self._wait = _FIRST_WAIT
-
-    def answered(self) -> None:
-        self._since, self._wait = None, _FIRST_WAIT
-
-    def wait_or_raise(self, error: ServiceUnavailable) -> None:
-        """Sleep before the next try; raise ``error`` once ``timeout`` seconds have passed
-        without an answer, or at once when it refused the credentials (no wait cures that)."""
-        if isinstance(error, AuthenticationError):
-            raise error
-        now = time.monotonic()
-        if self._since is None:
-            self._since = now
-            log.warning("orderer %s unavailable, waiting up to %g s: %s",
-                        self.target, self.timeout, error)
-        if now - self._since > self.timeout:
-            raise error
-        time.sleep(self._wait)
-        self._wait = min(2 * self._wait, _LONGEST_WAIT)
-
-
-def retried(call: Callable[[], _T], target: str, timeout: float) -> _T:
-    """``call()`` (one call to the orderer at ``target``) tried again while the orderer is
-    unavailable, up to ``timeout`` seconds: the query waits at that orderer, it does not end.
-    (The one-orderer source waits for a restarting orderer through its calls' connect timeout
-    alone; a call broken off in flight, or refused while the orderer dies or starts, fails at
-    once, which over N orderers, N times the calls, the query would meet often.)"""
-    outage = _Outage(target, timeout)
-    while True:
-        try:
-            return call()
-        except ServiceUnavailable as error:
-            outage.wait_or_raise(error)
-
 
 def several(value: str | Path | None, flag: str) -> list[str] | None:
     """The parts of a ``--target`` or ``--path`` that names several orderers (a comma list; a
@@ -450,7 +394,7 @@ class OrderersAt:
         ``reconnect_timeout`` seconds without an answer."""
         from orderer.client import OrderedStreamReader
 
-        outage = _Outage(self.targets[orderer], self.reconnect_timeout)
+        outage = Outage(self.targets[orderer], self.reconnect_timeout)
         offset = first
         while offset < until:
             reader = OrderedStreamReader(

@@ -47,6 +47,7 @@ from orderer.replay.unit_plan import (
     split_units,
     unit_rows,
 )
+from orderer.spark.access import retried
 from orderer.spark.sliced_reads import (
     LiveHeads,
     LogHeads,
@@ -54,7 +55,6 @@ from orderer.spark.sliced_reads import (
     RunHeads,
     check_data_dirs,
     check_targets,
-    retried,
 )
 
 __all__ = ["SlicedBatchReader", "SlicedStreamReader", "UnitsPartition", "several_orderers"]

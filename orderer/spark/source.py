@@ -74,7 +74,7 @@ from orderer.building.config import GlomConfig
 from orderer.building.glom import event_starts, fragment_rows, glom_batches
 from orderer.errors import ConfigError, InterfaceError, ServiceUnavailable
 from orderer.formats.payloads import ArrivalPayloads, read_ordered, read_ordered_range
-from orderer.spark.access import channel_security, segment_files
+from orderer.spark.access import channel_security, retried, segment_files
 from orderer.spark.glom import EVENT_SPARK_SCHEMA, FRAGMENT_SPARK_SCHEMA, glom_from_options
 from orderer.spark.runs import run_end
 
@@ -257,13 +257,17 @@ def _stats(options: _Options) -> tuple[int, bool]:
     from orderer.client import get_stats
 
     assert options.target is not None
-    stats = get_stats(  # every latestOffset: one barrier record, not the default thousand
-        options.target,
-        barrier_log_limit=1,
-        timeout=options.reconnect_timeout,
-        connect_timeout=options.reconnect_timeout,
-        security=channel_security(options.security),
-    )
+    target = options.target
+    stats = retried(  # an orderer killed and restarting: the query waits, it does not end
+        lambda: get_stats(  # every latestOffset: one barrier record, not the default thousand
+            target,
+            barrier_log_limit=1,
+            timeout=options.reconnect_timeout,
+            connect_timeout=options.reconnect_timeout,
+            security=channel_security(options.security),
+        ),
+        target, options.reconnect_timeout,
+    )  # fmt: skip
     available = stats.next_offset
     if options.run is None:
         return available, stats.run_ended
