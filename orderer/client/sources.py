@@ -167,12 +167,11 @@ class AsyncSourceClient:
         if len(self._links) == 1:
             peers = peers_of(self._targets[0], roles[0])
             if peers is not None:
-                mine = self._links[0]
+                # every orderer at its own address, the one asked included: the address given
+                # may be a Service, which could route a reconnect to another orderer
+                await self._links[0].abort()
                 self._targets = peers
-                self._links = [
-                    mine if k == roles[0].index else self._link(t)
-                    for k, t in enumerate(self._targets)
-                ]
+                self._links = [self._link(t) for t in self._targets]
                 for link in self._links:
                     await link.connect()
                 roles = [slice_role_from_pb(await self._role(link)) for link in self._links]

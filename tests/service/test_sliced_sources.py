@@ -126,8 +126,12 @@ def test_each_fragment_reaches_its_slices_orderer_once(tmp_path: Path) -> None:
 def test_one_address_with_peers_stands_for_the_run(tmp_path: Path) -> None:
     async def body() -> None:
         async with orderers(tmp_path, peers=True) as servers:
-            async with AsyncSourceClient(target(servers[1]), sources=[1], linger=None) as client:
+            # another name of orderer 1 (as a Service would be): each orderer is then reached
+            # at the address the peers give, never again through the name given
+            alias = target(servers[1]).replace("127.0.0.1", "localhost")
+            async with AsyncSourceClient(alias, sources=[1], linger=None) as client:
                 assert client.targets == tuple(target(s) for s in servers)
+                assert [link.target for link in client._links] == list(client.targets)
                 await client.send_batch(1, np.arange(0, 6 * T, 100))
                 await client.wait_acked()
             for k, running in enumerate(servers):
