@@ -10,6 +10,7 @@ container publishes: there is no cluster DNS here).
 
 from __future__ import annotations
 
+import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,6 +86,23 @@ def _env(container: dict[str, Any], extra: dict[str, str]) -> list[str]:
     return args
 
 
+_REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+def _expand(word: str, variables: dict[str, str]) -> str:
+    """``$(NAME)`` replaced by the container's variable ``NAME``, as the kubelet expands the
+    command and arguments before the container starts (``$$`` is a literal ``$``; a reference
+    to a variable the container does not have stays as written). podman passes arguments
+    untouched, and ``evb serve --orderer-index $(EVB_ORDERER_INDEX)`` needs the expansion."""
+
+    def value(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        return variables.get(match.group(1), match.group(0))
+
+    return _REFERENCE.sub(value, word)
+
+
 def run_args(
     pod: dict[str, Any],
     container: dict[str, Any],
@@ -95,13 +113,17 @@ def run_args(
 ) -> list[str]:
     """``podman run`` options, the image and its arguments for ``container`` of ``pod`` (a pod
     template's ``spec``). Variables set from the API (``valueFrom``) are left out; ``env``
-    adds others (what the kubelet or the Spark operator would set)."""
+    adds others (what the kubelet or the Spark operator would set: a StatefulSet pod's ordinal
+    from its label, say), and the command and arguments are expanded from all of them
+    (``$(NAME)``) as the kubelet does."""
     args = [*_security(pod, container), *_mounts(pod, container, volumes or Volumes())]
     args += _env(container, env or {})
-    command = container.get("command")
+    variables = {v["name"]: v["value"] for v in container.get("env", []) if "value" in v}
+    variables.update(env or {})
+    command = [_expand(word, variables) for word in container.get("command") or []]
     if command:
         args += ["--entrypoint", command[0]]
-    rest = [*(command or [])[1:], *container.get("args", [])]
+    rest = [*command[1:], *(_expand(word, variables) for word in container.get("args", []))]
     for cluster_name, host_address in (addresses or {}).items():
         rest = [word.replace(cluster_name, host_address) for word in rest]
     return [*args, container["image"], *rest]

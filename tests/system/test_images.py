@@ -118,7 +118,7 @@ def _stats(target: str) -> dict[str, Any]:
     return dict(json.loads(_evb("stats", "--target", target, "--json").stdout))
 
 
-ORDERER_SPEC = {"sources": [1, 2], "orderer": {"buildWindow": 0.2, "startupDelay": 0}}
+ORDERER_SPEC = {"sources": [1, 2], "buildWindow": 0.2, "startupDelay": 0}
 
 
 def test_the_orderer_image_serves_a_client_on_the_host(
