@@ -24,6 +24,7 @@ from orderer.apps.run_stats import (
     split_targets,
 )
 from orderer.client import DEFAULT_CONNECT_TIMEOUT, ChannelSecurity, get_stats
+from orderer.errors import ServiceUnavailable
 from orderer.stats import Stats
 
 __all__ = ["print_stats", "write_run", "write_stats"]
@@ -58,6 +59,7 @@ def print_stats(
         )
 
     stats = ask(targets[0])
+    named = None
     if len(targets) == 1:
         named = orderer_targets(stats)
         if named is None:
@@ -70,9 +72,18 @@ def print_stats(
         answers = {stats.slicing.index: stats}
     else:
         answers = {0: stats}
-    views = [
-        OrdererView(k, t, answers[k] if k in answers else ask(t)) for k, t in enumerate(targets)
-    ]
+    views = []
+    for k, address in enumerate(targets):
+        try:
+            views.append(OrdererView(k, address, answers[k] if k in answers else ask(address)))
+        except ServiceUnavailable as error:
+            if named is None:
+                raise
+            raise type(error)(
+                f"{error} (orderer {k}'s address as the orderer at {target} names it; where those "
+                "names do not resolve, e.g. outside the cluster, give every orderer's address as "
+                "you reach it: --target a:50051,b:50051,...)"
+            ) from None
     check_roles(views)
     if as_json:
         out.write(json.dumps(run_json(views), indent=1) + "\n")

@@ -168,3 +168,29 @@ def test_one_orderer_of_several_without_peers_is_not_ended_alone(tmp_path: Path)
         assert not get_stats(server.target).run_ended
     finally:
         server.stop()
+
+
+def test_peers_that_do_not_resolve_here_are_named_with_what_to_do(tmp_path: Path) -> None:
+    """The peers an orderer names are the cluster's names (a pod under the headless Service):
+    from a laptop with one port-forwarded address they do not resolve. One line, exit 3, naming
+    the orderer and saying to give every address as it is reached."""
+    (port,) = _free_ports(1)
+    logs = tmp_path / "orderer"
+    logs.mkdir()
+    peers = ",".join(
+        [f"127.0.0.1:{port}", *(f"run-orderer-{k}.nowhere.invalid:50051" for k in (1, 2))]
+    )
+    server = ServerProcess(
+        logs / "data", logs, "--sources", "1", "--orderers", "3", "--orderer-index", "0",
+        "--slice-ticks", str(T), "--peers", peers,
+    )  # fmt: skip
+    server.port = port
+    server.start()
+    try:
+        answer = evb("stats", "--target", server.target, "--connect-timeout", "2")
+        assert answer.returncode == 3, answer.stderr
+        assert len(answer.stderr.strip().splitlines()) == 1, answer.stderr
+        assert "run-orderer-1.nowhere.invalid:50051" in answer.stderr
+        assert "give every orderer's address as you reach it" in answer.stderr
+    finally:
+        server.stop()
