@@ -6,6 +6,14 @@ The examples are test data inside the repository (``tests/data/ordering-examples
 
 from __future__ import annotations
 
+import os
+
+# As ``evb`` sets it (orderer/cli/__init__.py), before anything here imports gRPC: the tests'
+# process asks servers over gRPC and then starts the shared SparkSession's JVM (a fork with a
+# preexec_fn), which gRPC's fork support can kill before its exec or hang (grpc/grpc#43055); the
+# processes the tests start inherit it.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 from pathlib import Path
 
 import pytest

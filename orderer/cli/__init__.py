@@ -22,6 +22,13 @@ import os
 # come from orderer.wire), so it is set before them; a GRPC_VERBOSITY the user set wins. The
 # library leaves the process's environment alone: only the command sets it.
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+# gRPC's fork support (on by default in its core) runs handlers around every fork() of the
+# process; since grpcio 1.80 they race with its poller once a channel was used: a child forked by
+# subprocess with a preexec_fn (PySpark's start of the JVM, after ``evb spark-job`` and
+# ``evb demo`` asked the orderer) dies before its exec ("Java gateway process exited before
+# sending its port number"), or the fork never returns (grpc/grpc#43055). No evb process forks
+# to go on using gRPC in the child, so the support is off; a value the user set wins.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import sys
 from collections.abc import Sequence
