@@ -47,6 +47,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+# As evb sets it (orderer/cli/__init__.py): this process asks an orderer over gRPC, then starts
+# Spark's JVM (a fork with a preexec_fn), which gRPC's fork support can kill or hang
+# (grpc/grpc#43055).
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq

@@ -209,11 +209,11 @@ def job_fixed_cost(work: Path, fragments: int) -> dict[str, Any]:
     spent = big["seconds"] - small["seconds"]
     rate: float | None = None
     fixed: float | None = None
-    if spent > 0:
+    if spent > 0 and big["fragments"] > small["fragments"]:
         rate = (big["fragments"] - small["fragments"]) / spent
         fixed = small["seconds"] - small["fragments"] / rate
         found = f"{rate:,.0f} fragments/s beyond a fixed {fixed:.1f} s"
-    else:  # runs too small to tell the fixed cost from the rate (the smoke test's)
+    else:  # runs too small (or of one size) to tell the fixed cost from the rate
         rate = fixed = None
         found = "no faster than the smaller run: too few fragments to tell rate from fixed cost"
     figures = {
