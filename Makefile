@@ -37,8 +37,10 @@ $(CHECKOV):
 	$(TOOLS)/bin/python -m pip install --quiet 'checkov>=3.2'
 
 # tests/system needs podman, runc, debootstrap and Prometheus (root installs them): `make system`.
+# Two workers, a test file each (pytest-xdist): the Spark and end-to-end tests wait on processes
+# of their own, so two files at once use the two cores better than one after the other.
 test: $(STAMP) $(CHECKOV) lint
-	$(PY) -m pytest -q tests --ignore=tests/system --durations=25
+	$(PY) -m pytest -q -n 2 --dist loadfile tests --ignore=tests/system --durations=25
 
 # Both images, built with podman (tools/images/build.sh): evb:0.1.0 and evb-spark:0.1.0. Base
 # images that cannot be pulled are replaced by stand-ins made from Debian packages (README.md,
