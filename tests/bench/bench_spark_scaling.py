@@ -199,6 +199,9 @@ def job_fixed_cost(work: Path, fragments: int) -> dict[str, Any]:
     its fixed cost (intercept of the two), where the fixed cost goes."""
     runs: dict[str, dict[str, float]] = {}
     for label, count in (("quarter", max(fragments // 4, 1000)), ("whole", fragments)):
+        if label == "whole" and count <= runs["quarter"]["fragments"]:
+            runs[label] = runs["quarter"]  # one size: one run (a JVM start) tells no rate
+            continue
         (work / f"job-{label}").mkdir(parents=True, exist_ok=True)
         server, n = base._make_data(work / f"job-{label}", count)
         try:
@@ -215,7 +218,10 @@ def job_fixed_cost(work: Path, fragments: int) -> dict[str, Any]:
         found = f"{rate:,.0f} fragments/s beyond a fixed {fixed:.1f} s"
     else:  # runs too small (or of one size) to tell the fixed cost from the rate
         rate = fixed = None
-        found = "no faster than the smaller run: too few fragments to tell rate from fixed cost"
+        found = (
+            "one run, or no faster than the smaller: too few fragments to tell the rate from "
+            "the fixed cost"
+        )
     figures = {
         "runs": runs,
         "fragments_per_s": None if rate is None else round(rate),

@@ -48,9 +48,9 @@ def test_bench_spark_scaling_runs_on_a_tiny_input(tmp_path: Path, capsys: Any) -
     the partitions do, 1 then 2), the figures summarised and the cores arithmetic printed.
 
     The smallest inputs the script takes: one round (a second one only runs the same queries
-    again, floors first: 28 streaming queries instead of 14), and the job as a process on runs
-    of 1,000 fragments (its smallest) and 2,000 (two runs of one size give no rate: the fixed
-    cost is the intercept of two sizes); each run is a JVM's start."""
+    again, floors first: 28 streaming queries instead of 14), and the job as a process on one
+    run of 1,000 fragments, its smallest (each run is a JVM's start; with one size the script
+    says it cannot tell the rate from the fixed cost, the intercept of two sizes)."""
     spark = spark_session()
 
     @contextmanager
@@ -59,7 +59,7 @@ def test_bench_spark_scaling_runs_on_a_tiny_input(tmp_path: Path, capsys: Any) -
 
     args = bench_spark_scaling._parser().parse_args(
         ["--fragments", "3000", "--micro-batches", "1", "--warm-up", "300", "--rounds", "1",
-         "--job-fragments", "2000", "--workdir", str(tmp_path / "w")]
+         "--job-fragments", "1000", "--workdir", str(tmp_path / "w")]
     )
     figures = bench_spark_scaling.run(shared, args)
     one, two = bench_spark_scaling.MASTERS
@@ -74,7 +74,7 @@ def test_bench_spark_scaling_runs_on_a_tiny_input(tmp_path: Path, capsys: Any) -
     assert figures["executor_cores_needed"] == -(-args.orderer_ingest // figures["job_per_core"])
     job = figures["job_process"]
     assert job["runs"]["quarter"]["fragments"] >= 1000 and job["runs"]["quarter"]["seconds"] > 0
-    assert job["runs"]["whole"]["fragments"] >= 2000 and job["runs"]["whole"]["seconds"] > 0
+    assert job["runs"]["whole"] == job["runs"]["quarter"] and job["fragments_per_s"] is None
     out = capsys.readouterr().out
     assert "scaling of the evb job local[2] / local[1]" in out
     assert "evb job / Spark's one-Python-step floor" in out and "evb spark-job as a process" in out
