@@ -38,9 +38,11 @@ $(CHECKOV):
 
 # tests/system needs podman, runc, debootstrap and Prometheus (root installs them): `make system`.
 # Two workers, a test file each (pytest-xdist): the Spark and end-to-end tests wait on processes
-# of their own, so two files at once use the two cores better than one after the other.
+# of their own, so two files at once use the two cores better than one after the other. The files
+# go out in the order tests/conftest.py sorts them (the long ones first), not by their number of
+# tests, so that the short files even out the end.
 test: $(STAMP) $(CHECKOV) lint
-	$(PY) -m pytest -q -n 2 --dist loadfile tests --ignore=tests/system --durations=25
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests --ignore=tests/system --durations=25
 
 # Both images, built with podman (tools/images/build.sh): evb:0.1.0 and evb-spark:0.1.0. Base
 # images that cannot be pulled are replaced by stand-ins made from Debian packages (README.md,

@@ -39,3 +39,22 @@ def example_dirs() -> list[Path]:
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+_LONG = ("spark", "bench")
+"""Test directories whose files start JVMs or whole pipelines: tens of seconds to minutes a file."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The long files first (those of :data:`_LONG` and those holding a ``slow`` test), each
+    file's tests in their order: ``make test``'s two workers take a file at a time, and with
+    the long ones handed out first the many short files even out the end, instead of one worker
+    running the last long file alone while the other waits."""
+    root = REPO / "tests"
+    slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
+
+    def late(item: pytest.Item) -> bool:
+        path = item.path
+        return path not in slow and path.relative_to(root).parts[0] not in _LONG
+
+    items.sort(key=late)  # stable: the order inside each group is kept
