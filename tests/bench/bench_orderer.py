@@ -74,27 +74,44 @@ def _rss_bytes() -> int:
         return 0
 
 
-def bench_throughput(
-    batches: Batches, sources: tuple[int, ...], repeat: int, drain_every: int
-) -> dict[str, Any]:
-    """(a) Best of ``repeat`` runs of submit + periodic take_emitted + end_run."""
+Message = tuple[float, "FragmentBatch | tuple[int, int]"]
+"""What an orderer is given at a time: a batch, or a source's watermark ``(source, ts)``."""
+
+
+def _timed_runs(
+    messages: list[Message], sources: tuple[int, ...], repeat: int, drain_every: int
+) -> tuple[list[float], Orderer, int]:
+    """``repeat`` runs of ``messages`` through a fresh orderer on a simulated clock, taking the
+    output every ``drain_every`` messages and at the end of run: each run's seconds, the last
+    orderer, and the fragments (every one must come out)."""
     config = OrdererConfig(build_window=20.0, startup_delay=0.0, sources=sources)
-    n_fragments = sum(len(b) for _, b in batches)
+    n_fragments = sum(len(m) for _, m in messages if isinstance(m, FragmentBatch))
     times = []
     for _ in range(repeat):
         orderer = Orderer(config, clock=SimulatedClock())
         emitted = 0
         gc.collect()
         start = time.perf_counter()
-        for i, (t, batch) in enumerate(batches):
-            orderer.submit(batch, now=t)
+        for i, (t, message) in enumerate(messages):
+            if isinstance(message, FragmentBatch):
+                orderer.submit(message, now=t)
+            else:
+                orderer.watermark(*message, now=t)
             if i % drain_every == 0:
                 emitted += len(orderer.take_emitted())
-        orderer.end_run(now=batches[-1][0])
+        orderer.end_run(now=messages[-1][0])
         emitted += len(orderer.take_emitted())
         times.append(time.perf_counter() - start)
         if emitted != n_fragments:
             raise SystemExit(f"conservation broken: {emitted} emitted of {n_fragments}")
+    return times, orderer, n_fragments
+
+
+def bench_throughput(
+    batches: Batches, sources: tuple[int, ...], repeat: int, drain_every: int
+) -> dict[str, Any]:
+    """(a) Best of ``repeat`` runs of submit + periodic take_emitted + end_run."""
+    times, orderer, n_fragments = _timed_runs(list(batches), sources, repeat, drain_every)
     counters = orderer.counters()
     best = min(times)
     return {
@@ -209,7 +226,7 @@ def bench_sliced_share(
 ) -> dict[str, Any]:
     """(e) Orderer 0's share of the run over ``orderers``: best of ``repeat``, as (a)."""
     routing = SourceRouting(Slicing(orderers, slice_ticks))
-    share: list[tuple[float, FragmentBatch | tuple[int, int]]] = []
+    share: list[Message] = []
     for t, batch in batches:
         source = int(batch.source[0])
         for routed in routing.route(source, batch):
@@ -219,26 +236,7 @@ def bench_sliced_share(
                 share.append((t, routed.part))
             if routed.watermark is not None:
                 share.append((t, (source, routed.watermark)))
-    n_fragments = sum(len(m) for _, m in share if isinstance(m, FragmentBatch))
-    config = OrdererConfig(build_window=20.0, startup_delay=0.0, sources=sources)
-    times = []
-    for _ in range(repeat):
-        orderer = Orderer(config, clock=SimulatedClock())
-        emitted = 0
-        gc.collect()
-        start = time.perf_counter()
-        for i, (t, message) in enumerate(share):
-            if isinstance(message, FragmentBatch):
-                orderer.submit(message, now=t)
-            else:
-                orderer.watermark(*message, now=t)
-            if i % drain_every == 0:
-                emitted += len(orderer.take_emitted())
-        orderer.end_run(now=share[-1][0])
-        emitted += len(orderer.take_emitted())
-        times.append(time.perf_counter() - start)
-        if emitted != n_fragments:
-            raise SystemExit(f"conservation broken: {emitted} emitted of {n_fragments}")
+    times, _, n_fragments = _timed_runs(share, sources, repeat, drain_every)
     return {
         "orderers": orderers,
         "slice_ticks": slice_ticks,
