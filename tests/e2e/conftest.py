@@ -3,6 +3,7 @@ the port read from its first line of output), started and stopped cleanly by fix
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import signal
@@ -117,3 +118,25 @@ def server_factory(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
     for server in started:
         if server.alive():
             server.stop()
+
+
+@contextlib.contextmanager
+def orderers_of_one_run(
+    base: Path, orderers: int, slice_ticks: int, *flags: str
+) -> Iterator[list[ServerProcess]]:
+    """``evb serve`` orderer k of ``orderers`` (data in ``base/o{k}``, logs in ``base/logs-{k}``)
+    for k in index order, each with ``flags``; those still running are stopped afterwards."""
+    started: list[ServerProcess] = []
+    try:
+        for k in range(orderers):
+            logs = base / f"logs-{k}"
+            logs.mkdir()
+            started.append(ServerProcess(
+                base / f"o{k}", logs, "--orderers", str(orderers), "--orderer-index", str(k),
+                "--slice-ticks", str(slice_ticks), *flags,
+            ).start())  # fmt: skip
+        yield started
+    finally:
+        for server in started:
+            if server.alive():
+                server.stop()

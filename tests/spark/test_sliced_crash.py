@@ -33,7 +33,7 @@ from orderer.replay.sliced_logs import replay_orderers
 from orderer.replay.unit_plan import UnitPlanner, UnitStart, unit_rows
 from orderer.spark import job as spark_job
 from orderer.spark.sliced_reads import LiveHeads, OrderersAt, check_targets
-from tests.e2e.conftest import REPO, ServerProcess, environment, evb_command
+from tests.e2e.conftest import REPO, ServerProcess, environment, evb_command, orderers_of_one_run
 from tests.spark.oracle import events_of
 
 N, T = 3, 20_000
@@ -66,21 +66,11 @@ def _phase(client: SourceClient, phase: int) -> None:
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[list[ServerProcess]]:
     """The run's three orderers, stopped afterwards."""
-    started: list[ServerProcess] = []
-    try:
-        for k in range(N):
-            logs = tmp_path / f"logs-{k}"
-            logs.mkdir()
-            started.append(ServerProcess(
-                tmp_path / f"o{k}", logs, "--orderers", str(N), "--orderer-index", str(k),
-                "--slice-ticks", str(T), "--build-window", "60", "--startup-delay", "0",
-                "--sources", ",".join(map(str, SOURCES)),
-            ).start())  # fmt: skip
+    with orderers_of_one_run(
+        tmp_path, N, T, "--build-window", "60", "--startup-delay", "0",
+        "--sources", ",".join(map(str, SOURCES)),
+    ) as started:
         yield started
-    finally:
-        for server in started:
-            if server.alive():
-                server.stop()
 
 
 class Job:

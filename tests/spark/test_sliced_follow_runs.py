@@ -28,7 +28,7 @@ from orderer.replay.sliced_logs import replay_orderers
 from orderer.replay.unit_plan import UnitPlanner, UnitStart, unit_rows
 from orderer.spark import job, runs
 from orderer.spark.sliced_reads import OrderersAt, RunHeads, check_targets
-from tests.e2e.conftest import ServerProcess
+from tests.e2e.conftest import ServerProcess, orderers_of_one_run
 from tests.spark.oracle import events_of
 
 N, T = 3, 20_000
@@ -54,20 +54,12 @@ def _send(client: SourceClient, low: int, high: int) -> None:
 
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[list[ServerProcess]]:
-    started: list[ServerProcess] = []
-    try:
-        for k in range(N):
-            logs = tmp_path / f"logs-{k}"
-            logs.mkdir()
-            started.append(ServerProcess(
-                tmp_path / f"o{k}", logs, "--orderers", str(N), "--orderer-index", str(k),
-                "--slice-ticks", str(T), "--build-window", "60", "--startup-delay", "0",
-                "--sources", ",".join(map(str, SOURCES)), "--run", "7",
-            ).start())  # fmt: skip
+    """The run's three orderers, stopped afterwards."""
+    with orderers_of_one_run(
+        tmp_path, N, T, "--build-window", "60", "--startup-delay", "0",
+        "--sources", ",".join(map(str, SOURCES)), "--run", "7",
+    ) as started:
         yield started
-    finally:
-        for server in started:
-            server.stop()
 
 
 def _feed(servers: list[ServerProcess], out: Path, failures: list[BaseException]) -> None:
