@@ -467,10 +467,10 @@ def cmd_source(args: argparse.Namespace) -> int:
         source = -1
     if not 0 <= source < 2**32:
         raise ConfigError("SOURCE", text, "must be a source id, an integer from 0 to 4294967295")
-    if "," in args.target or _sliced(args):
-        from orderer.apps.run_control import run_orderers, source_state_everywhere
+    from orderer.apps.run_control import run_orderers, source_state_everywhere
 
-        orderers = run_orderers(args.target, timeout=args.timeout, **_connection(args))
+    orderers = run_orderers(args.target, timeout=args.timeout, **_connection(args))
+    if orderers.sliced:
         rows = source_state_everywhere(
             orderers.targets, source, args.action == "dead", timeout=args.timeout,
             security=security_from_args(args),
@@ -493,8 +493,8 @@ def cmd_end_run(args: argparse.Namespace) -> int:
     from orderer.apps.run_control import end_everywhere, run_orderers
     from orderer.client import end_run
 
-    if "," in args.target or _sliced(args):
-        orderers = run_orderers(args.target, timeout=args.timeout, **_connection(args))
+    orderers = run_orderers(args.target, timeout=args.timeout, **_connection(args))
+    if orderers.sliced:
         rows = end_everywhere(
             orderers.targets, security=security_from_args(args), timeout=args.timeout
         )
@@ -509,8 +509,8 @@ def cmd_begin_run(args: argparse.Namespace) -> int:
     from orderer.apps.run_control import begin_everywhere, run_orderers
     from orderer.client import begin_run
 
-    if "," in args.target or _sliced(args):
-        orderers = run_orderers(args.target, timeout=args.timeout, **_connection(args))
+    orderers = run_orderers(args.target, timeout=args.timeout, **_connection(args))
+    if orderers.sliced:
         rows = begin_everywhere(
             orderers.targets, args.run, security=security_from_args(args), timeout=args.timeout
         )
@@ -519,14 +519,6 @@ def cmd_begin_run(args: argparse.Namespace) -> int:
     begun = begin_run(args.target, args.run, timeout=args.timeout, **_connection(args))
     print(json.dumps({"run": begun.run, "start_offset": begun.start_offset}), flush=True)
     return 0
-
-
-def _sliced(args: argparse.Namespace) -> bool:
-    """The one orderer named is one of a run over several (its ``GetStats`` says so)."""
-    from orderer.client import get_stats
-
-    stats = get_stats(args.target, barrier_log_limit=1, timeout=args.timeout, **_connection(args))
-    return stats.slicing.sliced
 
 
 def cmd_forward(args: argparse.Namespace) -> int:
