@@ -31,6 +31,7 @@ from orderer.client.connect import FATAL_CODES, channel_options, connect_async, 
 from orderer.client.reconnect import Reconnects
 from orderer.errors import EvbError, InterfaceError, ServiceUnavailable
 from orderer.wire import convert
+from orderer.wire.refusal import refusal_from
 from orderer.wire.security import ChannelSecurity, aio_channel
 
 __all__ = ["Changes", "LinkOptions", "OrdererLink"]
@@ -45,8 +46,9 @@ anything else is a fault of the client's own code, and fails it."""
 _WRITE_RACE = (grpc.StatusCode.INTERNAL, "Internal error from Core")
 """What grpcio's asyncio client reports instead of the server's status when one of its writes
 races with the server ending the stream (grpc/grpc#36066: the failed write overwrites the
-status the server sent). The server's reason is lost; the client keeps the last status the
-server did give (a full log volume's "refuses writes") for its decisions and its message."""
+status the server sent). A stream refused at its opening says why in its initial metadata too
+(:mod:`orderer.wire.refusal`); otherwise the client keeps the last status the server did give
+(a full log volume's "refuses writes") for its decisions and its message."""
 
 
 class Changes:
@@ -444,7 +446,10 @@ class OrdererLink:
                     await task
             if not call.done():
                 call.cancel()
-        return await call.code(), await call.details()
+        code, details = await call.code(), await call.details()
+        if (code, details) == _WRITE_RACE:  # the status lost: a refusal at the opening says why
+            return refusal_from(await call.initial_metadata()) or (code, details)
+        return code, details
 
     async def _write(self, call: grpc.aio.StreamStreamCall) -> None:
         while True:

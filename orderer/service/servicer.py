@@ -25,6 +25,7 @@ from orderer.errors import ConfigError, EvbError, InterfaceError, ServiceUnavail
 from orderer.service.orderer_service import OrdererService
 from orderer.service.submit_stream import ACK, SubmitStream
 from orderer.wire import convert
+from orderer.wire.refusal import refusal_metadata
 
 __all__ = ["RAW_REQUESTS", "SERVICE_NAME", "OrdererServicer", "add_to_server"]
 
@@ -78,6 +79,8 @@ class OrdererServicer(pb_grpc.OrdererServicer):
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[pb.SubmitReply]:
         stream = self._service.open_stream(context.peer())
+        if stream.error is not None:  # refused at once: the reason where a client can read it
+            await context.send_initial_metadata(refusal_metadata(*_status(stream.error)))
         reader = asyncio.create_task(self._read_submissions(request_iterator, stream))
         try:
             async for kind, source, value in stream.replies():

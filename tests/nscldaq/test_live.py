@@ -47,7 +47,9 @@ def _tail(server: ServerProcess, out: Path, until: int) -> list[tuple[int, int, 
 def test_send_tail_round_trip_is_byte_exact(
     tmp_path: Path, server_factory: Callable[..., ServerProcess]
 ) -> None:
-    server = server_factory(tmp_path / "data")
+    # both sources known from the start: the second is sent only once the first was (two
+    # processes, seconds apart on a loaded host), and the orderer must wait for it
+    server = server_factory(tmp_path / "data", "--sources", "1,2")
     (first, second), items = _two_sources(tmp_path)
     # one file by name, the other on standard input
     sent = evb("send", "--target", server.target, "--nscldaq", str(first))
