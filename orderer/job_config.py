@@ -95,6 +95,9 @@ class JobConfig:
     check_order: bool = False
     """Run the stages twice over the run's first fragments and name a stage declared
     order-insensitive whose results differ; then exit."""
+    ui: str | None = None
+    """Serve the live page at ``[HOST:]PORT`` (loopback when no host is given): the run's
+    figures and every histogram the job draws, updated after each micro-batch."""
 
     @classmethod
     def from_namespace(cls, args: argparse.Namespace) -> JobConfig:
@@ -252,6 +255,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the --stages twice over the run's first fragments (in order in one partition, "
         "and dealt into several) and name a stage declared order-insensitive whose results "
         "differ; exit status 1 if one does",
+    )
+    parser.add_argument(
+        "--ui",
+        metavar="[HOST:]PORT",
+        help="serve a live page of the run at http://HOST:PORT/ (HOST: 127.0.0.1 unless given; "
+        "0.0.0.0 for every interface): its rates, late fraction, micro-batches, stages and every "
+        "histogram the job draws, updated after each micro-batch; each histogram also as JSON",
     )
     _valued(
         parser,

@@ -12,6 +12,8 @@ from orderer.job_config import JobConfig, OutputFormat
 from orderer.spark import files
 from orderer.spark.glom import glom_options
 from orderer.spark.layout import Layout
+from orderer.spark.live.board import Board
+from orderer.spark.live.observer import LiveRun
 from orderer.spark.nscldaq import NscldaqSink
 from orderer.spark.stages import StagesSink, remove_stage_results
 from orderer.spark.writer import events_writer
@@ -33,19 +35,31 @@ def batch_events(spark: Any, config: JobConfig, glom: GlomConfig) -> Any:
 
 
 def write_batch(
-    spark: Any, config: JobConfig, glom: GlomConfig, layout: Layout, plan: Plan | None = None
+    spark: Any,
+    config: JobConfig,
+    glom: GlomConfig,
+    layout: Layout,
+    plan: Plan | None = None,
+    board: Board | None = None,
 ) -> int:
     """The run's events into ``layout``, replacing the run, and the stages of ``plan`` over
-    them; returns the batches (one)."""
+    them (with ``board``, ``--ui``: the run's totals published); returns the batches (one)."""
     events = batch_events(spark, config, glom)
     # overwrite the run's partition only: the other runs' partitions are not touched
-    if plan is not None:  # one step of the stages from nothing, as batch 0
+    if plan is not None or board is not None:  # one step of the stages from nothing, batch 0
+        live = None
+        if board is not None:
+            live = LiveRun(spark, board, layout.run, glom.dt, plan, None)
+            live.start()
+        steps = plan or Plan(())
         files.remove(spark, layout.events)
-        remove_stage_results(spark, plan, config.output.rstrip("/"), layout.run)
+        remove_stage_results(spark, steps, config.output.rstrip("/"), layout.run)
         StagesSink(
-            spark, plan, config.output.rstrip("/"), layout.run, layout.events, config.format,
-            config.partitions, None, config.glom_source_id,
+            spark, steps, config.output.rstrip("/"), layout.run, layout.events, config.format,
+            config.partitions, None, config.glom_source_id, live,
         )(events, 0)
+        if live is not None:
+            live.end()
     elif config.format is OutputFormat.NSCLDAQ:  # one batch, number 0, through the sink's writer
         files.remove(spark, layout.events)
         NscldaqSink(spark, layout.events, config.glom_source_id)(events, 0)

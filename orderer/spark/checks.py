@@ -19,12 +19,22 @@ from orderer.errors import ConfigError
 from orderer.job_config import JobConfig
 from orderer.spark import files, runs
 from orderer.spark.layout import RUN_NAME
+from orderer.spark.live.page import parse_address
 from orderer.spark.nscldaq import check_glom_source_id
 from orderer.spark.sliced_reads import check_data_dirs, several
 from orderer.stages.load import load_stages
 from orderer.stages.plan import Plan, plan
 
-__all__ = ["JAVA_RELEASE", "check_arguments", "glom_config", "java_problem", "stages_plan"]
+__all__ = [
+    "JAVA_RELEASE",
+    "check_arguments",
+    "check_page_names",
+    "glom_config",
+    "java_problem",
+    "stages_plan",
+]
+
+_URL_SAFE = re.compile(r"[A-Za-z0-9_.-]+")
 
 JAVA_RELEASE = 17
 """The Java release Spark 4 needs at least."""
@@ -53,7 +63,23 @@ def stages_plan(config: JobConfig) -> Plan | None:
         if config.check_order:
             raise ConfigError("--check-order", None, "checks the --stages: give them")
         return None
-    return plan(load_stages(config.stages), EVENT_SCHEMA)
+    planned = plan(load_stages(config.stages), EVENT_SCHEMA)
+    if config.ui is not None:
+        check_page_names(planned)
+    return planned
+
+
+def check_page_names(planned: Plan) -> None:
+    """``--ui``: each declared histogram's column is a part of its page address, so it may hold
+    only letters, digits, ``_``, ``.`` and ``-`` (two names made alike would show as one)."""
+    for step in planned.stages:
+        for histogram in step.stage.histograms:
+            if not _URL_SAFE.fullmatch(histogram.column):
+                raise ConfigError(
+                    "--ui", f"stage {step.stage.name}: histogram of {histogram.column!r}",
+                    "the live page names a histogram by its column, which may hold only letters,"
+                    " digits, _ . and -: rename the column",
+                )  # fmt: skip
 
 
 def _check_writable(flag: str, uri: str) -> None:
@@ -80,6 +106,10 @@ def check_arguments(config: JobConfig) -> None:
     glom_config(config)
     check_glom_source_id(config.glom_source_id)
     runs.check_arguments(config)
+    if config.ui is not None:
+        if config.check_order or config.explain:
+            raise ConfigError("--ui", config.ui, "shows a run: not with --check-order or --explain")
+        parse_address(config.ui)
     if config.run is not None and not RUN_NAME.fullmatch(config.run):
         raise ConfigError(
             "--run", config.run, "must be letters, digits, '.', '_' or '-', starting with a "

@@ -38,9 +38,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 __all__ = [
+    "COINCIDENCE",
+    "SPECTRUM",
     "SPECTRUM_BINS",
+    "counted",
     "pair_histograms",
     "pair_partials",
+    "pair_rows",
+    "rows_batch",
     "spectrum_axis",
     "to_histograms",
 ]
@@ -49,7 +54,7 @@ SPECTRUM_BINS = 201
 """Most bins of the spectrum's difference axis (one tick each up to dt = 100)."""
 
 _PARTIALS_SCHEMA = "kind int, a long, b long, c long, value long"
-_SPECTRUM, _COINCIDENCE = 0, 1
+SPECTRUM, COINCIDENCE = 0, 1
 """Kinds of the executors' partial counts: (first source, other source, bin index; -1 below the
 axis, bins above it) -> fragments; (source i, source j, 0) -> events."""
 
@@ -76,41 +81,64 @@ def pair_partials(axis: bh.axis.Regular) -> Any:
 
     def partials(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            lists = batch.column("fragments")
-            flat = pc.list_flatten(lists)
-            if len(flat) == 0:
-                continue
-            source = flat.field("source").to_numpy(zero_copy_only=False).astype(np.int64)
-            ts = flat.field("timestamp").to_numpy(zero_copy_only=False).astype(np.int64)
-            parent = pc.list_parent_indices(lists).to_numpy().astype(np.int64)
-            lengths = pc.list_value_length(lists).fill_null(0).to_numpy().astype(np.int64)
-            starts = np.cumsum(lengths) - lengths  # into the flattened fragments
-            first = starts[parent]
-            others = np.arange(source.size) != first
-            # int64 differences wrap as the unsigned timestamps would: |difference| <= dt < 2**63
-            difference = ts[others] - ts[first[others]]
-            bins = np.asarray(axis.index(difference.astype(np.float64)), np.int64)
-            parts = [_counted(_SPECTRUM, source[first[others]], source[others], bins)]
-            parts.append(_coincidences(parent, source))
-            yield pa.RecordBatch.from_arrays(
-                [
-                    pa.array(np.concatenate([p[0] for p in parts]).astype(np.int32)),
-                    *(pa.array(np.concatenate([p[k] for p in parts])) for k in (1, 2, 3, 4)),
-                ],
-                names=["kind", "a", "b", "c", "value"],
-            )
+            parts = pair_rows(batch.column("fragments"), axis)
+            if parts:
+                yield rows_batch(parts)
 
     return partials
 
 
-def _counted(kind: int, *keys: np.ndarray) -> tuple[np.ndarray, ...]:
+def pair_rows(lists: Any, axis: bh.axis.Regular) -> list[tuple[np.ndarray, ...]]:
+    """The partial counts of both histograms over some events' ``fragments`` lists (barrier
+    rows left out), as parts of rows ``kind, a, b, c, value`` (none for no fragment): the one
+    counting of the spectrum and the matrix, at the end of a run and after each micro-batch
+    (:mod:`orderer.spark.live`)."""
+    flat = pc.list_flatten(lists)
+    if len(flat) == 0:
+        return []
+    source = flat.field("source").to_numpy(zero_copy_only=False).astype(np.int64)
+    ts = flat.field("timestamp").to_numpy(zero_copy_only=False).astype(np.int64)
+    parent = pc.list_parent_indices(lists).to_numpy().astype(np.int64)
+    lengths = pc.list_value_length(lists).fill_null(0).to_numpy().astype(np.int64)
+    starts = np.cumsum(lengths) - lengths  # into the flattened fragments
+    first = starts[parent]
+    others = np.arange(source.size) != first
+    # int64 differences wrap as the unsigned timestamps would: |difference| <= dt < 2**63
+    difference = ts[others] - ts[first[others]]
+    bins = np.asarray(axis.index(difference.astype(np.float64)), np.int64)
+    return [
+        counted(SPECTRUM, source[first[others]], source[others], bins),
+        _coincidences(parent, source),
+    ]
+
+
+def rows_batch(parts: list[tuple[np.ndarray, ...]]) -> pa.RecordBatch:
+    """Parts of partial rows as one Arrow batch of ``kind, a, b, c, value``."""
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(np.concatenate([p[0] for p in parts]).astype(np.int32)),
+            *(
+                pa.array(np.concatenate([p[k] for p in parts]).astype(np.int64))
+                for k in (1, 2, 3, 4)
+            ),
+        ],
+        names=["kind", "a", "b", "c", "value"],
+    )
+
+
+def counted(kind: int, *keys: np.ndarray) -> tuple[np.ndarray, ...]:
     """Rows ``kind, a, b, c, count`` of the distinct key triples."""
     if keys[0].size == 0:
         empty = np.zeros(0, np.int64)
         return (empty, empty, empty, empty, empty)
     unique, count = np.unique(np.stack(keys, axis=1).astype(np.int64), axis=0, return_counts=True)
-    return (np.full(count.size, kind, np.int64), unique[:, 0], unique[:, 1], unique[:, 2],
-            count.astype(np.int64))
+    return (
+        np.full(count.size, kind, np.int64),
+        unique[:, 0],
+        unique[:, 1],
+        unique[:, 2],
+        count.astype(np.int64),
+    )
 
 
 def _coincidences(parent: np.ndarray, source: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -129,8 +157,13 @@ def _coincidences(parent: np.ndarray, source: np.ndarray) -> tuple[np.ndarray, .
         incidence[parent[lo:hi] - k * block, column[lo:hi]] = 1.0
         total += np.rint(incidence.T @ incidence).astype(np.int64)  # exact: counts <= block
     i, j = np.nonzero(total)
-    return (np.full(i.size, _COINCIDENCE, np.int64), ids[i], ids[j], np.zeros(i.size, np.int64),
-            total[i, j])
+    return (
+        np.full(i.size, COINCIDENCE, np.int64),
+        ids[i],
+        ids[j],
+        np.zeros(i.size, np.int64),
+        total[i, j],
+    )
 
 
 def to_histograms(
@@ -154,20 +187,25 @@ def to_histograms(
         category("other", "source of the fragment"),
         axis,
         storage=bh.storage.Int64(),
-        metadata={**metadata, "what": "fragments after their event's first one, by the "
-                  "difference of their timestamps (ticks)"},
+        metadata={
+            **metadata,
+            "what": "fragments after their event's first one, by the "
+            "difference of their timestamps (ticks)",
+        },
     )
-    mine = kind == _SPECTRUM
+    mine = kind == SPECTRUM
     view = spectrum.view(flow=True)  # flow: the difference axis has its underflow at 0
     view[at(a[mine]), at(b[mine]), c[mine] + 1] = value[mine]
     coincidences = bh.Histogram(
         category("i", "source"),
         category("j", "source"),
         storage=bh.storage.Int64(),
-        metadata={**metadata, "what": "events holding both sources (diagonal: events holding "
-                  "the source)"},
+        metadata={
+            **metadata,
+            "what": "events holding both sources (diagonal: events holding the source)",
+        },
     )
-    mine = kind == _COINCIDENCE
+    mine = kind == COINCIDENCE
     coincidences.view()[at(a[mine]), at(b[mine])] = value[mine]
     return spectrum, coincidences
 

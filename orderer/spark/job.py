@@ -87,6 +87,8 @@ from orderer.spark.batch import write_batch
 from orderer.spark.checks import check_arguments, glom_config, java_problem, stages_plan
 from orderer.spark.glom import glom_options
 from orderer.spark.layout import Layout
+from orderer.spark.live.board import Board
+from orderer.spark.live.page import LivePage
 from orderer.spark.nscldaq import NscldaqSink
 from orderer.spark.order_check import CHECK_FRAGMENTS, check_order, report
 from orderer.spark.sliced_reads import several
@@ -106,9 +108,12 @@ class JobResult:
     batches: int
 
 
-def run(spark: Any, config: JobConfig, plan: Plan | None = None) -> JobResult:
+def run(
+    spark: Any, config: JobConfig, plan: Plan | None = None, board: Board | None = None
+) -> JobResult:
     """Build the events, then write the summary and the report; returns where they are.
-    ``plan``: the ``--stages``' when the caller has it (None: made here, if there are any)."""
+    ``plan``: the ``--stages``' when the caller has it (None: made here, if there are any);
+    ``board``: the live page's (``--ui``), given the run's totals after each micro-batch."""
     from orderer.spark.source import register
 
     register(spark)
@@ -117,16 +122,19 @@ def run(spark: Any, config: JobConfig, plan: Plan | None = None) -> JobResult:
     layout = Layout.of(config)
     started = time.monotonic()
     if config.target:
-        batches, _ = stream(spark, config, glom, layout, plan=plan)
+        batches, _ = stream(spark, config, glom, layout, plan=plan, board=board)
     else:
-        batches = write_batch(spark, config, glom, layout, plan)
+        batches = write_batch(spark, config, glom, layout, plan, board)
     return _finish(spark, config, glom, layout, batches, time.monotonic() - started, plan=plan)
 
 
-def follow_runs(spark: Any, config: JobConfig, plan: Plan | None = None) -> list[JobResult]:
+def follow_runs(
+    spark: Any, config: JobConfig, plan: Plan | None = None, board: Board | None = None
+) -> list[JobResult]:
     """``--follow-runs``: every run of the orderer's run table, one after another
     (:func:`orderer.spark.runs.follow`), until SIGTERM, a query that stopped, or
-    ``--until-run``; returns the runs built, in order."""
+    ``--until-run``; returns the runs built, in order (``board``: each run's totals on the
+    live page, as :func:`run`)."""
     from orderer.client import get_stats
     from orderer.spark.source import register
 
@@ -156,7 +164,9 @@ def follow_runs(spark: Any, config: JobConfig, plan: Plan | None = None) -> list
         def build(span: runs.RunSpan | runs.OrderersRun) -> bool:
             layout = Layout.of(config, str(span.run))
             started = time.monotonic()
-            batches, end = stream(spark, config, glom, layout, span, stop.requested, plan)
+            batches, end = stream(
+                spark, config, glom, layout, span, stop.requested, plan, board
+            )
             if end is None:
                 return False
             if isinstance(span, runs.RunSpan):
@@ -349,6 +359,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem is not None:
         print(f"evb spark-job: {problem}", file=sys.stderr)
         return 2
+    page = None
+    if config.ui is not None:  # bound before Spark starts: a port in use is one line
+        try:
+            page = LivePage(config.ui, Board(plan))
+        except ConfigError as error:
+            print(f"evb spark-job: {error}", file=sys.stderr)
+            return 2
+    try:
+        return _main(config, plan, page)
+    finally:
+        if page is not None:
+            page.close()
+
+
+def _main(config: JobConfig, plan: Plan | None, page: LivePage | None) -> int:
+    """The job once its arguments were checked (and the live page's port bound)."""
     if config.target is not None:
         try:
             _reach_orderer(config.target, config)
@@ -358,14 +384,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ConfigError as error:  # orderers that are not one run's, in their order
             print(f"evb spark-job: {error}", file=sys.stderr)
             return 2
+    board = None
+    if page is not None:
+        page.start()
+        board = page.board
+        print(f"evb spark-job: live page at {page.url}", file=sys.stderr, flush=True)
     spark = create_session(config.master)
     try:
         if config.check_order:
             return check_stages_order(spark, config, plan)
         if config.follow_runs:
-            follow_runs(spark, config, plan)
+            follow_runs(spark, config, plan, board)
         else:
-            run(spark, config, plan)
+            run(spark, config, plan, board)
     except ConfigError as error:  # seen only once Spark reads the output (a resumed run)
         print(f"evb spark-job: {error}", file=sys.stderr)
         return 2

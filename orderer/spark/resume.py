@@ -30,6 +30,7 @@ BUILDING_FLAGS = {
     "format": "--format",
     "glomSourceId": "--glom-source-id",
     "stages": "--stages",
+    "liveTotals": "--ui",
 }
 """The settings a streamed run records at its start (``runs/RUN/building.json``), by flag."""
 
@@ -54,6 +55,8 @@ def building(config: JobConfig, glom: GlomConfig, plan: Plan | None = None) -> d
         record["glomSourceId"] = str(config.glom_source_id)
     if plan is not None:
         record["stages"] = plan.shape()
+    if config.ui is not None:  # the page's totals are in the checkpoint from the run's start
+        record["liveTotals"] = "kept"
     return record
 
 

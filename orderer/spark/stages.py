@@ -39,7 +39,7 @@ import re
 import sys
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -53,6 +53,7 @@ from orderer.stages.plan import Plan, StagePlan
 from orderer.stages.steps import apply, apply_sensitive
 
 __all__ = [
+    "BatchObserver",
     "StagesSink",
     "remove_stage_results",
     "run_plan",
@@ -97,6 +98,14 @@ def stage_failure(text: str) -> str | None:
     return found[-1].strip() if found else None
 
 
+class BatchObserver(Protocol):
+    """What is told of each batch the sink writes: ``results`` by stage, the events under
+    :data:`~orderer.stages.api.EVENTS`, each persisted until the call returns. Called again
+    with the same batch after a restart when the batch was not marked done."""
+
+    def __call__(self, batch_id: int, results: Mapping[str, Any]) -> None: ...
+
+
 @dataclass
 class StagesSink:
     """Writes each micro-batch's events and runs the stages over them, once (the module
@@ -114,6 +123,9 @@ class StagesSink:
     """Where the states and the manifests live (in the checkpoint); None: a batch job, whose
     one step starts from nothing and keeps nothing."""
     glom_source_id: int = 0
+    live: BatchObserver | None = None
+    """Told of each batch once its results are written, before the batch is marked done
+    (``--ui``'s running totals, :mod:`orderer.spark.live`)."""
     _registered: bool = field(default=False, init=False)
 
     def __call__(self, events: Any, batch_id: int) -> None:
@@ -134,7 +146,11 @@ class StagesSink:
                 directory = stage_directory(self.output, step.stage.name, self.run)
                 result.write.mode("overwrite").parquet(f"{directory}/batch={batch_id:012d}")
 
-            run_plan(self.spark, self.plan, events, self.partitions, states, kept, write)
+            results = run_plan(
+                self.spark, self.plan, events, self.partitions, states, kept, write
+            )
+            if self.live is not None:
+                self.live(batch_id, results)
         finally:
             for frame in kept:
                 frame.unpersist()

@@ -24,6 +24,8 @@ from orderer.job_config import JobConfig, OutputFormat
 from orderer.spark import files, runs
 from orderer.spark.glom import glom_options
 from orderer.spark.layout import Layout
+from orderer.spark.live.board import Board
+from orderer.spark.live.observer import LiveRun
 from orderer.spark.nscldaq import NscldaqSink
 from orderer.spark.resume import building, check_resumed_building
 from orderer.spark.sliced_reads import several
@@ -62,9 +64,11 @@ def stream(
     span: runs.RunSpan | runs.OrderersRun | None = None,
     stopped: Callable[[], bool] = lambda: False,
     plan: Plan | None = None,
+    board: Board | None = None,
 ) -> tuple[int, int | None]:
     """Stream the orderer into ``layout`` until the run ended and was read to its end: the
-    whole output until ``run_ended``, or with ``span`` that run of the run table alone.
+    whole output until ``run_ended``, or with ``span`` that run of the run table alone; with
+    ``board`` (``--ui``), the run's running totals published after each micro-batch.
     Returns (micro-batches, the offset read to; None: stopped before the run's end)."""
     from orderer.client import commit, get_stats
 
@@ -103,11 +107,16 @@ def stream(
     writer = events.writeStream.option("checkpointLocation", checkpoint).queryName(
         f"evb-{layout.run}"
     )
-    if plan is not None:  # the stages' results and the events, per batch, once: one sink
-        writer = writer.foreachBatch(
+    live = None
+    if board is not None:  # the totals kept beside the stages' states, exactly once as they
+        live = LiveRun(spark, board, layout.run, glom.dt, plan, f"{checkpoint}/evb-live")
+        live.start()
+    if plan is not None or live is not None:  # the stages' results, the totals and the events,
+        writer = writer.foreachBatch(  # per batch, once: one sink
             StagesSink(
-                spark, plan, config.output.rstrip("/"), layout.run, layout.events, config.format,
-                config.partitions, f"{checkpoint}/evb-stages", config.glom_source_id,
+                spark, plan or Plan(()), config.output.rstrip("/"), layout.run, layout.events,
+                config.format, config.partitions, f"{checkpoint}/evb-stages",
+                config.glom_source_id, live,
             )
         )
     elif config.format is OutputFormat.NSCLDAQ:  # no file sink writes ring items: batch-id-named
@@ -117,6 +126,7 @@ def stream(
     if config.trigger_seconds > 0:
         writer = writer.trigger(processingTime=f"{config.trigger_seconds} seconds")
     query = writer.start()
+    print(f"evb spark-job: run {layout.run}: reading {target}", file=sys.stderr, flush=True)
     read_to: int | None = None
     try:
         while not stopped():  # until the run ended; then read to its end and stop
@@ -156,6 +166,8 @@ def stream(
         batches = int(query.lastProgress["batchId"]) + 1 if query.lastProgress else 0
         query.stop()
     failure = query.exception()
+    if live is not None and failure is None and read_to is not None:
+        live.end()
     if failure is not None:
         stage = stage_failure(str(failure))
         if stage is not None:  # a user's stage: its one line, not Spark's trace

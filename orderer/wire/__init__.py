@@ -1,5 +1,5 @@
 """What both ends of the gRPC wire share: message conversions with every check of client input
-(:mod:`~orderer.wire.convert`), the channel security rules (:mod:`~orderer.wire.security`) and
+(:mod:`~orderer.wire.convert`), the channel security rules (:mod:`~orderer.wire.security`),
 the options every client takes (:mod:`~orderer.wire.options`) and the reason a refused ``Submit``
 stream carries in its initial metadata (:mod:`~orderer.wire.refusal`).
 

@@ -1,0 +1,131 @@
+"""One micro-batch's counts, computed on the executors: what the running totals add up.
+
+Why one pass: the live page must not cost the job what the end-of-run summary costs. Each Arrow
+batch of the micro-batch's events is reduced on its executor to partial rows ``kind, a, b, c,
+value`` (the run summary's event shapes, the fragments per source, the earliest and latest
+timestamps, and the partial counts of the spectrum and the coincidence matrix with the one
+counting the end of the run uses, :func:`orderer.spark.coincidence.pair_rows`); Spark sums them
+in one aggregation and the driver receives a few hundred rows whatever the micro-batch's size.
+A stage's declared histograms are counted by :func:`orderer.spark.stage_histograms.fill`, the
+end of run's binning, over the stage's results of the micro-batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from orderer.spark.coincidence import (
+    COINCIDENCE,
+    SPECTRUM,
+    counted,
+    pair_rows,
+    rows_batch,
+    spectrum_axis,
+)
+from orderer.spark.stage_histograms import fill
+from orderer.stages.plan import Plan
+
+__all__ = ["BatchCounts", "StageCounts", "count_batch"]
+
+_SCHEMA = "kind int, a long, b long, c long, value long"
+_SHAPE, _SOURCE, _TIME = 2, 3, 4
+"""Kinds beside the spectrum's and the matrix's: (multiplicity, barrier type, late or not) ->
+rows; (source, late or not) -> fragments; the timestamps (min and max)."""
+_COLUMNS = ("multiplicity", "barrier", "late", "fragments")
+
+
+@dataclass(frozen=True, slots=True)
+class StageCounts:
+    """One stage's results in one micro-batch: its rows, and each declared histogram's counts
+    by column (``bins + 2``, the underflow first)."""
+
+    rows: int
+    histograms: dict[str, np.ndarray]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCounts:
+    """What one micro-batch adds to the running totals."""
+
+    shapes: dict[tuple[int, int, bool], int]
+    """Rows by (multiplicity, barrier type: 0 for an event, late fragments in it or not)."""
+    fragments: dict[tuple[int, bool], int]
+    """Fragments by (source, late or not)."""
+    pairs: dict[tuple[int, int, int, int], int]
+    """The spectrum's and the matrix's partial counts by (kind, a, b, c)."""
+    first_timestamp: int | None
+    last_timestamp: int | None
+    stages: dict[str, StageCounts] = field(default_factory=dict)
+
+
+def _partials(dt: int | None) -> Any:
+    axis = spectrum_axis(dt)
+
+    def partials(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            multiplicity = batch.column("multiplicity").to_numpy(zero_copy_only=False)
+            barrier = batch.column("barrier").to_numpy(zero_copy_only=False).astype(np.int64)
+            late = batch.column("late").to_numpy(zero_copy_only=False) > 0
+            parts = [counted(_SHAPE, multiplicity.astype(np.int64), barrier, late)]
+            lists = batch.column("fragments")
+            flat = pc.list_flatten(lists)
+            if len(flat):
+                source = flat.field("source").to_numpy(zero_copy_only=False).astype(np.int64)
+                flagged = flat.field("late").to_numpy(zero_copy_only=False).astype(np.int64)
+                parts.append(counted(_SOURCE, source, flagged, np.zeros_like(source)))
+                ts = flat.field("timestamp").to_numpy(zero_copy_only=False).astype(np.int64)
+                edge = np.array([ts.min(), ts.max()], np.int64)
+                zero = np.zeros(2, np.int64)
+                parts.append((np.full(2, _TIME, np.int64), zero, zero, zero, edge))
+            parts += pair_rows(pc.filter(lists, pa.array(barrier == 0)), axis)
+            yield rows_batch(parts)
+
+    return partials
+
+
+def count_batch(
+    results: Mapping[str, Any], events: str, dt: int | None, plan: Plan | None
+) -> BatchCounts:
+    """The counts of one micro-batch: ``results[events]`` its events (a DataFrame), and each
+    stage's results of the same micro-batch under its name."""
+    from pyspark.sql import functions as F
+
+    table = (
+        results[events]
+        .select(*_COLUMNS)
+        .mapInArrow(_partials(dt), _SCHEMA)
+        .groupBy("kind", "a", "b", "c")
+        .agg(F.sum("value").alias("sum"), F.min("value").alias("min"), F.max("value").alias("max"))
+        .toArrow()
+    )
+    kind, a, b, c = (table.column(k).to_numpy() for k in ("kind", "a", "b", "c"))
+    total = table.column("sum").to_numpy()
+    shapes = {
+        (int(a[k]), int(b[k]), bool(c[k])): int(total[k]) for k in np.flatnonzero(kind == _SHAPE)
+    }
+    fragments = {(int(a[k]), bool(b[k])): int(total[k]) for k in np.flatnonzero(kind == _SOURCE)}
+    pairs = {
+        (int(kind[k]), int(a[k]), int(b[k]), int(c[k])): int(total[k])
+        for k in np.flatnonzero((kind == SPECTRUM) | (kind == COINCIDENCE))
+    }
+    times = np.flatnonzero(kind == _TIME)
+    first = int(table.column("min").to_numpy()[times].min()) if times.size else None
+    last = int(table.column("max").to_numpy()[times].max()) if times.size else None
+    stages: dict[str, StageCounts] = {}
+    for step in plan.stages if plan is not None else ():
+        stage = step.stage
+        result = results[stage.name]
+        counts = fill(result, stage.histograms) if stage.histograms else []
+        stages[stage.name] = StageCounts(
+            int(result.count()),
+            {h.column: c for h, c in zip(stage.histograms, counts, strict=True)},
+        )
+    return BatchCounts(shapes, fragments, pairs, first, last, stages)
