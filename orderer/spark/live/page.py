@@ -42,7 +42,7 @@ _STATIC = {
 }
 _HEADERS = {
     "X-Content-Type-Options": "nosniff",
-    "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'",
+    "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:",
     "Referrer-Policy": "no-referrer",
 }
 
