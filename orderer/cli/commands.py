@@ -247,7 +247,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from orderer.spark.demo import run_live_demo
 
     return run_live_demo(
-        output_dir=args.output_dir, seed=args.seed, seconds=args.seconds, orderers=args.orderers
+        output_dir=args.output_dir,
+        seed=args.seed,
+        seconds=args.seconds,
+        orderers=args.orderers,
+        ui=None if args.ui == "off" else args.ui,
     )
 
 

@@ -182,6 +182,13 @@ def _add_demo(commands: Any) -> None:
         help="spread the run over N orderers by time slices (docs/scale-out.md)",
     )
     demo.add_argument(
+        "--ui",
+        default="127.0.0.1:0",
+        metavar="[HOST:]PORT",
+        help="where the live page of the run is served while it is taken (evb spark-job --ui); "
+        "port 0: a free one, printed (default: %(default)s); 'off': no page",
+    )
+    demo.add_argument(
         "--replay-only",
         action="store_true",
         help="the in-process demo instead: a synthetic run through evb replay (no gRPC, no Spark)",

@@ -39,6 +39,10 @@ from orderer.job_config import JobConfig
 from orderer.replay import synthetic
 from orderer.replay.physics import Physics
 from orderer.spark import demo_physics, job
+from orderer.spark.checks import stages_plan
+from orderer.spark.live.board import Board
+from orderer.spark.live.page import LivePage
+from orderer.stages.plan import Plan
 
 __all__ = ["live_run", "run_live_demo"]
 
@@ -176,10 +180,38 @@ def _summary_table(summary: dict[str, Any]) -> Table:
     return table
 
 
-def run_live_demo(output_dir: Path, seed: int, seconds: float = 20.0, orderers: int = 1) -> int:
+def run_live_demo(
+    output_dir: Path,
+    seed: int,
+    seconds: float = 20.0,
+    orderers: int = 1,
+    ui: str | None = "127.0.0.1:0",
+) -> int:
     """The live demo into ``output_dir`` (replaced); exit status 0. ``orderers``: the run over
     that many orderers by time slices of :data:`SLICE_TICKS` (docs/scale-out.md), each an
-    ``evb serve`` of its own, the sources routing by slice and the Spark job reading them all."""
+    ``evb serve`` of its own, the sources routing by slice and the Spark job reading them all.
+    ``ui``: where the run's live page is served while it is taken (None: no page); bound before
+    anything starts, so that a port in use is one line."""
+    page = planned = None
+    if ui is not None:
+        stages_file = demo_physics.examples_stages()
+        planned = stages_plan(JobConfig(output="", dt=DT, stages=stages_file, ui=ui))
+        page = LivePage(ui, Board(planned))
+    try:
+        return _demo(Path(output_dir), seed, seconds, orderers, page, planned)
+    finally:
+        if page is not None:
+            page.close()
+
+
+def _demo(
+    output_dir: Path,
+    seed: int,
+    seconds: float,
+    orderers: int,
+    page: LivePage | None,
+    planned: Plan | None,
+) -> int:
     console = Console()
     output_dir = Path(output_dir).resolve()
     if output_dir.exists():
@@ -229,6 +261,9 @@ def run_live_demo(output_dir: Path, seed: int, seconds: float = 20.0, orderers: 
     ready = _data_dir(output_dir, 0, orderers) / "consumers.json"
     player = threading.Thread(target=_play, args=(targets, spec, ready, errors), name="sources")
     player.start()
+    if page is not None:
+        page.start()
+        console.print(f"Live page of the run (spectra filling as the data comes): {page.url}")
     spark = job.create_session("local[2]", app="evb-demo")
     spark.sparkContext.setLogLevel("ERROR")
     try:
@@ -241,8 +276,9 @@ def run_live_demo(output_dir: Path, seed: int, seconds: float = 20.0, orderers: 
             quiet=True,
             poll=0.5,
             stages=stages,
+            ui=None if page is None else page.address,
         )
-        result = job.run(spark, config)
+        result = job.run(spark, config, planned, None if page is None else page.board)
     finally:
         player.join()
         spark.stop()

@@ -79,6 +79,7 @@ def test_evb_demo_shows_the_coincidence_peak_and_what_the_stages_found(tmp_path:
     text = done.stdout
     assert done.returncode == 0, text + done.stderr[-3000:]
     assert "runs the example stages" in text
+    assert re.search(r"^Live page of the run .*: http://127\.0\.0\.1:\d+/$", text, re.MULTILINE)
 
     for name in STAGE_NAMES:
         assert f"{name} (" in text, name

@@ -7,6 +7,11 @@ from __future__ import annotations
 import collections
 import copy
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -127,3 +132,52 @@ def test_running_totals_equal_the_events_built_so_far_and_the_summary_at_the_end
     page_matrix = json.loads(board.histogram("r", "coincidences") or b"null")
     assert page_matrix["counts"] == coincidences.values().tolist()
     assert page_matrix["x"]["categories"] == [str(s) for s in coincidences.axes[0]]
+
+
+def test_a_killed_job_resumes_its_totals_from_the_checkpoint(
+    spark: Any, finished_run: FinishedRun, tmp_path: Path
+) -> None:
+    """``evb spark-job --ui`` killed (SIGKILL) after two micro-batches, then run again on the
+    same checkpoint: the page starts from the killed job's totals, not from zero, and ends with
+    every event counted once (what the summary counts)."""
+    checkpoint = tmp_path / "checkpoint"
+    flags = [
+        "--target", finished_run.target, "--dt", str(DT), "--output", str(tmp_path / "out"),
+        "--run", "r", "--partitions", "2", "--consumer", "live-killed",
+        "--max-fragments-per-trigger", "300", "--checkpoint", str(checkpoint),
+        "--ui", "127.0.0.1:0", "--quiet",
+    ]  # fmt: skip
+    argv = [sys.executable, "-m", "orderer.cli", "spark-job", *flags, "--trigger-seconds", "1",
+            "--master", "local[2]"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_GATEWAY")}
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    manifests = checkpoint / "evb-stages" / "_batches"
+
+    def done() -> int:
+        return len(list(manifests.glob("*.json"))) if manifests.is_dir() else 0
+
+    with open(tmp_path / "killed.log", "wb") as log:
+        process = subprocess.Popen(
+            argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            deadline = time.monotonic() + 180
+            while done() < 2 and process.poll() is None:
+                assert time.monotonic() < deadline, (tmp_path / "killed.log").read_text()
+                time.sleep(0.05)
+        finally:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    killed_at = done()
+    assert 2 <= killed_at < 4, (tmp_path / "killed.log").read_text()
+    board = RecordingBoard(None)
+    result = job.run(spark, JobConfig.from_argv(flags), None, board)
+    first, last = board.published[0], board.published[-1]
+    assert first.batch >= killed_at - 1 and first.fragment_count > 0  # the killed job's totals
+    # then each batch once, in order (from the killed job's last one if it was not marked done)
+    later = [t.batch for t in board.published[1:]]
+    assert later == list(range(later[0], later[0] + len(later))) and later[0] <= first.batch + 1
+    summary = result.summary
+    assert last.fragment_count == summary["fragments"] == finished_run.fragments.num_rows
+    assert {str(m): n for m, n in last.multiplicity.items()} == summary["multiplicity"]["histogram"]
+    assert last.events == summary["events"] and last.late_fragments == summary["late"]["fragments"]

@@ -42,7 +42,10 @@ _STATIC = {
 }
 _HEADERS = {
     "X-Content-Type-Options": "nosniff",
-    "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:",
+    # plotly sets styles inline and draws a colour map as a data: image
+    "Content-Security-Policy": (
+        "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:"
+    ),
     "Referrer-Policy": "no-referrer",
 }
 
@@ -141,11 +144,15 @@ class LivePage:
         self._thread: threading.Thread | None = None
 
     @property
-    def url(self) -> str:
+    def address(self) -> str:
+        """``HOST:PORT`` where it listens (the port chosen for port 0)."""
         host, port = self._server.server_address[:2]
         host = host.decode() if isinstance(host, bytes) else str(host)
-        shown = f"[{host}]" if ":" in host else host
-        return f"http://{shown}:{port}/"
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}/"
 
     def start(self) -> None:
         self._thread = threading.Thread(
