@@ -126,12 +126,20 @@ def stream(
     if config.trigger_seconds > 0:
         writer = writer.trigger(processingTime=f"{config.trigger_seconds} seconds")
     query = writer.start()
-    print(f"evb spark-job: run {layout.run}: reading {target}", file=sys.stderr, flush=True)
+    print(f"evb spark-job: run {layout.run}: query started, reading {target} (the first "
+          "micro-batch takes seconds: Spark starts its Python workers)", file=sys.stderr,
+          flush=True)  # fmt: skip
     read_to: int | None = None
     try:
+        told = False
         while not stopped():  # until the run ended; then read to its end and stop
             if query.awaitTermination(config.poll):
                 break
+            if not told and query.lastProgress:  # the first micro-batch: seconds after start()
+                told = True
+                print(f"evb spark-job: run {layout.run}: first micro-batch done "
+                      f"({query.lastProgress.get('numInputRows', 0):,} events); reading as the "
+                      "data comes", file=sys.stderr, flush=True)  # fmt: skip
             if orderers is not None:  # a run over several orderers
                 number = None if span is None else span.run
                 read_to = _read_to_the_end(query, orderers, config, security, number)
