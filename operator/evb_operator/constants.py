@@ -20,6 +20,9 @@ HEADLESS_NAME = "{name}-orderer-headless"
 StatefulSet, so that orderer k has the stable name ``{name}-orderer-k.{name}-orderer-headless``."""
 RELEASE_NAME = "{name}-release"
 """Deployment of ``evb release`` (the release of dead sources) of a run over several orderers."""
+LIVE_NAME = "{name}-live"
+"""Service of the Spark job's live page (spec.spark.ui). Not ``{name}-spark-ui``: the Spark
+operator names its Service of Spark's own web UI ``{name}-spark-ui-svc``."""
 
 ENDPOINT = "{orderer}.{namespace}.svc:{port}"
 """The orderer's gRPC address as the operator and the Spark job reach it."""
@@ -33,6 +36,18 @@ LIVENESS_SERVICE = "liveness"
 a full log volume leaves it SERVING, so the kubelet does not restart a pod that a restart
 cannot cure (readiness, on the overall status "", takes it out of the Service instead)."""
 METRICS_PORT = 9090
+LIVE_PORT_NAME = "live-page"
+"""The name of the Spark driver's container port of the live page (the page's Service names its
+port the same)."""
+LIVE_LISTEN = "0.0.0.0:{port}"
+"""The live page's ``evb spark-job --ui`` in the driver: every interface (the job's default is
+loopback), so that the Service reaches it."""
+LIVE_URL = "http://{service}.{namespace}.svc:{port}/"
+"""Where the live page is inside the cluster (``status.spark.ui``)."""
+SPARK_ROLE_LABEL = "spark-role"
+SPARK_DRIVER_ROLE = "driver"
+"""The label Spark puts on the pods it runs (``spark-role: driver`` or ``executor``): the live
+page's Service selects the driver by it, among the Spark job's pods."""
 
 CONFIG_FILE = "evb.yaml"
 CONFIG_DIR = "/etc/evb/config"

@@ -16,8 +16,8 @@ The orderer's parameters are generated from the fields of :class:`orderer.config
 once. The status schema and the printer columns come from :mod:`evb_operator.crd_status`; the
 fields of runs and upstreams from :mod:`evb_operator.crd_runs`; those of one run over several
 orderers (``orderers``, ``sliceTicks``) from :mod:`evb_operator.crd_slicing`; the Spark job's
-section from :mod:`evb_operator.crd_spark`; the property builders and :class:`Rule` from
-:mod:`evb_operator.crd_schema`.
+section from :mod:`evb_operator.crd_spark` (its live page from :mod:`evb_operator.crd_live`);
+the property builders and :class:`Rule` from :mod:`evb_operator.crd_schema`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from evb_operator.crd_live import LIVE_RULES
 from evb_operator.crd_output import OUTPUT_RULES
 from evb_operator.crd_parameters import orderer_properties
 from evb_operator.crd_runs import RUN_RULES, run_properties
@@ -47,6 +48,7 @@ from evb_operator.phases import REQUESTED_STATES, RunPhase
 
 __all__ = [
     "BUILDING_FIELDS",
+    "BUILDING_PRESENCE",
     "GROUP",
     "KIND",
     "PLURAL",
@@ -99,6 +101,13 @@ run's start and refuses to resume its checkpoint with others (``orderer/spark/jo
 ``BUILDING_FLAGS``; a test holds the two together)."""
 
 
+BUILDING_PRESENCE = ("ui",)
+"""Under ``spec.spark``, fields that are part of how a run is built by being set at all, whatever
+their value: with a live page (``ui``) the job keeps the page's running totals in the run's
+checkpoint from its start, records so (``liveTotals``, ``orderer/spark/resume.py``) and refuses to
+resume without the page, or with it where the run began without; the page's port may change."""
+
+
 def _get(obj: Mapping[str, Any], dotted: str) -> Any:
     for name in dotted.split("."):
         obj = obj.get(name, {}) if isinstance(obj, Mapping) else {}
@@ -108,7 +117,9 @@ def _get(obj: Mapping[str, Any], dotted: str) -> Any:
 def _building_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
     if _get(old, "output.path") != _get(new, "output.path"):
         return None  # a new place: a new checkpoint, the whole run built again there
-    return next((f".{f}" for f in BUILDING_FIELDS if _get(old, f) != _get(new, f)), None)
+    changed = [f for f in BUILDING_FIELDS if _get(old, f) != _get(new, f)]
+    changed += [f for f in BUILDING_PRESENCE if (_get(old, f) is None) != (_get(new, f) is None)]
+    return f".{changed[0]}" if changed else None
 
 
 def _same(field: str) -> str:
@@ -128,12 +139,17 @@ def _building_rule() -> Rule:
     return Rule(
         path=("spark",),
         cel="self.output.path != oldSelf.output.path || ("
-        + " && ".join(_same(f) for f in BUILDING_FIELDS)
+        + " && ".join(
+            [_same(f) for f in BUILDING_FIELDS]
+            + [f"has(self.{f}) == has(oldSelf.{f})" for f in BUILDING_PRESENCE]
+        )
         + ")",
         message="the event building (" + ", ".join(BUILDING_FIELDS) + ") cannot change while"
-        " output.path stays: the Spark job resumes the run from its checkpoint there, and a run"
-        " is built one way; change output.path too (the whole run is built again there) or"
-        " create a new EventBuilder",
+        " output.path stays, nor can " + ", ".join(BUILDING_PRESENCE) + " be set or unset (the"
+        " live page's running totals are kept in the checkpoint from the run's start; its port"
+        " may change): the Spark job resumes the run from its checkpoint there, and a run is"
+        " built one way; change output.path too (the whole run is built again there) or create"
+        " a new EventBuilder",
         changed=_building_changed,
     )
 
@@ -197,6 +213,7 @@ RULES: tuple[Rule, ...] = (
     *RUN_RULES,
     *SLICING_RULES,
     *OUTPUT_RULES,
+    *LIVE_RULES,
 )
 
 

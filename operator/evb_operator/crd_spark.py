@@ -1,5 +1,5 @@
 """The Spark job's section of the ``EventBuilder`` spec (``spec.spark``): its image, how it builds
-events, its size and where the events go.
+events, its size, where the events go and its live page (:mod:`evb_operator.crd_live`).
 
 Apart from :mod:`evb_operator.crd` because it is the largest section and changes with the job
 (``orderer/spark/job.py``), not with the orderer. The fields marked "Building" say how a run's
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from evb_operator.crd_live import ui_schema
 from evb_operator.crd_output import output_schema
 from evb_operator.crd_schema import _image, _integer, _number, _object, _spark_pod, _string
 
@@ -132,6 +133,7 @@ def spark_schema() -> dict[str, Any]:
             ),
             "output": output_schema(),
             "stages": _stages(),
+            "ui": ui_schema(),
             "objectStorage": _object(
                 "S3-compatible object storage for an s3a:// output.path (the Spark image carries"
                 " hadoop-aws). Credentials come from a Secret, as environment variables of the"

@@ -216,6 +216,12 @@ def _status_schema() -> dict[str, Any]:
                         "description": "The SparkApplication's applicationState.state.",
                     },
                     "errorMessage": {"type": "string"},
+                    "ui": {
+                        "type": "string",
+                        "description": "Where the live page is inside the cluster"
+                        " (spec.spark.ui): http://NAME-live.NAMESPACE.svc:PORT/, a read-only"
+                        " page of the run's figures and histograms; absent without one.",
+                    },
                 },
             },
             "orderers": {

@@ -19,7 +19,9 @@ What happens when:
   ``Configure`` on the live orderer, no child touched;
 - ``spec.orderer`` changes (image, resources, service settings): the StatefulSet's pod template
   is patched, which rolls the pod (the orderer recovers its run from its logs);
-- ``spec.spark`` changes: the SparkApplication's spec is patched;
+- ``spec.spark`` changes: the SparkApplication's spec is patched; the live page's Service
+  (``spec.spark.ui``) follows: created by ``reconcile`` when the port is set, its port patched
+  when it changes, deleted when it goes;
 - ``spec.state`` becomes ``Ended``: ``EndRun``; the Spark job reads to the end and finishes;
   the release of a run over several orderers is scaled to 0;
 - ``spec.run`` raised: ``EndRun`` (unless the run ended), then ``BeginRun`` with the new
@@ -30,8 +32,9 @@ What happens when:
   the SparkApplication (the ``Ready`` condition sums them up), and Events for each incomplete
   or heterogeneous barrier in the orderer's barrier log (a few per period, then a summary),
   bursts of late data, an unreachable orderer, Spark's end;
-- delete: the SparkApplication first (it stops reading), then the orderer's children (the
-  garbage collector would too, through the owner references, in no particular order).
+- delete: the SparkApplication first (it stops reading) and its live page's Service, then the
+  orderer's children (the garbage collector would too, through the owner references, in no
+  particular order).
 
 A run over several orderers (``spec.orderers`` > 1) gets its children from the same builders
 (the headless Service and the release's Deployment among them), and every call above goes to
@@ -55,7 +58,7 @@ from typing import Any, TypeVar
 import kopf
 
 from evb_operator import constants as c
-from evb_operator import control, crd, kube, security, specs, specs_common, validation
+from evb_operator import control, crd, kube, security, specs, specs_common, specs_live, validation
 from evb_operator import status as evb_status
 from evb_operator.phases import RunPhase
 from orderer import client as orderer_client
@@ -589,9 +592,11 @@ async def _begin_each(
 @kopf.on.field(*RESOURCE, field="spec.spark")
 async def update_spark(old: Any, new: Any, **kwargs: Any) -> None:
     """The Spark section changed: patch the SparkApplication (created by ``reconcile`` when the
-    section appears; deleted when it goes). Another event building at the same output.path is
-    refused, the SparkApplication untouched: the job would resume its checkpoint and refuse it
-    (the API server's CEL rule refuses it first; this holds where none did)."""
+    section appears; deleted when it goes), and the live page's Service likewise (``ui``: a
+    new port patched into it, created by ``reconcile`` when set, deleted when unset or when the
+    section goes). Another event building at the same output.path (the page set or unset
+    among it) is refused, the SparkApplication untouched: the job would resume its checkpoint
+    and refuse it (the API server's CEL rule refuses it first; this holds where none did)."""
     if old is None:
         return
     try:
@@ -599,6 +604,13 @@ async def update_spark(old: Any, new: Any, **kwargs: Any) -> None:
     except validation.InvalidSpec as error:
         raise kopf.PermanentError(f"SparkApplication not changed: {error}") from None
     await _reapply(specs_common.SPARKAPPLICATION, "/spec", **kwargs)
+    if _has_page(old) or _has_page(new):  # none before or after: no Service to touch
+        await _reapply(specs_common.LIVE, "/spec/ports", **kwargs)
+
+
+def _has_page(spark: Any) -> bool:
+    """Whether a Spark section (kopf's old or new value) asks for the live page."""
+    return isinstance(spark, Mapping) and spark.get("ui") is not None
 
 
 @kopf.on.field(*RESOURCE, field="spec.networkPolicy")
@@ -646,7 +658,7 @@ async def refresh_status(
     body: kopf.Body, status: kopf.Status, patch: kopf.Patch, logger: kopf.Logger, **kwargs: Any
 ) -> None:
     """Status from ``GetStats``, the orderer's StatefulSet (its pod ready?) and the
-    SparkApplication; Events for what needs attention."""
+    SparkApplication, and where the live page is; Events for what needs attention."""
     orderer = _orderer(**kwargs)
     valid = orderer.valid
     if valid is None:
@@ -688,6 +700,7 @@ async def refresh_status(
             logger.warning("cannot read the %s: %s", child.kind, failure)
     spark = children.get(specs_common.SPARKAPPLICATION.kind)
     statefulset = children.get(specs_common.STATEFULSET.kind)
+    page = specs_live.page_address(orderer.owner, orderer.namespace, valid.spec.get("spark"))
     if orderer.several:
         new, notices = evb_status.observe_orderers(
             status,
@@ -698,6 +711,7 @@ async def refresh_status(
             statefulset=statefulset,
             generation=_generation(body),
             now=_now(),
+            page=page,
         )
     else:
         new, notices = evb_status.observe(
@@ -710,6 +724,7 @@ async def refresh_status(
             statefulset=statefulset,
             generation=_generation(body),
             now=_now(),
+            page=page,
         )
     patch.status.update(new)
     for notice in notices:
@@ -720,7 +735,8 @@ async def refresh_status(
 async def delete_children(
     spec: kopf.Spec, name: str, namespace: str | None, logger: kopf.Logger, **_: Any
 ) -> None:
-    """The Spark job first (it stops reading), then the orderer and its configuration."""
+    """The Spark job first (it stops reading) and its live page's Service, then the orderer and
+    its configuration."""
     namespace = _namespaced(namespace)
     for child in specs_common.DELETION_ORDER:
         try:

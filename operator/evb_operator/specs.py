@@ -1,7 +1,8 @@
 """Every child of an EventBuilder (:func:`build_children`): the whole manifest of each, from the
 pure ``build_<kind>_spec`` functions of ``specs_orderer`` (ConfigMap, StatefulSet, Service),
-``specs_network`` (NetworkPolicy), ``specs_forward`` (the forwarders) and ``specs_spark`` (the
-SparkApplication); what they share (kinds, labels, security contexts) is ``specs_common``.
+``specs_network`` (NetworkPolicy), ``specs_forward`` (the forwarders), ``specs_spark`` (the
+SparkApplication) and ``specs_live`` (the live page's Service); what they share (kinds, labels,
+security contexts) is ``specs_common``.
 
 Called by :mod:`evb_operator.handlers` (which then adopts and creates them) and by the tests,
 which validate every object built here against the Kubernetes 1.32 schemas and the
@@ -20,6 +21,8 @@ The children, all named after the EventBuilder (``constants``):
 - Service ``<name>-orderer``: gRPC 50051 (data sources, the Spark job, the operator), metrics 9090.
 - SparkApplication ``<name>-spark`` (``sparkoperator.k8s.io/v1beta2``) running the Spark job
   against the Service.
+- Service ``<name>-live``, when ``spec.spark.ui`` is set: the Spark driver's live page
+  (``evb spark-job --ui``), on that port.
 - NetworkPolicy ``<name>-orderer``, when ``spec.networkPolicy.enabled``.
 - Deployment ``<name>-forward``, when ``spec.upstreams`` is set: one ``evb forward`` container
   per upstream (:func:`build_forward_spec` says why not in the orderer's pod).
@@ -53,6 +56,7 @@ from typing import Any
 
 from evb_operator.specs_common import ExtraLabels
 from evb_operator.specs_forward import build_forward_spec
+from evb_operator.specs_live import build_live_service_spec
 from evb_operator.specs_network import build_networkpolicy_spec
 from evb_operator.specs_orderer import (
     build_configmap_spec,
@@ -114,4 +118,7 @@ def build_children(
                 name, namespace, valid, default_image=spark_image, labels=labels
             )
         )
+        page = build_live_service_spec(name, namespace, valid, labels=labels)
+        if page is not None:
+            children.append(page)
     return children

@@ -20,6 +20,7 @@ __all__ = [
     "DELETION_ORDER",
     "FORWARD",
     "HEADLESS",
+    "LIVE",
     "NETWORKPOLICY",
     "RELEASE",
     "RESTRICTED_CONTAINER",
@@ -72,9 +73,11 @@ SPARKAPPLICATION = ChildKind(SPARK_API_VERSION, "SparkApplication", c.SPARK_NAME
 FORWARD = ChildKind("apps/v1", "Deployment", c.FORWARD_NAME)
 HEADLESS = ChildKind("v1", "Service", c.HEADLESS_NAME)
 RELEASE = ChildKind("apps/v1", "Deployment", c.RELEASE_NAME)
+LIVE = ChildKind("v1", "Service", c.LIVE_NAME)
 
 DELETION_ORDER = (
     SPARKAPPLICATION,
+    LIVE,
     FORWARD,
     RELEASE,
     NETWORKPOLICY,
@@ -83,8 +86,9 @@ DELETION_ORDER = (
     SERVICE,
     CONFIGMAP,
 )
-"""The Spark job first (it stops reading), the forwarders (they stop sending) and the release
-(it stops ending sources), then the orderers, their configuration last."""
+"""The Spark job first (it stops reading) with its live page's Service, the forwarders (they stop
+sending) and the release (it stops ending sources), then the orderers, their configuration
+last."""
 
 
 RESTRICTED_CONTAINER: dict[str, Any] = {

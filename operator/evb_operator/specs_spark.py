@@ -1,6 +1,7 @@
 """The Spark job's child: its configuration (:func:`spark_job_config`, the arguments of
 ``evb spark-job``) and the ``SparkApplication`` that runs it against the orderer's Service,
-with the object storage's settings and the client's security mounts.
+with the object storage's settings, the client's security mounts and the live page's port
+(:mod:`evb_operator.specs_live`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from evb_operator.specs_common import (
     orderer_endpoint,
     run_targets,
 )
+from evb_operator.specs_live import page_address
 from evb_operator.validation import ValidSpec, with_defaults
 from orderer.job_config import JobConfig, OutputFormat, TimestampPolicy
 
@@ -89,11 +91,13 @@ def spark_job_config(
     reads is a field here. ``spark`` is completed with the CRD's defaults first (a raw section
     will do). The security files are left to the pods' ``EVB_TLS_*``/``EVB_TOKEN_FILE``
     variables (:func:`client_security`); the stages' file is the driver's mount of
-    ``spec.spark.stages`` (:func:`stages_file`). ``target``: the run's orderers
-    (:func:`~evb_operator.specs_common.run_targets`: every orderer's address, comma-separated,
-    for a run over several); None: the orderer's Service."""
+    ``spec.spark.stages`` (:func:`stages_file`); the live page (``spec.spark.ui``) listens on
+    every interface of the driver (:class:`~evb_operator.specs_live.PageAddress`). ``target``:
+    the run's orderers (:func:`~evb_operator.specs_common.run_targets`: every orderer's
+    address, comma-separated, for a run over several); None: the orderer's Service."""
     spark = with_defaults(SPARK_SCHEMA, spark)
     stages = spark.get("stages")
+    page = page_address(name, namespace, spark)
     return JobConfig(
         target=orderer_endpoint(name, namespace) if target is None else target,
         no_build=bool(spark["noBuild"]),
@@ -112,6 +116,7 @@ def spark_job_config(
         ),
         follow_runs=bool(spark["followRuns"]),
         stages=None if stages is None else Path(stages_file(stages)),
+        ui=None if page is None else page.listen,
     )
 
 
@@ -210,6 +215,9 @@ def build_sparkapplication_spec(
         volume, mount = stages_volume(stages)
         spec["volumes"].append(volume)
         spec["driver"]["volumeMounts"].append(mount)
+    page = page_address(name, namespace, spark)
+    if page is not None:  # the driver's alone: the executors serve no page
+        spec["driver"]["ports"] = [page.container_port()]
     storage = spark.get("objectStorage")
     if storage is not None:
         _add_env(spec, object_storage_env(storage))

@@ -25,6 +25,7 @@ from typing import Any
 
 from evb_operator.conditions import Notice, Verdict, find, set_condition
 from evb_operator.phases import FINAL_PHASES, ConditionType, RunPhase
+from evb_operator.specs_live import PageAddress
 from evb_operator.status_barriers import BARRIER_EVENTS_PER_UPDATE, barrier_report, count
 from evb_operator.status_orderers import OrdererAnswer, drift, observe_each
 from evb_operator.validation import ValidSpec
@@ -206,13 +207,15 @@ def observe(
     statefulset: Mapping[str, Any] | None,
     generation: int | None,
     now: str,
+    page: PageAddress | None = None,
 ) -> tuple[dict[str, Any], list[Notice]]:
     """New status fields and the Events they call for, for a run of one orderer.
 
     ``stats`` is None when the orderer could not be reached (``error`` says why); ``spark`` is
     the SparkApplication's body, or None when there is none (yet); ``statefulset`` the
     orderer's StatefulSet, or None when it cannot be read; ``generation`` the
-    ``metadata.generation`` of the spec ``valid`` comes from.
+    ``metadata.generation`` of the spec ``valid`` comes from; ``page`` the live page of
+    ``spec.spark.ui`` (None: there is none).
     """
     notices: list[Notice] = []
     verdicts: dict[ConditionType, Verdict] = {ConditionType.VALID: _VALID}
@@ -255,6 +258,7 @@ def observe(
         unreachable=unreachable,
         generation=generation,
         now=now,
+        page=page,
     )
 
 
@@ -268,10 +272,12 @@ def observe_orderers(
     statefulset: Mapping[str, Any] | None,
     generation: int | None,
     now: str,
+    page: PageAddress | None = None,
 ) -> tuple[dict[str, Any], list[Notice]]:
     """:func:`observe` for a run over several orderers: ``answers`` holds every orderer's, in
     index order (:mod:`evb_operator.status_orderers` says how they are summed); ``endpoint``
-    is the run's address (its Service, which answers for any one orderer and names the others).
+    is the run's address (its Service, which answers for any one orderer and names the others);
+    ``page`` as :func:`observe`'s (one live page for the run: the job's).
 
     ``OrdererReachable`` and ``Ready`` are True only when every orderer answers, and name those
     that do not; ``Configured`` only when every orderer that answers runs the spec's live
@@ -310,6 +316,7 @@ def observe_orderers(
         generation=generation,
         now=now,
         orderers=len(answers),
+        page=page,
     )
 
 
@@ -340,9 +347,10 @@ def _with_spark_and_ready(
     generation: int | None,
     now: str,
     orderers: int = 1,
+    page: PageAddress | None = None,
 ) -> tuple[dict[str, Any], list[Notice]]:
     """What one orderer and several share: the Spark job's state (its final state is the
-    run's phase), TLS, ``Ready``, and the conditions written."""
+    run's phase) and its live page, TLS, ``Ready``, and the conditions written."""
     spark_state = None
     if spark is not None:
         state = (spark.get("status") or {}).get("applicationState") or {}
@@ -364,6 +372,7 @@ def _with_spark_and_ready(
                     state.get("errorMessage") or f"the Spark job is {spark_state}",
                 )
             )
+    _page(previous, new, page)
     if "tls" in valid.spec:
         verdicts[ConditionType.TLS] = _tls_condition(valid, unreachable is None)
     verdicts[ConditionType.READY] = ready(
@@ -381,6 +390,16 @@ def _with_spark_and_ready(
     new["phase"] = phase or RunPhase.PENDING
     new["conditions"] = conditions
     return new, notices
+
+
+def _page(previous: Mapping[str, Any], new: dict[str, Any], page: PageAddress | None) -> None:
+    """``status.spark.ui``: the live page's URL, known from the spec alone (so written even
+    before the SparkApplication can be read). Gone from the spec: None, which the status patch
+    (a merge patch) takes as removing it, only when the previous status had one."""
+    if page is not None:
+        new.setdefault("spark", {})["ui"] = page.url
+    elif (previous.get("spark") or {}).get("ui") is not None:
+        new.setdefault("spark", {})["ui"] = None
 
 
 def _counters(stats: Stats) -> dict[str, Any]:

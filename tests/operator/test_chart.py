@@ -36,7 +36,8 @@ NAMESPACED_RULES = [
     {"apiGroups": ["evb.io"], "resources": ["eventbuilders/status"], "verbs": ["patch"]},
     {"apiGroups": ["evb.io"], "resources": ["eventbuilders/finalizers"], "verbs": ["update"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
-    {"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": ["create", "delete"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "delete"]},
+    {"apiGroups": [""], "resources": ["services"], "verbs": ["create", "patch", "delete"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
     {
         "apiGroups": ["apps"],
@@ -57,7 +58,8 @@ NAMESPACED_RULES = [
 ]
 """Exactly what the operator does: kopf watches and patches EventBuilders (finalizer, progress
 annotations, status) and posts Events; the handlers create, patch and delete the children and
-read the StatefulSet's ready pods and the SparkApplication's state. update on
+read the StatefulSet's ready pods and the SparkApplication's state (a Service is patched only
+for the live page's port, spec.spark.ui; a ConfigMap never). update on
 eventbuilders/finalizers is what an owner reference with blockOwnerDeletion requires. Secrets
 are only read (get), those spec.tls/spec.auth name; nothing reads Pods.
 tests/operator/test_rbac.py derives the same set from the code."""

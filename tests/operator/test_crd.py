@@ -306,20 +306,28 @@ def test_build_crd_returns_a_fresh_copy() -> None:
 
 def test_the_building_guard_covers_what_the_job_refuses_to_change_on_resume() -> None:
     """The job records BUILDING_FLAGS at a run's start and refuses others on resume; each must
-    be a field the transition rule holds (noBuild is dt's absence in the record)."""
+    be a field the transition rule holds (noBuild is dt's absence in the record; liveTotals,
+    that the live page's totals are kept, is ui's presence: the rule holds whether it is set,
+    not its port)."""
     from orderer.spark.resume import BUILDING_FLAGS
 
-    leaves = {field.rsplit(".", 1)[-1] for field in crd.BUILDING_FIELDS}
-    assert set(BUILDING_FLAGS) <= leaves
+    recorded_as = {"liveTotals": "ui"}
+    fields = (*crd.BUILDING_FIELDS, *crd.BUILDING_PRESENCE)
+    leaves = {field.rsplit(".", 1)[-1] for field in fields}
+    assert {recorded_as.get(key, key) for key in BUILDING_FLAGS} <= leaves
     (rule,) = [r for r in crd.RULES if r.changed is not None]
     assert rule.check is None and "oldSelf" in rule.cel
     spark = crd.SPEC_SCHEMA["properties"]["spark"]
-    for field in crd.BUILDING_FIELDS:
+    for field in fields:
         node = spark
         for name in field.split("."):
             node = node["properties"][name]
-        assert f"self.{field} == oldSelf.{field}" in rule.cel
-        assert "Building." in node["description"]  # the fields table says so
+        if field in crd.BUILDING_PRESENCE:
+            assert f"has(self.{field}) == has(oldSelf.{field})" in rule.cel
+            assert "Set or unset: Building" in node["description"]
+        else:
+            assert f"self.{field} == oldSelf.{field}" in rule.cel
+            assert "Building." in node["description"]  # the fields table says so
 
 
 def test_the_spark_defaults_are_the_jobs() -> None:

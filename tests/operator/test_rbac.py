@@ -1,10 +1,10 @@
 """RBAC is derived, not copied: every handler of ``evb_operator.handlers`` runs, on every path
 that calls the Kubernetes API (create, spec changes, network policy on and off, Spark section
 changed and removed, end of run, the status timer, deletion), with a spec that uses every
-feature (TLS, mutual TLS, token, NetworkPolicy, Spark), through the operator's real client
-(:mod:`evb_operator.kube` on the ``kubernetes`` package) against an in-process API emulator
-that records every request. The (apiGroup, resource, verb) set of those requests, plus what
-kopf itself needs, must equal exactly the set the chart renders: a verb added to the chart
+feature (TLS, mutual TLS, token, NetworkPolicy, Spark and its live page), through the operator's
+real client (:mod:`evb_operator.kube` on the ``kubernetes`` package) against an in-process API
+emulator that records every request. The (apiGroup, resource, verb) set of those requests, plus
+what kopf itself needs, must equal exactly the set the chart renders: a verb added to the chart
 without a use fails, and so does a new call the chart does not grant.
 
 Only the orderer's client calls are stand-ins here (no orderer runs;
@@ -33,7 +33,11 @@ SPEC: dict[str, Any] = {
     "tls": {"secretName": "run-tls", "mutual": True, "clientSecretName": "run-client"},
     "auth": {"tokenSecretRef": {"name": "run-token"}},
     "networkPolicy": {"enabled": True, "allowedClients": [{"podSelector": {}}]},
-    "spark": {"dt": 10, "output": {"path": "file:///events", "volumeClaim": "events"}},
+    "spark": {
+        "dt": 10,
+        "output": {"path": "file:///events", "volumeClaim": "events"},
+        "ui": 8080,
+    },
     "upstreams": [{"target": "lower-orderer.daq.svc:50051", "asSource": 7}],
 }
 
@@ -103,7 +107,10 @@ def _used_by_the_handlers(monkeypatch: pytest.MonkeyPatch) -> set[tuple[str, str
             await handlers.reconcile(**common)
             await handlers.configure_live(**{**common, "param": "buildWindow", "reason": "update"})
             await handlers.roll_orderer(**{**common, "reason": "update"})
-            await handlers.update_spark(**{**common, "reason": "update", "old": {}, "new": {}})
+            spark = SPEC["spark"]
+            await handlers.update_spark(
+                **{**common, "reason": "update", "old": spark, "new": spark}
+            )
             await handlers.update_spark(**{**common, "reason": "update", "old": {}, "new": None})
             await handlers.update_network_policy(**{**common, "reason": "update"})
             await handlers.update_network_policy(
