@@ -4,8 +4,9 @@ Why one pass: the live page must not cost the job what the end-of-run summary co
 batch of the micro-batch's events is reduced on its executor to partial rows ``kind, a, b, c,
 value`` (the run summary's event shapes, the fragments per source, the earliest and latest
 timestamps, and the partial counts of the spectrum and the coincidence matrix with the one
-counting the end of the run uses, :func:`orderer.spark.coincidence.pair_rows`); Spark sums them
-in one aggregation and the driver receives a few hundred rows whatever the micro-batch's size.
+counting the end of the run uses, :func:`orderer.spark.coincidence.pair_rows`), a few hundred
+rows per task whatever the micro-batch's size; the driver sums them (pyarrow), so the count is
+one Spark stage, without a shuffle.
 A stage's declared histograms are counted by :func:`orderer.spark.stage_histograms.fill`, the
 end of run's binning, over the stage's results of the micro-batch.
 """
@@ -37,7 +38,6 @@ _SCHEMA = "kind int, a long, b long, c long, value long"
 _SHAPE, _SOURCE, _TIME = 2, 3, 4
 """Kinds beside the spectrum's and the matrix's: (multiplicity, barrier type, late or not) ->
 rows; (source, late or not) -> fragments; the timestamps (min and max)."""
-_COLUMNS = ("multiplicity", "barrier", "late", "fragments")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,13 +98,19 @@ def count_batch(
     stage's results of the same micro-batch under its name."""
     from pyspark.sql import functions as F
 
-    table = (
-        results[events]
-        .select(*_COLUMNS)
-        .mapInArrow(_partials(dt), _SCHEMA)
-        .groupBy("kind", "a", "b", "c")
-        .agg(F.sum("value").alias("sum"), F.min("value").alias("min"), F.max("value").alias("max"))
-        .toArrow()
+    slim = F.transform(  # what is counted of each fragment: its payload never reaches Python
+        "fragments",
+        lambda f: F.struct(
+            f["source"].alias("source"), f["timestamp"].alias("timestamp"), f["late"].alias("late")
+        ),
+    ).alias("fragments")
+    frame = results[events].select("multiplicity", "barrier", "late", slim)
+    partials = frame.mapInArrow(_partials(dt), _SCHEMA).toArrow()
+    table = partials.group_by(["kind", "a", "b", "c"]).aggregate(
+        [("value", "sum"), ("value", "min"), ("value", "max")]
+    )  # on the driver: a few hundred rows a task, no shuffle (a Spark stage of its own)
+    table = table.rename_columns(
+        {"value_sum": "sum", "value_min": "min", "value_max": "max"}
     )
     kind, a, b, c = (table.column(k).to_numpy() for k in ("kind", "a", "b", "c"))
     total = table.column("sum").to_numpy()
