@@ -14,9 +14,11 @@ to the next.
 
 The stages:
 
-- ``pixel_hits`` (a sequencer): one row per implant or decay fragment. One event gives several
-  rows, so its output is not the events' order: it declares its own, ``offset`` (the fragment's
-  output offset, unique and in stream order), which the order-sensitive stage below sorts by;
+- ``pixel_hits`` (a sequencer): one row per implant or decay fragment, with its pixel's row
+  and column (it declares the detector's map, a :class:`~orderer.stages.Histogram2D`). One
+  event gives several rows, so its output is not the events' order: it declares its own,
+  ``offset`` (the fragment's output offset, unique and in stream order), which the
+  order-sensitive stage below sorts by;
 - ``decays`` (order-sensitive, keyed by ``pixel``): each decay matched to its implant, with
   ``decay_time`` in ticks (it declares a histogram of ``decay_time`` over the window, which the
   job puts in the run's report).
@@ -43,13 +45,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from orderer.replay.physics import DECAY, IMPLANT, fragment_table
-from orderer.stages import Histogram, order_sensitive, sequencer
+from orderer.stages import Histogram, Histogram2D, order_sensitive, sequencer
 
 TICK_RATE = 1e8
 """Timestamp ticks a second."""
 WINDOW = 20_000_000
 """Longest implant-decay time matched, ticks (0.2 s)."""
-PIXELS = 32 * 32
+SIDE = 32
+"""Pixels on a side of the detector."""
+PIXELS = SIDE * SIDE
 """Pixels of the detector."""
 
 
@@ -61,13 +65,24 @@ PIXELS = 32 * 32
         ("kind", pa.int8()),
         ("timestamp", pa.int64()),
         ("energy", pa.float32()),
+        ("row", pa.int32()),
+        ("column", pa.int32()),
     ],
     order_by=("offset",),
+    histograms=[
+        Histogram2D(Histogram("column", SIDE, 0, SIDE), Histogram("row", SIDE, 0, SIDE))
+    ],
 )
 def pixel_hits(events: pa.Table) -> pa.Table:
-    """The implants and decays of the events, one row each, in stream order."""
+    """The implants and decays of the events, one row each, in stream order, with the pixel's
+    row and column (the detector's map, a 2D histogram)."""
     rows = fragment_table(events)
-    return rows.filter(pc.is_in(rows["kind"], pa.array([IMPLANT, DECAY], pa.int8())))
+    rows = rows.filter(pc.is_in(rows["kind"], pa.array([IMPLANT, DECAY], pa.int8())))
+    pixel = rows["pixel"].to_numpy()
+    row, column = np.divmod(pixel, SIDE)
+    return rows.append_column("row", pa.array(row, pa.int32())).append_column(
+        "column", pa.array(column, pa.int32())
+    )
 
 
 @order_sensitive(

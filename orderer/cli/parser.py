@@ -259,7 +259,8 @@ def _add_send(commands: Any) -> None:
         type=SECONDS_OR_ZERO,
         default=1.0,
         metavar="X",
-        help="time factor; 0 sends as fast as possible",
+        help="how many times faster than its arrival times the run is sent: 2 sends a 10 s run"
+        " in 5 s, 0.5 in 20 s; 0 as fast as possible",
     )
     send.add_argument(
         "--client-batch", type=COUNT, default=4096, metavar="N", help="fragments per message"

@@ -74,9 +74,10 @@ def check_page_names(planned: Plan) -> None:
     only letters, digits, ``_``, ``.`` and ``-`` (two names made alike would show as one)."""
     for step in planned.stages:
         for histogram in step.stage.histograms:
-            if not _URL_SAFE.fullmatch(histogram.column):
+            unsafe = [c for c in histogram.columns if not _URL_SAFE.fullmatch(c)]
+            if unsafe:
                 raise ConfigError(
-                    "--ui", f"stage {step.stage.name}: histogram of {histogram.column!r}",
+                    "--ui", f"stage {step.stage.name}: histogram of {unsafe[0]!r}",
                     "the live page names a histogram by its column, which may hold only letters,"
                     " digits, _ . and -: rename the column",
                 )  # fmt: skip

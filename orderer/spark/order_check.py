@@ -10,7 +10,12 @@ same events dealt round-robin into several partitions (other splits, other order
 each stage's results as multisets. The first stage (in the plan's order) whose results differ is
 named; the stages that read it differ because of it. An order-sensitive stage or a sequencer is
 given the same rows in the same order either way, so a difference there means it is not
-deterministic.
+deterministic. An aggregation's results are its finished table (the partial accumulators of the
+partitions combined), so what is compared is what it declares: that its accumulate and combine
+give the same result however the rows are split and in whatever order the pieces come.
+
+The stages run as the job runs them (:func:`orderer.spark.stages.run_plan`, which also sends the
+stages' own module to the executors by value).
 """
 
 from __future__ import annotations
@@ -68,9 +73,7 @@ def check_order(
             upstream = differs.get(stage.reads)
             if differing or upstream:
                 differs[stage.name] = upstream or stage.name
-            checks.append(
-                StageCheck(stage.name, stage.order, first.total(), differing, upstream)
-            )
+            checks.append(StageCheck(stage.name, stage.order, first.total(), differing, upstream))
         return events, checks
     finally:
         for frame in kept:
@@ -100,7 +103,16 @@ def report(events: int, checks: list[StageCheck]) -> tuple[str, bool]:
             good = False
             verdict = (
                 f"DIFFERS ({check.differing:,} rows): declared order-insensitive, its results"
-                " depend on how its input is split or ordered; declare it order_sensitive"
+                " depend on how its input is split or ordered; declare it order_sensitive, or,"
+                " if its rows are partial results that add up, an aggregation"
+            )
+        elif check.order is Order.AGGREGATION:
+            good = False
+            verdict = (
+                f"DIFFERS ({check.differing:,} rows): its finished result depends on how its"
+                " input is split or ordered; accumulate and combine must give the same result"
+                " for any split and order (floating-point sums differ in their last digits:"
+                " round them in finish)"
             )
         else:
             good = False

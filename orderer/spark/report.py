@@ -7,8 +7,9 @@ Every plot's title names how the events were built (``dt`` and the timestamp pol
 is read to choose ``dt``, and two reports of one run built two ways look alike otherwise.
 
 With ``--stages``, a "Stages" part: each stage's rows and results, and every histogram a stage
-declares (:mod:`orderer.spark.stage_histograms`) as a plot, ``stage_<stage>_<column>.png``, and
-as data, ``stage_<stage>_<column>.pkl``.
+declares (:mod:`orderer.spark.stage_histograms`) as a plot, ``stage_<stage>_<column>.png`` (a
+2D one, ``stage_<stage>_<x>_<y>.png``, as a colour map), and as data,
+``stage_<stage>_<column>.pkl``.
 
 The histograms as data: ``dt_spectrum.pkl`` and ``coincidences.pkl`` are pickled
 ``boost_histogram.Histogram`` objects (``pickle.load``; the ``hist`` package takes them as they
@@ -206,6 +207,9 @@ def _stage_histogram(summary: RunSummary, stage: str, column: str, entry: dict[s
                      path: Path) -> None:
     """A histogram a stage declared (:mod:`orderer.spark.stage_histograms`), as drawn."""
     histogram = summary.stage_histograms[entry["plot"].removesuffix(".png")]
+    if histogram.ndim == 2:
+        _stage_histogram_2d(summary, stage, column, entry, histogram, path)
+        return
     figure, axes = plt.subplots(figsize=(8, 4))
     values = histogram.values()
     axes.stairs(values, histogram.axes[0].edges, color="tab:purple")
@@ -218,6 +222,31 @@ def _stage_histogram(summary: RunSummary, stage: str, column: str, entry: dict[s
     axes.set_ylabel("rows")
     _title(axes, f"Stage {stage}: {column} ({entry['entries']} rows, {entry['underflow']} below "
            f"and {entry['overflow']} above the range)", summary)
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+
+
+def _stage_histogram_2d(summary: RunSummary, stage: str, key: str, entry: dict[str, Any],
+                        histogram: Any, path: Path) -> None:
+    """A 2D histogram a stage declared, as a colour map (logarithmic with ``log``)."""
+    from matplotlib.colors import LogNorm
+
+    figure, axes = plt.subplots(figsize=(7, 5.5))
+    values = histogram.values()
+    x, y = histogram.axes[0].edges, histogram.axes[1].edges
+    if values.any():
+        norm = LogNorm(vmin=1, vmax=max(int(values.max()), 1)) if entry["log"] else None
+        mesh = axes.pcolormesh(x, y, np.where(values > 0, values, np.nan).T if entry["log"]
+                               else values.T, cmap="viridis", norm=norm)
+        figure.colorbar(mesh, ax=axes, label="rows")
+    else:
+        axes.text(0.5, 0.5, "nothing in the range", ha="center", va="center",
+                  transform=axes.transAxes)
+    axes.set_xlabel(entry["x"]["label"])
+    axes.set_ylabel(entry["y"]["label"])
+    _title(axes, f"Stage {stage}: {key} ({entry['entries']} rows, {entry['outside']} outside "
+           "the range)", summary)
     figure.tight_layout()
     figure.savefig(path, dpi=90)
     plt.close(figure)

@@ -8,7 +8,16 @@ result of the same micro-batch. An order-insensitive stage or a sequencer is one
 ``mapInArrow`` over its input as it is partitioned (full parallelism, no shuffle). An
 order-sensitive stage is a shuffle by its key's hash into ``--partitions`` partitions (into one
 without a key), then one ``mapInArrow`` that sorts each partition by (key, stream order) and
-calls the stage once per key (:func:`orderer.stages.steps.apply_sensitive`).
+calls the stage once per key (:func:`orderer.stages.steps.apply_sensitive`). An aggregation is
+one ``mapInArrow`` where its input is that accumulates each partition's Arrow batches into one
+accumulator (:func:`orderer.stages.steps.accumulate`, one call per batch) and returns it
+pickled; the driver collects those few rows, combines them with the run's accumulator and
+finishes the result (:func:`orderer.stages.steps.combine`, ``finish``).
+
+Every path that runs stages goes through :func:`run_plan`, which first registers the stages'
+own modules with cloudpickle (:func:`register_stage_modules`): a stages file is not importable
+on the executors (its directory is nowhere on their path), and whatever of it a stage's
+function refers to by name (a helper function, a class) must travel by value.
 
 State: an order-sensitive stage's state per key goes to the tasks by broadcast and comes back as
 an accumulator filled by the job that writes the stage's results (one Spark job per stage and
@@ -22,11 +31,17 @@ committed, and the rerun starts from it. Why the driver and not Spark's state st
 one sink, and the stages have a result each; Spark's stateful operators
 (``applyInPandasWithState``) live inside a query's plan, before its one sink. State is meant to
 be small (a value per detector pixel, source or scaler): it travels through the driver every
-micro-batch.
+micro-batch. An aggregation's running accumulator is kept the same way, as the state of its one
+key (:data:`~orderer.stages.steps.GLOBAL`): a batch run again after a restart combines its
+partial accumulators with the accumulator of the batch before it, so no batch counts twice.
 
 Results: ``OUTPUT/stages/<stage>/run=<run>/batch=<batch>/`` (Parquet), written over on a rerun
-of the batch. The events of a streamed run with stages are written by this sink too (a query has
-one sink), into the run's directory as the file sink leaves them, one set of files per batch
+of the batch. An aggregation's results are the finished table of the run so far: batch ``b``
+writes its ``batch=<b>/`` and then removes the one of the batch before, so that the directory
+holds one table, the run's through its latest batch (:meth:`StagesSink.write_result`); a
+restart between the two leaves both until the batch is run again, before it is marked done.
+The events of a streamed run with stages are written by this sink too (a query has one sink),
+into the run's directory as the file sink leaves them, one set of files per batch
 (``part-b<batch>-...``), replaced on a rerun of the batch.
 """
 
@@ -38,11 +53,12 @@ import pickle
 import re
 import sys
 from collections.abc import Callable, Hashable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyarrow as pa
 
+from orderer.errors import StageError
 from orderer.job_config import OutputFormat
 from orderer.spark import files
 from orderer.spark.files import Directory
@@ -50,11 +66,21 @@ from orderer.spark.nscldaq import NscldaqSink
 from orderer.spark.writer import events_writer
 from orderer.stages.api import EVENTS, Order
 from orderer.stages.plan import Plan, StagePlan
-from orderer.stages.steps import apply, apply_sensitive
+from orderer.stages.steps import (
+    GLOBAL,
+    accumulate,
+    apply,
+    apply_sensitive,
+    combine,
+    finish,
+    initial,
+)
 
 __all__ = [
     "BatchObserver",
     "StagesSink",
+    "finished_tables",
+    "register_stage_modules",
     "remove_stage_results",
     "run_plan",
     "stage_directory",
@@ -89,19 +115,26 @@ def stage_results(spark: Any, plan: Plan, output: str, run: str) -> dict[str, di
 
 
 _STAGE_ERROR = re.compile(r"StageError: (stage .*)")
+_DRIVER_STAGE_ERROR = re.compile(r"^stage \S+ failed.*")
 
 
 def stage_failure(text: str) -> str | None:
     """The StageError line in a failed query's or job's message (Spark wraps the executor's
-    Python traceback in its own), or None when a stage did not fail."""
+    Python traceback in its own), or the StageError's own message (an aggregation's combine or
+    finish fails on the driver, where nothing wraps it), or None when a stage did not fail."""
     found = _STAGE_ERROR.findall(text)
-    return found[-1].strip() if found else None
+    if found:
+        return str(found[-1]).strip()
+    alone = _DRIVER_STAGE_ERROR.match(text)
+    return alone.group(0).strip() if alone else None
 
 
 class BatchObserver(Protocol):
     """What is told of each batch the sink writes: ``results`` by stage, the events under
     :data:`~orderer.stages.api.EVENTS`, each persisted until the call returns. Called again
-    with the same batch after a restart when the batch was not marked done."""
+    with the same batch after a restart when the batch was not marked done. An aggregation's
+    entry is its finished table of the run so far, not the batch's part of it (to be shown,
+    not added up): :func:`finished_tables` gives them as Arrow."""
 
     def __call__(self, batch_id: int, results: Mapping[str, Any]) -> None: ...
 
@@ -126,10 +159,8 @@ class StagesSink:
     live: BatchObserver | None = None
     """Told of each batch once its results are written, before the batch is marked done
     (``--ui``'s running totals, :mod:`orderer.spark.live`)."""
-    _registered: bool = field(default=False, init=False)
 
     def __call__(self, events: Any, batch_id: int) -> None:
-        self._register_modules()
         state_files = None if self.state_directory is None else Directory(
             self.spark, self.state_directory
         )
@@ -143,8 +174,7 @@ class StagesSink:
             self._write_events(events, batch_id)
 
             def write(step: StagePlan, result: Any) -> None:
-                directory = stage_directory(self.output, step.stage.name, self.run)
-                result.write.mode("overwrite").parquet(f"{directory}/batch={batch_id:012d}")
+                self.write_result(step, result, batch_id)
 
             results = run_plan(
                 self.spark, self.plan, events, self.partitions, states, kept, write
@@ -157,6 +187,12 @@ class StagesSink:
         if state_files is not None:
             state_files.write(f"state-{batch_id:012d}.json", [_encode(states)])
             state_files.write(manifest, [json.dumps({"batch": batch_id}).encode()])
+            # what a later batch reads is this batch's states; a rerun of this one (were it
+            # not marked done after all) the batch before's: older ones are read no more
+            oldest = f"state-{max(batch_id - 1, 0):012d}.json"
+            for name in state_files.names():
+                if name.startswith("state-") and name < oldest:
+                    state_files.remove(name)
 
     # ------------------------------------------------------------------ events and state
 
@@ -199,19 +235,34 @@ class StagesSink:
             return {}
         return _decode(state_files.read_text(f"state-{earlier[-1]:012d}.json"))
 
-    def _register_modules(self) -> None:
-        """The stages' own modules travel by value to the executors (they are files the
-        executors do not have: :mod:`orderer.stages.load`)."""
-        if self._registered:
-            return
-        from pyspark import cloudpickle
+    def write_result(self, step: StagePlan, result: Any, batch_id: int) -> None:
+        """A stage's results of micro-batch ``batch_id`` (written over what an interrupted
+        attempt at it left). An aggregation's are the finished table of the run through this
+        batch: the tables of other batches (the batch before's, superseded) are removed once it
+        is written, so that its directory holds one table."""
+        directory = stage_directory(self.output, step.stage.name, self.run)
+        mine = f"batch={batch_id:012d}"
+        result.write.mode("overwrite").parquet(f"{directory}/{mine}")
+        if step.stage.order is Order.AGGREGATION:
+            for name in Directory(self.spark, directory).names():
+                if name.startswith("batch=") and name != mine:
+                    files.remove(self.spark, f"{directory}/{name}")
 
-        for step in self.plan.stages:
-            name = getattr(step.stage.function, "__module__", None)
-            module = sys.modules.get(name) if name else None
-            if module is not None and name is not None and not name.startswith("orderer."):
-                cloudpickle.register_pickle_by_value(module)
-        self._registered = True
+
+def register_stage_modules(plan: Plan) -> None:
+    """The stages' own modules travel by value to the executors: they are files the executors
+    do not have (:mod:`orderer.stages.load`), so what a stage's function refers to by name in
+    its module (a helper function, a class) could not be imported there. Only the modules of
+    the stages' own functions: an aggregation's ``combine`` may well be a library's
+    (``numpy.add``), which the executors import. Registering a module again changes
+    nothing."""
+    from pyspark import cloudpickle
+
+    for step in plan.stages:  # the module of a stage's own function: a stages file
+        name = getattr(step.stage.function, "__module__", None)
+        module = sys.modules.get(name) if name else None
+        if module is not None and name is not None and not name.startswith("orderer."):
+            cloudpickle.register_pickle_by_value(module)
 
 
 def run_plan(
@@ -232,7 +283,14 @@ def run_plan(
     The Spark jobs of each stage are in the job group ``evb-stage-<name>``, described by the
     stage's name and class: what the Spark UI shows, and what :func:`stage_job_group` finds.
     An order-sensitive stage's new states come back through an accumulator filled by the same
-    job that writes its results: one Spark job per stage and micro-batch."""
+    job that writes its results: one Spark job per stage and micro-batch. An aggregation's
+    accumulator is in ``states`` too (under its one key), and its result is the finished table
+    of the run so far, a small DataFrame made on the driver (:func:`finished_tables` gives it
+    as Arrow).
+
+    The stages' modules are registered with cloudpickle first
+    (:func:`register_stage_modules`), whoever calls."""
+    register_stage_modules(plan)
     results: dict[str, Any] = {EVENTS: events}
     context = spark.sparkContext
     for step in plan.stages:
@@ -247,6 +305,13 @@ def run_plan(
             known = context.broadcast(before)
             carried = context.accumulator({}, _States())
             result = _sensitive(step, source, partitions, known, carried).persist()
+        elif step.stage.order is Order.AGGREGATION:
+            states[step.stage.name] = {
+                GLOBAL: _aggregate(step, source, states.get(step.stage.name, {}))
+            }
+            finished = finish(step, states[step.stage.name][GLOBAL])
+            schema = _spark_schema(step.stage.schema)
+            result = spark.createDataFrame(finished, schema=schema).persist()
         else:
             result = _insensitive(step, source).persist()
         kept.append(result)
@@ -275,6 +340,16 @@ class _States:
         return into
 
 
+def finished_tables(plan: Plan, results: Mapping[str, Any]) -> dict[str, pa.Table]:
+    """Each aggregation's finished table of the run so far, by stage name, from the
+    ``results`` of a micro-batch (what :func:`run_plan` returned, what a
+    :class:`BatchObserver` is given): small tables made on the driver, read back as Arrow."""
+    return {
+        step.stage.name: results[step.stage.name].toArrow().cast(step.stage.schema)
+        for step in plan.aggregations
+    }
+
+
 def stage_job_group(stage: str) -> str:
     """The Spark job group of a stage's jobs (:func:`run_plan`)."""
     return f"evb-stage-{stage}"
@@ -285,6 +360,18 @@ def _insensitive(step: StagePlan, source: Any) -> Any:
     return source.mapInArrow(_insensitive_task(step), _spark_schema(step.stage.schema))
 
 
+def _aggregate(step: StagePlan, source: Any, running: Mapping[Hashable, Any]) -> Any:
+    """An aggregation over one micro-batch: each partition of ``source`` accumulated where it
+    is (one pickled accumulator a partition that has rows), those collected and combined on
+    the driver with the run's accumulator before the batch (``running``'s, else a new one);
+    returns the run's accumulator through this batch."""
+    partials = source.mapInArrow(_accumulate_task(step), _PARTIAL).collect()
+    total = running[GLOBAL] if GLOBAL in running else initial(step)
+    for row in partials:
+        total = combine(step, total, pickle.loads(row[0]))
+    return total
+
+
 def _sensitive(step: StagePlan, source: Any, partitions: int, known: Any, carried: Any) -> Any:
     """An order-sensitive stage: shuffled by key (to one partition without), then sorted and
     called per key in each partition, from the states ``known`` (a broadcast), the new states
@@ -293,9 +380,7 @@ def _sensitive(step: StagePlan, source: Any, partitions: int, known: Any, carrie
     shuffled = (
         source.repartition(1) if stage.key is None else source.repartition(partitions, stage.key)
     )
-    return shuffled.mapInArrow(
-        _sensitive_task(step, known, carried), _spark_schema(stage.schema)
-    )
+    return shuffled.mapInArrow(_sensitive_task(step, known, carried), _spark_schema(stage.schema))
 
 
 # ---------------------------------------------------------------- on the executors
@@ -308,6 +393,40 @@ def _insensitive_task(step: StagePlan) -> Any:
                 yield from apply(step, pa.Table.from_batches([batch])).to_batches()
 
     return task
+
+
+_PARTIAL = "accumulator binary"
+"""The rows of an aggregation's partial results: one pickled accumulator each."""
+
+
+def _accumulate_task(step: StagePlan) -> Any:
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        accumulator: Any = None
+        touched = False
+        for batch in batches:
+            if batch.num_rows:
+                if not touched:
+                    accumulator, touched = initial(step), True
+                accumulator = accumulate(step, pa.Table.from_batches([batch]), accumulator)
+        if touched:
+            pickled = pa.array([_pickled(step, accumulator)], pa.binary())
+            yield pa.record_batch([pickled], names=["accumulator"])
+
+    return task
+
+
+def _pickled(step: StagePlan, accumulator: Any) -> bytes:
+    """An accumulator on its way to the driver (a failure names the stage)."""
+    try:
+        return pickle.dumps(accumulator, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as error:  # whatever the user's object raises
+        raise StageError(
+            step.stage.name,
+            f"its accumulator does not pickle ({type(error).__name__}: {error}): keep it to"
+            " plain values (numbers, numpy arrays, dicts, tuples, pyarrow tables)",
+            event=None,
+            where=None,
+        ) from None
 
 
 def _sensitive_task(step: StagePlan, known: Any, carried: Any) -> Any:

@@ -1,12 +1,11 @@
 """What a user writes: stages over built events, each declaring its order sensitivity.
 
 A stage is a Python function over Arrow tables, called once per piece of data (a record batch,
-a micro-batch, one key's events of a micro-batch), never once per event. Three kinds, after
-Jet's design 015:
+a micro-batch, one key's events of a micro-batch), never once per event. Three kinds after Jet's
+design 015, and a fourth after Jet's aggregate operations:
 
 - :func:`order_insensitive`: ``f(table) -> table``; its result does not depend on how the events
-  are split or ordered (calibrations, gates, projections, sums whose partial results a later
-  stage adds up). Runs at full parallelism.
+  are split or ordered (calibrations, gates, projections). Runs at full parallelism.
 - :func:`order_sensitive`: ``f(table, state) -> (table, state)``; it sees the events in stream
   order, globally or per ``key`` (a column of its input), with its state carried from one call
   to the next (``initial()`` makes a new key's), across micro-batches and restarts (the state is
@@ -15,6 +14,13 @@ Jet's design 015:
 - :func:`sequencer`: ``f(table) -> table`` that gives its output an order of its own,
   ``order_by`` columns of its output (a sort, a renumbering): the order-sensitive stages below
   it are ordered by those columns, not by the stream.
+- :func:`aggregation`: ``f(table, accumulator) -> accumulator`` with a declared ``combine(a, b)``
+  and ``finish(accumulator) -> table`` (Jet's accumulate, combine and export): a histogram, a
+  sum per source. Each partition's rows are accumulated where they are, the partial
+  accumulators combined on the driver with the run's running one, and the results are the
+  ``finish`` of the run so far: one table, whatever the split, the micro-batches or the
+  restarts. An order-insensitive stage that returns partial sums gives rows that change with
+  the split (only their sums do not); an aggregation declares how they add up.
 
 Stream order is the orderer's output order: the built events by ``event`` (the output offset of
 their first fragment), which is timestamp order for every event without late fragments. A late
@@ -22,15 +28,18 @@ event comes where the orderer emitted it, flagged (``late`` > 0): once its succe
 seen, no stage can go back in time for it.
 
 Stages read the built events (``reads="events"``, the default) or another stage's output, so
-they form a graph. A stage may declare :class:`Histogram` s of numeric columns of its results:
-the job fills them from the run's whole results and puts them in the run's summary and report.
+they form a graph. The built events include the barriers: each barrier fragment is a row of its
+own (``barrier`` its type, ``multiplicity`` 1), which a stage that wants events only filters out
+(``barrier == 0``). No stage reads an aggregation (:func:`orderer.stages.plan.plan` refuses it):
+its results are the run's finished table so far, not a part of the stream. A stage may declare
+:class:`Histogram` s of numeric columns of its results, or :class:`Histogram2D` s of pairs of them
+(:mod:`orderer.stages.histograms`): the job fills them after each micro-batch for the live page
+and from the run's whole results for its summary and report.
 """
 
 from __future__ import annotations
 
 import enum
-import math
-import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,14 +47,22 @@ from typing import Any
 import pyarrow as pa
 
 from orderer.errors import ConfigError
+from orderer.stages.histograms import (
+    MAX_HISTOGRAM_BINS,
+    Histogram,
+    Histogram2D,
+    check_histograms,
+)
 
 __all__ = [
     "EVENTS",
     "EVENTS_ORDER",
     "MAX_HISTOGRAM_BINS",
     "Histogram",
+    "Histogram2D",
     "Order",
     "Stage",
+    "aggregation",
     "order_insensitive",
     "order_sensitive",
     "sequencer",
@@ -58,42 +75,17 @@ EVENTS_ORDER = ("event",)
 
 _RESERVED_PREFIX = "__evb"
 
-MAX_HISTOGRAM_BINS = 65_536
-"""The most bins of a declared histogram (its counts are written into the run's summary)."""
 
 
 class Order(enum.StrEnum):
-    """A stage's relation to order (Jet's design 015)."""
+    """A stage's relation to order (Jet's design 015), which is also its class: an aggregation
+    declares how its partial results combine, so neither the split nor the order of its input
+    reaches its results."""
 
     INSENSITIVE = "order-insensitive"
     SENSITIVE = "order-sensitive"
     SEQUENCER = "sequencer"
-
-
-@dataclass(frozen=True)
-class Histogram:
-    """A histogram of one numeric column of a stage's results over the whole run, in the run's
-    summary and report: ``bins`` equal bins from ``low`` to ``high`` (each closed on the left),
-    values below ``low`` in the underflow, those at or above ``high`` (and NaN) in the overflow,
-    nulls left out. Declared with a stage: ``histograms=[Histogram("energy", 4096, 0, 4096,
-    unit="keV")]``."""
-
-    column: str
-    bins: int
-    low: float
-    high: float
-    label: str | None = None
-    """The plot's axis label (default: the column's name)."""
-    unit: str | None = None
-    """The column's unit, shown with the label."""
-    log: bool = False
-    """The plot's counts on a log scale."""
-
-    @property
-    def axis_label(self) -> str:
-        """The label and the unit, as the plot's axis shows them."""
-        label = self.label or self.column
-        return f"{label} ({self.unit})" if self.unit else label
+    AGGREGATION = "aggregation"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,6 +95,8 @@ class Stage:
     name: str
     """Its results land in ``OUTPUT/stages/<name>/run=<run>/``."""
     function: Callable[..., Any]
+    """What the decorator was given: ``f(table)``, an order-sensitive ``f(table, state)``, or an
+    aggregation's ``f(table, accumulator)`` (its accumulate)."""
     order: Order
     schema: pa.Schema
     """Of its output; what the function returns is cast to it (an error names the stage)."""
@@ -112,10 +106,15 @@ class Stage:
     """Order-sensitive: the column of its input whose values each get their own order and
     state (None: one global order)."""
     initial: Callable[[], Any] = field(default=lambda: None)
-    """Order-sensitive: a new key's state (the global state's, without a key)."""
+    """Order-sensitive: a new key's state (the global state's, without a key). Aggregation: an
+    empty accumulator (each partition's first, and the run's before its first micro-batch)."""
     order_by: tuple[str, ...] = ()
     """Sequencer: the output columns that give its output's order."""
-    histograms: tuple[Histogram, ...] = ()
+    combine: Callable[[Any, Any], Any] | None = None
+    """Aggregation: two accumulators as one (of the rows of both), in either order."""
+    finish: Callable[[Any], Any] | None = None
+    """Aggregation: the results of an accumulator, a table (cast to the schema)."""
+    histograms: tuple[Histogram | Histogram2D, ...] = ()
     """Of numeric columns of its results, over the whole run (the run's summary and report)."""
 
     def __post_init__(self) -> None:
@@ -139,10 +138,10 @@ class Stage:
                     column,
                     f"names starting {_RESERVED_PREFIX} are evb's",
                 )
-        if self.order is Order.SENSITIVE:
-            if not callable(self.initial):
-                raise ConfigError(f"stage {self.name}: initial", self.initial, "must be callable")
-        elif self.key is not None:
+        if self.order in (Order.SENSITIVE, Order.AGGREGATION) and not callable(self.initial):
+            raise ConfigError(f"stage {self.name}: initial", self.initial, "must be callable")
+        self._check_combination()
+        if self.order is not Order.SENSITIVE and self.key is not None:
             raise ConfigError(
                 f"stage {self.name}: key", self.key, "only an order-sensitive stage has a key"
             )
@@ -163,37 +162,28 @@ class Stage:
         object.__setattr__(self, "histograms", tuple(self.histograms))  # a list given: frozen
         self._check_histograms()
 
-    def _check_histograms(self) -> None:
-        """Each declared histogram names a numeric column of the schema, once, with bins and
-        a range that make sense."""
-        seen: set[str] = set()
-        for histogram in self.histograms:
-            if not isinstance(histogram, Histogram):
+    def _check_combination(self) -> None:
+        """An aggregation declares how its accumulators combine and what they finish as; no
+        other stage has either."""
+        declared = {"combine": self.combine, "finish": self.finish}
+        if self.order is not Order.AGGREGATION:
+            for part, value in declared.items():
+                if value is not None:
+                    raise ConfigError(
+                        f"stage {self.name}: {part}", value, f"only an aggregation has {part}"
+                    )
+            return
+        signatures = {"combine": "combine(a, b) -> accumulator", "finish": "finish(acc) -> table"}
+        for part, value in declared.items():
+            if not callable(value):
                 raise ConfigError(
-                    f"stage {self.name}: histograms", histogram, "must be Histogram objects"
+                    f"stage {self.name}: {part}", value, f"must be callable: {signatures[part]}"
                 )
-            where = f"stage {self.name}: histogram of {histogram.column!r}"
-            if histogram.column not in self.schema.names:
-                raise ConfigError(where, histogram.column, "must be a column of its schema")
-            kind = self.schema.field(histogram.column).type
-            if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
-                raise ConfigError(where, str(kind), "the column must be numeric (integer or float)")
-            if histogram.column in seen:
-                raise ConfigError(where, histogram.column, "one histogram per column")
-            seen.add(histogram.column)
-            bins = histogram.bins
-            if isinstance(bins, bool) or not isinstance(bins, numbers.Integral) or bins <= 0:
-                raise ConfigError(f"{where}: bins", bins, "must be an integer above 0")
-            if bins > MAX_HISTOGRAM_BINS:
-                raise ConfigError(f"{where}: bins", bins, f"at most {MAX_HISTOGRAM_BINS:,}")
-            low, high = histogram.low, histogram.high
-            if not all(
-                isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
-                for v in (low, high)
-            ):
-                raise ConfigError(f"{where}: low, high", (low, high), "must be finite numbers")
-            if not low < high:
-                raise ConfigError(f"{where}: low, high", (low, high), "low must be below high")
+
+    def _check_histograms(self) -> None:
+        """Each declared histogram names numeric columns of the schema, once, with bins and
+        ranges that make sense."""
+        check_histograms(self.name, self.schema, self.histograms)
 
 
 def _unsigned(kind: pa.DataType) -> bool:
@@ -203,8 +193,19 @@ def _unsigned(kind: pa.DataType) -> bool:
     return any(_unsigned(kind.field(i).type) for i in range(kind.num_fields))
 
 
-def _schema(schema: pa.Schema | Sequence[tuple[str, pa.DataType]]) -> pa.Schema:
-    return schema if isinstance(schema, pa.Schema) else pa.schema(list(schema))
+def _schema(schema: pa.Schema | Sequence[tuple[str, pa.DataType]], stage: str) -> pa.Schema:
+    """A declared schema: a pyarrow.Schema, or (name, type) pairs (anything else is refused
+    naming the stage)."""
+    if isinstance(schema, pa.Schema):
+        return schema
+    try:
+        return pa.schema(list(schema))
+    except (TypeError, ValueError, pa.ArrowInvalid) as error:
+        raise ConfigError(
+            f"stage {stage}: schema",
+            schema,
+            f"must be a pyarrow.Schema or (name, pyarrow type) pairs ({error})",
+        ) from None
 
 
 def order_insensitive(
@@ -212,7 +213,7 @@ def order_insensitive(
     schema: pa.Schema | Sequence[tuple[str, pa.DataType]],
     reads: str = EVENTS,
     name: str | None = None,
-    histograms: Sequence[Histogram] = (),
+    histograms: Sequence[Histogram | Histogram2D] = (),
 ) -> Callable[[Callable[[pa.Table], pa.Table]], Stage]:
     """An order-insensitive stage: ``f(table) -> table``, on any part of its input, in any
     order, at full parallelism."""
@@ -222,7 +223,7 @@ def order_insensitive(
             name=name or function.__name__,
             function=function,
             order=Order.INSENSITIVE,
-            schema=_schema(schema),
+            schema=_schema(schema, name or function.__name__),
             reads=reads,
             histograms=tuple(histograms),
         )
@@ -237,7 +238,7 @@ def order_sensitive(
     key: str | None = None,
     initial: Callable[[], Any] = lambda: None,
     name: str | None = None,
-    histograms: Sequence[Histogram] = (),
+    histograms: Sequence[Histogram | Histogram2D] = (),
 ) -> Callable[[Callable[[pa.Table, Any], tuple[pa.Table, Any]]], Stage]:
     """An order-sensitive stage: ``f(table, state) -> (table, new state)`` with the events in
     stream order (per ``key`` value when given), the state carried from call to call."""
@@ -247,7 +248,7 @@ def order_sensitive(
             name=name or function.__name__,
             function=function,
             order=Order.SENSITIVE,
-            schema=_schema(schema),
+            schema=_schema(schema, name or function.__name__),
             reads=reads,
             key=key,
             initial=initial,
@@ -263,7 +264,7 @@ def sequencer(
     order_by: Sequence[str],
     reads: str = EVENTS,
     name: str | None = None,
-    histograms: Sequence[Histogram] = (),
+    histograms: Sequence[Histogram | Histogram2D] = (),
 ) -> Callable[[Callable[[pa.Table], pa.Table]], Stage]:
     """A sequencer: ``f(table) -> table`` whose output is ordered by ``order_by`` (columns of
     its output), whatever the order of its input."""
@@ -273,9 +274,50 @@ def sequencer(
             name=name or function.__name__,
             function=function,
             order=Order.SEQUENCER,
-            schema=_schema(schema),
+            schema=_schema(schema, name or function.__name__),
             reads=reads,
             order_by=tuple(order_by),
+            histograms=tuple(histograms),
+        )
+
+    return make
+
+
+def aggregation(
+    *,
+    schema: pa.Schema | Sequence[tuple[str, pa.DataType]],
+    initial: Callable[[], Any] | None = None,
+    combine: Callable[[Any, Any], Any] | None = None,
+    finish: Callable[[Any], pa.Table] | None = None,
+    reads: str = EVENTS,
+    name: str | None = None,
+    histograms: Sequence[Histogram | Histogram2D] = (),
+) -> Callable[[Callable[[pa.Table, Any], Any]], Stage]:
+    """An aggregation: ``f(table, accumulator) -> accumulator`` adds a piece of its input to an
+    accumulator that ``initial()`` makes empty; ``combine(a, b)`` is the accumulator of both
+    (associative and commutative: the pieces come in any grouping and order), ``finish(acc)``
+    its results, a table of ``schema``. The job accumulates each partition where it is,
+    combines the partial accumulators with the run's on the driver, and writes ``finish`` of
+    the run so far as the stage's results, after every micro-batch. The three are required
+    (left out: a ConfigError naming the stage and what is missing); the accumulator is
+    pickled, into the query's checkpoint too, so it is meant to be small (a histogram's
+    counts, a sum per source)."""
+
+    def make(function: Callable[[pa.Table, Any], Any]) -> Stage:
+        stage = name or function.__name__
+        if initial is None:
+            raise ConfigError(
+                f"stage {stage}: initial", None, "an aggregation's empty accumulator: give one"
+            )
+        return Stage(
+            name=stage,
+            function=function,
+            order=Order.AGGREGATION,
+            schema=_schema(schema, stage),
+            reads=reads,
+            initial=initial,
+            combine=combine,
+            finish=finish,
             histograms=tuple(histograms),
         )
 

@@ -10,6 +10,12 @@ stage on the path carries the sequencer's order columns (the planner checks thei
 the order-sensitive stage sorts its partition by them (by its key first). The whole path keeps
 the job's full parallelism; an order-sensitive stage runs one partition per key hash, or one
 partition when its order is global.
+
+An aggregation keeps no order and needs none: its input's partitions are accumulated where they
+are and combined on the driver. Nothing may read it: its results are the finished table of the
+run so far, rewritten each micro-batch, and a stage over them would see every micro-batch's
+rows again in the next (its own results, micro-batch after micro-batch, would count them over
+and over). What a later step would compute from them belongs in the aggregation's ``finish``.
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ class StagePlan:
 
     def parallelism(self, partitions: int) -> str:
         """How many tasks run it in a step, in words."""
+        if self.stage.order is Order.AGGREGATION:
+            return f"full: {partitions} partitions, combined on the driver"
         if self.stage.order is not Order.SENSITIVE:
             return f"full: {partitions} partitions"
         if self.stage.key is None:
@@ -62,6 +70,11 @@ class Plan:
     """Every stage, in topological order (an input before its readers, else as declared)."""
 
     stages: tuple[StagePlan, ...]
+
+    @property
+    def aggregations(self) -> tuple[StagePlan, ...]:
+        """The aggregations, whose results are one finished table of the run so far."""
+        return tuple(s for s in self.stages if s.stage.order is Order.AGGREGATION)
 
     def shape(self) -> str:
         """The stages as a graph, in one line (names, classes, what each reads, keys, orders):
@@ -84,6 +97,8 @@ class Plan:
                 order = "sorted by " + ", ".join(step.sort_by)
             elif stage.order is Order.SEQUENCER:
                 order = "gives its own: " + ", ".join(stage.order_by)
+            elif stage.order is Order.AGGREGATION:
+                order = "any: its combine"
             elif step.carries_order:
                 order = "carries " + ", ".join(step.output_order)
             else:
@@ -96,10 +111,13 @@ class Plan:
             for row in rows
         ]
         kept = sum(1 for s in self.stages if s.stage.order is Order.SENSITIVE)
+        combined = len(self.aggregations)
         lines.insert(
             0,
-            f"evb stages: {len(self.stages)} stage(s), {kept} order-sensitive; order preserved"
-            " only from each order-sensitive stage back to the nearest sequencer",
+            f"evb stages: {len(self.stages)} stage(s), {kept} order-sensitive"
+            + (f", {combined} aggregation(s)" if combined else "")
+            + "; order preserved only from each order-sensitive stage back to the nearest"
+            " sequencer",
         )
         return "\n".join(lines)
 
@@ -118,6 +136,14 @@ def plan(stages: Sequence[Stage], events_schema: pa.Schema) -> Plan:
                 f"stage {stage.name}: reads",
                 stage.reads,
                 f"no such stage (known: {EVENTS}, {', '.join(sorted(by_name))})",
+            )
+        if stage.reads in by_name and by_name[stage.reads].order is Order.AGGREGATION:
+            raise ConfigError(
+                f"stage {stage.name}: reads",
+                stage.reads,
+                "is an aggregation, whose results are the run's finished table so far, rewritten"
+                " every micro-batch: no stage reads it (compute it in its finish, or read what it"
+                f" reads: {by_name[stage.reads].reads})",
             )
     ordered = _topological(stages)
 

@@ -5,7 +5,10 @@ Why apart from Spark: the stage's contract (its output cast to its schema, an or
 stage's events sorted and split by key, its state carried, a failure named) is the same
 wherever it runs, and is tested here without a JVM. A step of an order-sensitive stage is given
 the states of the keys it may meet and returns every state it touched; the caller keeps them
-(:mod:`orderer.spark.stages` in the query's checkpoint).
+(:mod:`orderer.spark.stages` in the query's checkpoint). An aggregation's steps are three: each
+piece of its input added to an accumulator (:func:`accumulate`, where the piece is), the
+accumulators combined (:func:`combine`, on the driver) and the result finished
+(:func:`finish`); the caller keeps the run's accumulator as it keeps states.
 """
 
 from __future__ import annotations
@@ -23,10 +26,20 @@ from orderer.errors import StageError
 from orderer.stages.api import Order, Stage
 from orderer.stages.plan import StagePlan
 
-__all__ = ["GLOBAL", "apply", "apply_sensitive", "conform"]
+__all__ = [
+    "GLOBAL",
+    "accumulate",
+    "apply",
+    "apply_sensitive",
+    "combine",
+    "conform",
+    "finish",
+    "initial",
+]
 
 GLOBAL: Hashable = None
-"""The state key of an order-sensitive stage without a key."""
+"""The state key of an order-sensitive stage without a key, and of an aggregation's
+accumulator."""
 
 
 def conform(stage: Stage, result: Any) -> pa.Table:
@@ -60,7 +73,7 @@ def conform(stage: Stage, result: Any) -> pa.Table:
 def apply(step: StagePlan, table: pa.Table) -> pa.Table:
     """An order-insensitive stage or a sequencer over any part of its input."""
     stage = step.stage
-    assert stage.order is not Order.SENSITIVE
+    assert stage.order in (Order.INSENSITIVE, Order.SEQUENCER)
     if table.num_rows == 0:
         return stage.schema.empty_table()
     return conform(stage, _call(step, table, stage.function, table))
@@ -94,6 +107,33 @@ def apply_sensitive(
     return pa.concat_tables(outputs), new
 
 
+def accumulate(step: StagePlan, table: pa.Table, accumulator: Any) -> Any:
+    """An aggregation's ``accumulator`` with the rows of ``table`` added: one call of the
+    stage's function (none for no rows)."""
+    stage = step.stage
+    assert stage.order is Order.AGGREGATION
+    if table.num_rows == 0:
+        return accumulator
+    return _call(step, table, stage.function, table, accumulator)
+
+
+def initial(step: StagePlan) -> Any:
+    """A new, empty accumulator (or state) of the stage: its ``initial()``."""
+    return _call(step, None, step.stage.initial)
+
+
+def combine(step: StagePlan, first: Any, second: Any) -> Any:
+    """An aggregation's two accumulators as one."""
+    assert step.stage.combine is not None
+    return _call(step, None, step.stage.combine, first, second)
+
+
+def finish(step: StagePlan, accumulator: Any) -> pa.Table:
+    """An aggregation's results of ``accumulator``: its ``finish``, as a table of its schema."""
+    assert step.stage.finish is not None
+    return conform(step.stage, _call(step, None, step.stage.finish, accumulator))
+
+
 def _by_key(stage: Stage, table: pa.Table) -> list[tuple[Hashable, pa.Table]]:
     """The table (sorted by the stage's key first) cut into one slice per key value."""
     if stage.key is None:
@@ -117,9 +157,10 @@ def _plain(value: Any) -> Hashable:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def _call(step: StagePlan, part: pa.Table, function: Any, *args: Any) -> Any:
+def _call(step: StagePlan, part: pa.Table | None, function: Any, *args: Any) -> Any:
     """The user's function; what it raises becomes a :class:`StageError` naming the stage, the
-    first event of ``part`` and the user's own line."""
+    first event of ``part`` (None: no events, an aggregation's combine or finish) and the
+    user's own line."""
     try:
         return function(*args)
     except StageError:
@@ -133,9 +174,11 @@ def _call(step: StagePlan, part: pa.Table, function: Any, *args: Any) -> Any:
         ) from error
 
 
-def _first_event(step: StagePlan, part: pa.Table) -> int | None:
+def _first_event(step: StagePlan, part: pa.Table | None) -> int | None:
     """The first value of the input's first order column (the event offset, for events)."""
-    if not step.input_order or step.input_order[0] not in part.column_names or not part.num_rows:
+    if part is None or not part.num_rows:
+        return None
+    if not step.input_order or step.input_order[0] not in part.column_names:
         return None
     value = part.column(step.input_order[0])[0].as_py()
     return int(value) if isinstance(value, int) else None

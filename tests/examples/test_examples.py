@@ -6,9 +6,11 @@ built into events (:func:`orderer.building.glom.build_events`), the example's st
 (:func:`orderer.stages.plan.plan`) and run step by step over micro-batches of the events
 (:func:`orderer.stages.steps.apply`, ``apply_sensitive``), each step's input shuffled and split
 into partitions as a parallel engine hands it over (an order-sensitive stage's by the hash of
-its key), the order-sensitive stages' states carried from one micro-batch to the next. The
-answers are then compared with a direct numpy computation over the whole run, and with one
-micro-batch in one partition: micro-batching and parallelism change nothing.
+its key), the order-sensitive stages' states carried from one micro-batch to the next, an
+aggregation's partitions accumulated apart and combined with its running accumulator, its
+results the finish of the run so far (:func:`orderer.stages.steps.accumulate`, ``combine``,
+``finish``). The answers are then compared with a direct numpy computation over the whole run,
+and with one micro-batch in one partition: micro-batching and parallelism change nothing.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from orderer.replay.synthetic import SyntheticRun
 from orderer.stages.api import EVENTS, Order, Stage
 from orderer.stages.load import load_stages
 from orderer.stages.plan import plan
-from orderer.stages.steps import apply, apply_sensitive
+from orderer.stages.steps import GLOBAL, accumulate, apply, apply_sensitive, combine, finish
 from tests.physics_runs import ordered_fragments
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -73,6 +75,15 @@ def run(
             stage = step.stage
             source = results[stage.reads]
             source = source.take(rng.permutation(source.num_rows))
+            if stage.order is Order.AGGREGATION:  # the finished table of the run so far
+                state = states[stage.name]
+                total = state[GLOBAL] if GLOBAL in state else stage.initial()
+                for part in _partitions(source, stage, partitions, rng):
+                    total = combine(step, total, accumulate(step, part, stage.initial()))
+                state[GLOBAL] = total
+                results[stage.name] = finish(step, total)
+                outputs[stage.name] = [results[stage.name]]
+                continue
             pieces = []
             for part in _partitions(source, stage, partitions, rng):
                 if stage.order is Order.SENSITIVE:
@@ -169,6 +180,20 @@ def test_dead_time_matches_numpy(events: pa.Table) -> None:
     assert all(row["piled_up"] > 0 for row in expected[:-1])  # something piled up
 
 
+def test_dead_time_is_one_row_per_source_whatever_the_split(events: pa.Table) -> None:
+    """``dead_time`` is an aggregation: its results are the run's totals, one row per source,
+    the same from one micro-batch in one partition as from seven in three; the per-fragment
+    ``conversions`` it adds up are the same rows either way too."""
+    _, stages = example("dead_time")
+    whole = run(stages, events, 1, 1)
+    split = run(stages, events, MICRO_BATCHES, PARTITIONS)
+    assert split["dead_time"].equals(whole["dead_time"])
+    assert split["dead_time"]["source"].to_pylist() == list(SPEC.source_ids)
+    by_offset = [out["conversions"].sort_by("offset") for out in (whole, split)]
+    assert by_offset[0].equals(by_offset[1])
+    assert by_offset[0].num_rows == stream_fragments(events).num_rows
+
+
 # --------------------------------------------------------------------- scalers
 
 
@@ -226,13 +251,17 @@ def test_the_example_calibration_is_the_synthetic_runs() -> None:
 
 
 def test_calibration_and_scalers_do_not_depend_on_micro_batches(events: pa.Table) -> None:
+    """``energy_histogram`` is an aggregation: one finished table for the run, the same rows
+    in the same order however the run was split (it used to be partial histograms whose rows
+    changed with the split and only their sums did not)."""
     for name, result in (("calibration", "energy_histogram"), ("scalers", "scaler_sums")):
-        module, stages = example(name)
+        _, stages = example(name)
         whole = run(stages, events, 1, 1)[result]
         split = run(stages, events, MICRO_BATCHES, PARTITIONS)[result]
         if name == "calibration":
-            a, b = module.histogram(whole), module.histogram(split)
-            assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+            assert split.equals(whole)
+            cells = list(zip(whole["source"].to_pylist(), whole["bin"].to_pylist(), strict=True))
+            assert len(set(cells)) == len(cells)  # one row per (source, bin)
         else:
             assert split.sort_by("offset").equals(whole.sort_by("offset"))
 
@@ -250,7 +279,7 @@ def test_physics_runs_every_example_and_loads_again() -> None:
     first = load_stages(EXAMPLES / "physics.py")
     again = load_stages(EXAMPLES / "physics.py")
     assert [s.name for s in first] == [s.name for s in again] == expected
-    assert len(set(expected)) == len(expected) == 8
+    assert len(set(expected)) == len(expected) == 9
     assert sys.modules["implant_decay"].__file__ == str(EXAMPLES / "implant_decay.py")
 
 

@@ -5,7 +5,8 @@ reordering.
 - ``fragments`` (a sequencer): one row per fragment, ordered by its output offset;
 - ``gaps`` (order-sensitive, per source): each fragment's timestamp minus its source's previous
   one (a dead-time computation), the state being the source's last timestamp; it declares a
-  histogram of its gaps (``GAP_HISTOGRAM``: power-of-two bins, exact in floating point);
+  histogram of its gaps (``GAP_HISTOGRAM``: power-of-two bins, exact in floating point) and a
+  2D one of its gaps by source (``SOURCE_GAP_HISTOGRAM``);
 - ``running`` (order-sensitive, global): the running sum of the events' multiplicities;
 - ``sizes`` (order-insensitive): each event's payload bytes.
 """
@@ -16,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from orderer.stages import Histogram, order_insensitive, order_sensitive, sequencer
+from orderer.stages import Histogram, Histogram2D, order_insensitive, order_sensitive, sequencer
 
 FRAGMENT_ROWS = pa.schema(
     [
@@ -31,6 +32,10 @@ FRAGMENT_ROWS = pa.schema(
 
 GAP_HISTOGRAM = Histogram("gap", 128, -(2**20), 3 * 2**20, label="gap", unit="ticks", log=True)
 """Bins of 2**15 ticks (a source sends every 500,000 ticks or so); a stall's gap overflows."""
+SOURCE_GAP_HISTOGRAM = Histogram2D(
+    Histogram("source", 4, 1, 5), Histogram("gap", 32, -(2**20), 3 * 2**20, unit="ticks")
+)
+"""The gaps by source, 2D: each source's row of 2**17-tick bins."""
 
 
 @sequencer(schema=FRAGMENT_ROWS, order_by=("offset",))
@@ -53,7 +58,7 @@ def fragments(events: pa.Table) -> pa.Table:
     schema=[("offset", pa.int64()), ("source", pa.int64()), ("gap", pa.int64())],
     reads="fragments",
     key="source",
-    histograms=[GAP_HISTOGRAM],
+    histograms=[GAP_HISTOGRAM, SOURCE_GAP_HISTOGRAM],
 )
 def gaps(rows: pa.Table, last: int | None) -> tuple[pa.Table, int]:
     stamps = rows.column("timestamp").to_numpy()

@@ -181,3 +181,72 @@ def test_a_killed_job_resumes_its_totals_from_the_checkpoint(
     assert last.fragment_count == summary["fragments"] == finished_run.fragments.num_rows
     assert {str(m): n for m, n in last.multiplicity.items()} == summary["multiplicity"]["histogram"]
     assert last.events == summary["events"] and last.late_fragments == summary["late"]["fragments"]
+
+
+def test_an_aggregations_totals_are_its_finished_table_not_a_sum_of_them(
+    spark: Any, finished_run: FinishedRun, tmp_path: Path
+) -> None:
+    """An aggregation's results after each micro-batch are the finished table of the run so far:
+    the live totals take its rows and histogram as they are (adding them would count every
+    micro-batch again), and end equal to the summary's."""
+    path = Path(__file__).with_name("aggregation_stages.py")
+    stages = plan(load_stages(path), EVENT_SCHEMA)
+    board = RecordingBoard(stages)
+    config = JobConfig.from_argv([
+        "--target", finished_run.target, "--dt", str(DT), "--output", str(tmp_path),
+        "--run", "a", "--consumer", "live-aggregation", "--max-fragments-per-trigger", "300",
+        "--stages", str(path), "--ui", "127.0.0.1:0", "--quiet",
+    ])  # fmt: skip
+    result = job.run(spark, config, stages, board)
+    assert result.batches > 3
+    last = board.published[-1]
+    entry = result.summary["stages"]["multiplicities"]
+    assert last.stages["multiplicities"].rows == entry["rows"] < 20
+    counts = entry["histograms"]["multiplicity"]["counts"]
+    assert last.stages["multiplicities"].histograms["multiplicity"].tolist() == counts
+    assert {n: s.rows for n, s in last.stages.items()} == {
+        n: e["rows"] for n, e in result.summary["stages"].items()
+    }
+
+
+def test_a_2d_histogram_live_in_the_summary_and_the_report(
+    spark: Any, finished_run: FinishedRun, tmp_path: Path
+) -> None:
+    """``gaps`` declares a 2D histogram (source x gap): the live totals after the last
+    micro-batch, the summary's counts and the report's pickled histogram are numpy's
+    ``histogram2d`` of the stage's Parquet results, the flows included; the page draws it as a
+    colour map."""
+    import pickle
+
+    from orderer.spark.stages import stage_directory
+    from tests.spark.stages_module import SOURCE_GAP_HISTOGRAM as spec
+
+    stages = plan(load_stages(STAGES), EVENT_SCHEMA)
+    board = RecordingBoard(stages)
+    config = JobConfig.from_argv([
+        "--target", finished_run.target, "--dt", str(DT), "--output", str(tmp_path),
+        "--run", "m", "--partitions", "2", "--consumer", "live-2d",
+        "--max-fragments-per-trigger", "400", "--stages", str(STAGES), "--ui", "127.0.0.1:0",
+        "--quiet",
+    ])  # fmt: skip
+    result = job.run(spark, config, stages, board)
+    rows = pq.read_table(stage_directory(str(tmp_path), "gaps", "m"))
+    x, y = rows.column("source").to_numpy(), rows.column("gap").to_numpy()
+    inf = np.inf
+    edges_x = [-inf, *np.linspace(spec.x.low, spec.x.high, spec.x.bins + 1), inf]
+    edges_y = [-inf, *np.linspace(spec.y.low, spec.y.high, spec.y.bins + 1), inf]
+    expected, _, _ = np.histogram2d(x, y, [edges_x, edges_y])  # closed on the left, as ours
+    assert expected[1:-1, 1:-1].sum() > 0 and expected.sum() == rows.num_rows
+    entry = result.summary["stages"]["gaps"]["histograms"]["source,gap"]
+    assert entry["counts"] == expected.astype(int).tolist()
+    assert entry["outside"] == rows.num_rows - int(expected[1:-1, 1:-1].sum())
+    assert entry["plot"] == "stage_gaps_source_gap.png"
+    assert board.published[-1].stages["gaps"].histograms["source,gap"].tolist() == entry["counts"]
+    report = Path(result.report_path).parent
+    assert (report / "stage_gaps_source_gap.png").read_bytes().startswith(b"\x89PNG")
+    with (report / "stage_gaps_source_gap.pkl").open("rb") as file:
+        histogram = pickle.load(file)
+    assert histogram.view(flow=True).tolist() == entry["counts"]
+    page = json.loads(board.histogram("m", "stage_gaps_source_gap") or b"null")
+    assert page["dimensions"] == 2 and page["counts"] == expected[1:-1, 1:-1].astype(int).tolist()
+    assert page["outside"] == entry["outside"] and len(page["y"]["edges"]) == spec.y.bins + 1

@@ -89,7 +89,9 @@ def test_the_page_serves_its_files_and_the_boards_documents(page: LivePage) -> N
                                 {"source": 2, "fragments": 39, "late": 3}]  # fmt: skip
     assert index["stages"] == [{"name": "gaps", "rows": 3 + 6 + 2}]
     names = [h["name"] for h in index["histograms"]]
-    assert names == ["multiplicity", "dt_spectrum", "coincidences", "stage_gaps_gap"]
+    assert names == [
+        "multiplicity", "dt_spectrum", "coincidences", "stage_gaps_gap", "stage_gaps_source_gap"
+    ]
     gap = json.loads(_get(page, "/api/runs/run%207/histograms/stage_gaps_gap")[2])
     assert (gap["underflow"], gap["counts"][4], gap["overflow"], gap["entries"]) == (3, 6, 2, 11)
     assert len(gap["counts"]) == 128 and len(gap["x"]["edges"]) == 129 and gap["batch"] == 1

@@ -12,8 +12,9 @@ The documents (the page's JavaScript reads them, and so can a script):
   (fragments and events per second of wall-clock time over the last micro-batches), sources,
   stages and their rows, and its histograms (name, title, dimensions).
 - a histogram: its axes (edges, or categories for the sources), ``counts`` in range (a list per
-  x bin for a 2D one), ``underflow``, ``overflow``, ``entries`` (every value counted, the flows
-  too) and ``batch``, the micro-batch it is as of.
+  x bin for a 2D one), ``underflow`` and ``overflow`` (a 2D one: ``outside``, the rows in a flow
+  bin of either axis; the coincidence matrix has none), ``entries`` (every value counted, the
+  flows too) and ``batch``, the micro-batch it is as of.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ import boost_histogram as bh
 import numpy as np
 
 from orderer.spark.live.totals import RunTotals
-from orderer.spark.stage_histograms import file_name
-from orderer.stages.api import Histogram
+from orderer.spark.stage_histograms import cells, file_name, shaped
+from orderer.stages.api import Histogram, Histogram2D
 from orderer.stages.plan import Plan
 
 __all__ = ["RATE_WINDOW", "Board"]
@@ -226,16 +227,43 @@ class Board:
             stage = step.stage
             counted = totals.stages.get(stage.name)
             for histogram in stage.histograms:
-                name = file_name(stage.name, histogram.column, taken)
-                flow = None if counted is None else counted.histograms.get(histogram.column)
+                name = file_name(stage.name, histogram.key, taken)
+                flow = None if counted is None else counted.histograms.get(histogram.key)
                 if flow is None:
-                    flow = np.zeros(int(histogram.bins) + 2, np.int64)
+                    flow = shaped(histogram, np.zeros(cells(histogram), np.int64))
+                title = f"Stage {stage.name}: {histogram.key}"
+                if isinstance(histogram, Histogram2D):
+                    out[name] = _two_d(name, title, totals, histogram, flow)
+                    continue
                 out[name] = _one_d(
-                    name, f"Stage {stage.name}: {histogram.column}", totals,
-                    _regular(_axis(histogram), histogram.axis_label), flow, histogram.log,
+                    name, title, totals, _regular(_axis(histogram), histogram.axis_label), flow,
+                    histogram.log,
                 )  # fmt: skip
         return out
 
 
 def _axis(histogram: Histogram) -> bh.axis.Regular:
     return bh.axis.Regular(int(histogram.bins), float(histogram.low), float(histogram.high))
+
+
+def _two_d(
+    name: str, title: str, run: RunTotals, histogram: Histogram2D, flow: np.ndarray
+) -> dict[str, Any]:
+    """A 2D histogram's document from its counts with the flows: ``counts`` in range, a list
+    per x bin; ``outside`` the rows in a flow bin of either axis."""
+    inside = flow[1:-1, 1:-1]
+    return {
+        "name": name,
+        "title": title,
+        "run": run.run,
+        "batch": run.batch,
+        "dimensions": 2,
+        "x": _regular(_axis(histogram.x), histogram.x.axis_label),
+        "y": _regular(_axis(histogram.y), histogram.y.axis_label),
+        "counts": [[int(v) for v in row] for row in inside],
+        "underflow": None,
+        "overflow": None,
+        "outside": int(flow.sum() - inside.sum()),
+        "entries": int(flow.sum()),
+        "log": histogram.log,
+    }

@@ -30,6 +30,7 @@ from orderer.spark.coincidence import (
     spectrum_axis,
 )
 from orderer.spark.stage_histograms import fill
+from orderer.stages.api import Order
 from orderer.stages.plan import Plan
 
 __all__ = ["BatchCounts", "StageCounts", "count_batch"]
@@ -43,10 +44,13 @@ rows; (source, late or not) -> fragments; the timestamps (min and max)."""
 @dataclass(frozen=True, slots=True)
 class StageCounts:
     """One stage's results in one micro-batch: its rows, and each declared histogram's counts
-    by column (``bins + 2``, the underflow first)."""
+    by its key, the flows included (``bins + 2``, the underflow first; a 2D one's in its
+    shape). An aggregation's results are the finished table of the run so far: its counts
+    replace the totals' instead of adding to them."""
 
     rows: int
     histograms: dict[str, np.ndarray]
+    replaces: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +136,7 @@ def count_batch(
         counts = fill(result, stage.histograms) if stage.histograms else []
         stages[stage.name] = StageCounts(
             int(result.count()),
-            {h.column: c for h, c in zip(stage.histograms, counts, strict=True)},
+            {h.key: c for h, c in zip(stage.histograms, counts, strict=True)},
+            replaces=stage.order is Order.AGGREGATION,
         )
     return BatchCounts(shapes, fragments, pairs, first, last, stages)

@@ -72,6 +72,11 @@ class RunTotals:
                 counts.last_timestamp if last is None else max(last, counts.last_timestamp)
             )
         for name, stage in counts.stages.items():
+            if stage.replaces:  # an aggregation: the finished table of the run so far
+                self.stages[name] = StageTotals(
+                    stage.rows, {c: v.copy() for c, v in stage.histograms.items()}
+                )
+                continue
             totals = self.stages.setdefault(name, StageTotals())
             totals.rows += stage.rows
             for column, values in stage.histograms.items():

@@ -62,8 +62,10 @@ function draw(div, h) {
   state.log[h.name] = log;
   div.querySelector(".title").textContent = h.title;
   div.querySelector(".scale").textContent = log ? "log → linear" : "linear → log";
-  div.querySelector(".flows").textContent =
-    `${fmt(h.entries)} entries; underflow ${fmt(h.underflow)}, overflow ${fmt(h.overflow)}; as of micro-batch ${h.batch}`;
+  const flows = h.dimensions === 2
+    ? (h.outside === undefined ? "" : `; ${fmt(h.outside)} outside the range`)
+    : `; underflow ${fmt(h.underflow)}, overflow ${fmt(h.overflow)}`;
+  div.querySelector(".flows").textContent = `${fmt(h.entries)} entries${flows}; as of micro-batch ${h.batch}`;
   const plot = div.querySelector(".plot");
   const layout = {
     margin: { l: 60, r: 20, t: 10, b: 45 },
