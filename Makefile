@@ -70,6 +70,7 @@ bench: $(STAMP)
 	$(PY) tests/bench/bench_spark.py --json bench-output/spark.json
 	$(PY) tests/bench/bench_spark_scaling.py --json bench-output/spark-scaling.json
 	$(PY) tests/bench/bench_stages.py --json bench-output/stages.json
+	$(PY) tests/bench/bench_live.py --json bench-output/live.json
 	$(PY) tests/bench/bench_nscldaq.py --json bench-output/nscldaq.json
 	$(PY) tests/bench/bench_replay.py --json bench-output/replay.json
 

@@ -11,12 +11,7 @@ stage over the whole run at once, in stream order."""
 from __future__ import annotations
 
 import itertools
-import os
-import signal
-import subprocess
-import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +36,7 @@ from orderer.stages.api import Order, Stage
 from orderer.stages.load import load_stages
 from orderer.stages.plan import Plan, plan
 from tests.spark.conftest import DT, FinishedRun
+from tests.spark.killed_job import kill_after, manifests
 
 STAGES = Path(__file__).with_name("aggregation_stages.py")
 AGGREGATIONS = ("dead_time", "multiplicities")
@@ -183,11 +179,6 @@ def test_a_micro_batch_run_again_after_a_restart_is_counted_once(
     assert _sorted(converted).equals(_sorted(expected["conversions"]))  # nothing doubled
 
 
-def _manifests(checkpoint: Path) -> int:
-    batches = checkpoint / "evb-stages" / "_batches"
-    return len(list(batches.glob("*.json"))) if batches.is_dir() else 0
-
-
 @pytest.mark.slow
 def test_a_killed_job_resumes_with_its_accumulators_counting_each_batch_once(
     spark: Any, finished_run: FinishedRun, expected: dict[str, pa.Table], tmp_path: Path
@@ -202,26 +193,10 @@ def test_a_killed_job_resumes_with_its_accumulators_counting_each_batch_once(
         "--max-fragments-per-trigger", "300", "--checkpoint", str(checkpoint),
         "--stages", str(STAGES), "--quiet",
     ]  # fmt: skip
-    argv = [sys.executable, "-m", "orderer.cli", "spark-job", *flags, "--trigger-seconds", "1",
-            "--master", "local[2]"]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_GATEWAY")}
-    env.setdefault("PYSPARK_PYTHON", sys.executable)
-    with open(tmp_path / "killed.log", "wb") as log:
-        process = subprocess.Popen(
-            argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            deadline = time.monotonic() + 180
-            while _manifests(checkpoint) < 2 and process.poll() is None:
-                assert time.monotonic() < deadline, (tmp_path / "killed.log").read_text()
-                time.sleep(0.05)
-        finally:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    done = _manifests(checkpoint)
+    done = kill_after(flags, checkpoint, tmp_path / "killed.log")
     assert 2 <= done < 4, (tmp_path / "killed.log").read_text()  # killed mid-way
     result = job.run(spark, JobConfig.from_argv(flags))
-    assert result.batches > 0 and _manifests(checkpoint) > done  # resumed: the batches after
+    assert result.batches > 0 and manifests(checkpoint) > done  # resumed: the batches after
     for name in AGGREGATIONS:
         assert len(_batches(tmp_path / "out", "r", name)) == 1, name
         written = _written(tmp_path / "out", "r", name)

@@ -7,11 +7,6 @@ from __future__ import annotations
 import collections
 import copy
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +24,7 @@ from orderer.spark.live.totals import RunTotals
 from orderer.stages.load import load_stages
 from orderer.stages.plan import plan
 from tests.spark.conftest import DT, FinishedRun
+from tests.spark.killed_job import kill_after
 
 STAGES = Path(__file__).with_name("stages_module.py")
 
@@ -147,28 +143,7 @@ def test_a_killed_job_resumes_its_totals_from_the_checkpoint(
         "--max-fragments-per-trigger", "300", "--checkpoint", str(checkpoint),
         "--ui", "127.0.0.1:0", "--quiet",
     ]  # fmt: skip
-    argv = [sys.executable, "-m", "orderer.cli", "spark-job", *flags, "--trigger-seconds", "1",
-            "--master", "local[2]"]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_GATEWAY")}
-    env.setdefault("PYSPARK_PYTHON", sys.executable)
-    manifests = checkpoint / "evb-stages" / "_batches"
-
-    def done() -> int:
-        return len(list(manifests.glob("*.json"))) if manifests.is_dir() else 0
-
-    with open(tmp_path / "killed.log", "wb") as log:
-        process = subprocess.Popen(
-            argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            deadline = time.monotonic() + 180
-            while done() < 2 and process.poll() is None:
-                assert time.monotonic() < deadline, (tmp_path / "killed.log").read_text()
-                time.sleep(0.05)
-        finally:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    killed_at = done()
+    killed_at = kill_after(flags, checkpoint, tmp_path / "killed.log")
     assert 2 <= killed_at < 4, (tmp_path / "killed.log").read_text()
     board = RecordingBoard(None)
     result = job.run(spark, JobConfig.from_argv(flags), None, board)

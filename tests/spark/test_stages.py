@@ -6,11 +6,6 @@ the conftest's run; and after a restart from the checkpoint, nothing lost or dou
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +23,7 @@ from orderer.spark.stages import stage_directory, stage_job_group
 from orderer.stages.api import EVENTS, Order, Stage
 from orderer.stages.load import load_stages
 from tests.spark.conftest import DT, FinishedRun
+from tests.spark.killed_job import kill_after, manifests
 
 STAGES = Path(__file__).with_name("stages_module.py")
 
@@ -146,11 +142,6 @@ def test_stages_of_a_finished_run_read_at_once_equal_a_sequential_run(
     assert written(tmp_path, "r", load_stages(STAGES)) == expected
 
 
-def _manifests(checkpoint: Path) -> int:
-    batches = checkpoint / "evb-stages" / "_batches"
-    return len(list(batches.glob("*.json"))) if batches.is_dir() else 0
-
-
 def test_a_killed_job_resumes_from_its_checkpoint_losing_and_doubling_nothing(
     spark: Any,
     finished_run: FinishedRun,
@@ -168,26 +159,11 @@ def test_a_killed_job_resumes_from_its_checkpoint_losing_and_doubling_nothing(
         "--run", "r", "--partitions", "3", "--consumer", "stages-killed",
         "--max-fragments-per-trigger", "300", "--checkpoint", str(checkpoint),
     ]
-    argv = [sys.executable, "-m", "orderer.cli", "spark-job", *flags, "--stages", str(STAGES),
-            "--quiet", "--trigger-seconds", "1", "--master", "local[2]"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_GATEWAY")}
-    env.setdefault("PYSPARK_PYTHON", sys.executable)
-    with open(tmp_path / "killed.log", "wb") as log:
-        job_process = subprocess.Popen(
-            argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            deadline = time.monotonic() + 180
-            while _manifests(checkpoint) < 2 and job_process.poll() is None:
-                assert time.monotonic() < deadline, (tmp_path / "killed.log").read_text()
-                time.sleep(0.05)
-        finally:
-            os.killpg(job_process.pid, signal.SIGKILL)
-            job_process.wait()
-    done = _manifests(checkpoint)
+    done = kill_after([*flags, "--stages", str(STAGES), "--quiet"], checkpoint,
+                      tmp_path / "killed.log")  # fmt: skip
     assert 2 <= done < 4, (tmp_path / "killed.log").read_text()  # killed mid-way
     result = _run(spark, *flags)  # the rest back to back
-    assert result.batches > 0 and _manifests(checkpoint) > done  # resumed: the batches after
+    assert result.batches > 0 and manifests(checkpoint) > done  # resumed: the batches after
     assert written(tmp_path / "out", "r", load_stages(STAGES)) == expected
 
 
