@@ -127,18 +127,29 @@ def rows_batch(parts: list[tuple[np.ndarray, ...]]) -> pa.RecordBatch:
 
 
 def counted(kind: int, *keys: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Rows ``kind, a, b, c, count`` of the distinct key triples."""
+    """Rows ``kind, a, b, c, count`` of the distinct key triples.
+
+    Why codes and not ``numpy.unique(axis=0)``: that one sorts the rows as opaque records, ten
+    times slower than sorting integers; each key's values are numbered instead (a sort of each
+    column), the three numbers made one integer, and those counted."""
     if keys[0].size == 0:
         empty = np.zeros(0, np.int64)
         return (empty, empty, empty, empty, empty)
-    unique, count = np.unique(np.stack(keys, axis=1).astype(np.int64), axis=0, return_counts=True)
-    return (
-        np.full(count.size, kind, np.int64),
-        unique[:, 0],
-        unique[:, 1],
-        unique[:, 2],
-        count.astype(np.int64),
-    )
+    uniques, codes = [], []
+    for key in keys:
+        values, code = np.unique(np.asarray(key, np.int64), return_inverse=True)
+        uniques.append(values)
+        codes.append(code.astype(np.int64).reshape(-1))
+    combined = np.zeros(keys[0].size, np.int64)
+    for values, code in zip(uniques, codes, strict=True):
+        combined = combined * values.size + code  # < the number of rows cubed: no overflow
+    cells, count = np.unique(combined, return_counts=True)
+    columns = []
+    for values in reversed(uniques):
+        columns.append(values[cells % values.size])
+        cells = cells // values.size
+    a, b, c = reversed(columns)
+    return (np.full(count.size, kind, np.int64), a, b, c, count.astype(np.int64))
 
 
 def _coincidences(parent: np.ndarray, source: np.ndarray) -> tuple[np.ndarray, ...]:
