@@ -21,6 +21,7 @@ from orderer.client import OrderedStreamReader, begin_run, end_run
 from orderer.errors import ConfigError
 from orderer.job_config import JobConfig
 from orderer.spark import job, runs
+from orderer.spark.live.board import Board
 from orderer.spark.source import fragment_rows
 from tests.e2e.conftest import ServerProcess
 from tests.e2e.test_runs import DATA, _run_file, _send
@@ -88,14 +89,24 @@ def test_the_job_follows_two_runs_each_into_its_own_partition(
         feeder.start()
         if not live:
             feeder.join(60)
+        board = Board() if live else None  # a live run with the live page: a page per run
         args = JobConfig.from_argv([
             "--target", server.target, "--dt", str(DT), "--output", str(out), "--poll", "0.2",
             "--follow-runs", "--until-run", "8", "--quiet",
+            *(["--ui", "127.0.0.1:0"] if live else []),
         ])
-        results = job.follow_runs(spark, args)
+        results = job.follow_runs(spark, args, None, board)
         feeder.join(60)
         assert not failures, failures
         assert [r.summary["run"] for r in results] == ["7", "8"]
+        if board is not None:  # each run its own totals, from zero, ended
+            assert json.loads(board.runs()) == {
+                "runs": [{"run": "7", "state": "ended"}, {"run": "8", "state": "ended"}]
+            }
+            for run, result in zip(("7", "8"), results, strict=True):
+                index = json.loads(board.index(run) or b"null")
+                assert index["fragments"] == result.summary["fragments"] == PER_RUN
+                assert index["events"] == result.summary["events"]
         assert sorted(p.name for p in (out / "events").iterdir()) == ["run=7", "run=8"]
         for run, first in ((7, 0), (8, PER_RUN)):
             built = _events(spark, out, run)
