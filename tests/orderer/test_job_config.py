@@ -90,7 +90,7 @@ def test_every_flag_of_the_parser_is_written_by_to_argv() -> None:
         output="o", target="h:1", dt=1, no_build=True, run="r", checkpoint="c", follow_runs=True,
         until_run=2, max_fragments_per_trigger=3, master="local", quiet=True, tls_ca="a",
         tls_cert="b", tls_key="k", token_file="t", tls=True, stages=Path("s.py"), explain=True,
-        check_order=True,
+        check_order=True, ui="0.0.0.0:8050",
     )
     written = {arg.split("=", 1)[0] for arg in full.to_argv() if arg.startswith("--")}
     flags = {flag for action in build_parser()._actions for flag in action.option_strings}
