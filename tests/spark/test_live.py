@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import copy
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,14 @@ from orderer.job_config import JobConfig
 from orderer.spark import job
 from orderer.spark.live.board import Board
 from orderer.spark.live.totals import RunTotals
+from orderer.spark.stages import stage_directory
 from orderer.stages.load import load_stages
 from orderer.stages.plan import plan
 from tests.spark.conftest import DT, FinishedRun
 from tests.spark.killed_job import kill_after
 
 STAGES = Path(__file__).with_name("stages_module.py")
+AGGREGATIONS = Path(__file__).with_name("aggregation_stages.py")
 
 
 class RecordingBoard(Board):
@@ -102,8 +105,6 @@ def test_running_totals_equal_the_events_built_so_far_and_the_summary_at_the_end
     assert last.events_with_late == summary["late"]["events_with_late"]
     assert last.barrier_rows == summary["barrier_rows"] > 0
     report = Path(result.report_path).parent
-    import pickle
-
     with (report / "dt_spectrum.pkl").open("rb") as file:
         spectrum = pickle.load(file)
     with (report / "coincidences.pkl").open("rb") as file:
@@ -128,6 +129,25 @@ def test_running_totals_equal_the_events_built_so_far_and_the_summary_at_the_end
     page_matrix = json.loads(board.histogram("r", "coincidences") or b"null")
     assert page_matrix["counts"] == coincidences.values().tolist()
     assert page_matrix["x"]["categories"] == [str(s) for s in coincidences.axes[0]]
+    # the 2D one (source x gap): numpy's histogram2d of the stage's results, flows included
+    from tests.spark.stages_module import SOURCE_GAP_HISTOGRAM as spec
+
+    rows = pq.read_table(stage_directory(str(tmp_path), "gaps", "r"))
+    inf = np.inf
+    edges = [[-inf, *np.linspace(axis.low, axis.high, axis.bins + 1), inf]
+             for axis in (spec.x, spec.y)]  # fmt: skip
+    expected2d, _, _ = np.histogram2d(rows["source"].to_numpy(), rows["gap"].to_numpy(), edges)
+    assert expected2d[1:-1, 1:-1].sum() > 0 and expected2d.sum() == rows.num_rows
+    entry = summary["stages"]["gaps"]["histograms"]["source,gap"]
+    assert entry["counts"] == expected2d.astype(int).tolist()
+    assert entry["outside"] == rows.num_rows - int(expected2d[1:-1, 1:-1].sum())
+    assert last.stages["gaps"].histograms["source,gap"].tolist() == entry["counts"]
+    with (report / "stage_gaps_source_gap.pkl").open("rb") as file:
+        assert pickle.load(file).view(flow=True).tolist() == entry["counts"]
+    assert (report / "stage_gaps_source_gap.png").read_bytes().startswith(b"\x89PNG")
+    page2d = json.loads(board.histogram("r", "stage_gaps_source_gap") or b"null")
+    assert page2d["dimensions"] == 2 and page2d["outside"] == entry["outside"]
+    assert page2d["counts"] == expected2d[1:-1, 1:-1].astype(int).tolist()
 
 
 def test_a_killed_job_resumes_its_totals_from_the_checkpoint(
@@ -135,18 +155,21 @@ def test_a_killed_job_resumes_its_totals_from_the_checkpoint(
 ) -> None:
     """``evb spark-job --ui`` killed (SIGKILL) after two micro-batches, then run again on the
     same checkpoint: the page starts from the killed job's totals, not from zero, and ends with
-    every event counted once (what the summary counts)."""
+    every event counted once (what the summary counts). Its stages are aggregations: their
+    results after each micro-batch are the finished table of the run so far, which the totals
+    take as it is (adding them would count every micro-batch again)."""
     checkpoint = tmp_path / "checkpoint"
     flags = [
         "--target", finished_run.target, "--dt", str(DT), "--output", str(tmp_path / "out"),
         "--run", "r", "--partitions", "2", "--consumer", "live-killed",
         "--max-fragments-per-trigger", "300", "--checkpoint", str(checkpoint),
-        "--ui", "127.0.0.1:0", "--quiet",
+        "--stages", str(AGGREGATIONS), "--ui", "127.0.0.1:0", "--quiet",
     ]  # fmt: skip
     killed_at = kill_after(flags, checkpoint, tmp_path / "killed.log")
     assert 2 <= killed_at < 4, (tmp_path / "killed.log").read_text()
-    board = RecordingBoard(None)
-    result = job.run(spark, JobConfig.from_argv(flags), None, board)
+    stages = plan(load_stages(AGGREGATIONS), EVENT_SCHEMA)
+    board = RecordingBoard(stages)
+    result = job.run(spark, JobConfig.from_argv(flags), stages, board)
     first, last = board.published[0], board.published[-1]
     assert first.batch >= killed_at - 1 and first.fragment_count > 0  # the killed job's totals
     # then each batch once, in order (from the killed job's last one if it was not marked done)
@@ -156,72 +179,11 @@ def test_a_killed_job_resumes_its_totals_from_the_checkpoint(
     assert last.fragment_count == summary["fragments"] == finished_run.fragments.num_rows
     assert {str(m): n for m, n in last.multiplicity.items()} == summary["multiplicity"]["histogram"]
     assert last.events == summary["events"] and last.late_fragments == summary["late"]["fragments"]
-
-
-def test_an_aggregations_totals_are_its_finished_table_not_a_sum_of_them(
-    spark: Any, finished_run: FinishedRun, tmp_path: Path
-) -> None:
-    """An aggregation's results after each micro-batch are the finished table of the run so far:
-    the live totals take its rows and histogram as they are (adding them would count every
-    micro-batch again), and end equal to the summary's."""
-    path = Path(__file__).with_name("aggregation_stages.py")
-    stages = plan(load_stages(path), EVENT_SCHEMA)
-    board = RecordingBoard(stages)
-    config = JobConfig.from_argv([
-        "--target", finished_run.target, "--dt", str(DT), "--output", str(tmp_path),
-        "--run", "a", "--consumer", "live-aggregation", "--max-fragments-per-trigger", "300",
-        "--stages", str(path), "--ui", "127.0.0.1:0", "--quiet",
-    ])  # fmt: skip
-    result = job.run(spark, config, stages, board)
-    assert result.batches > 3
-    last = board.published[-1]
-    entry = result.summary["stages"]["multiplicities"]
+    entry = summary["stages"]["multiplicities"]
     assert last.stages["multiplicities"].rows == entry["rows"] < 20
     counts = entry["histograms"]["multiplicity"]["counts"]
     assert last.stages["multiplicities"].histograms["multiplicity"].tolist() == counts
     assert {n: s.rows for n, s in last.stages.items()} == {
-        n: e["rows"] for n, e in result.summary["stages"].items()
+        n: e["rows"] for n, e in summary["stages"].items()
     }
 
-
-def test_a_2d_histogram_live_in_the_summary_and_the_report(
-    spark: Any, finished_run: FinishedRun, tmp_path: Path
-) -> None:
-    """``gaps`` declares a 2D histogram (source x gap): the live totals after the last
-    micro-batch, the summary's counts and the report's pickled histogram are numpy's
-    ``histogram2d`` of the stage's Parquet results, the flows included; the page draws it as a
-    colour map."""
-    import pickle
-
-    from orderer.spark.stages import stage_directory
-    from tests.spark.stages_module import SOURCE_GAP_HISTOGRAM as spec
-
-    stages = plan(load_stages(STAGES), EVENT_SCHEMA)
-    board = RecordingBoard(stages)
-    config = JobConfig.from_argv([
-        "--target", finished_run.target, "--dt", str(DT), "--output", str(tmp_path),
-        "--run", "m", "--partitions", "2", "--consumer", "live-2d",
-        "--max-fragments-per-trigger", "400", "--stages", str(STAGES), "--ui", "127.0.0.1:0",
-        "--quiet",
-    ])  # fmt: skip
-    result = job.run(spark, config, stages, board)
-    rows = pq.read_table(stage_directory(str(tmp_path), "gaps", "m"))
-    x, y = rows.column("source").to_numpy(), rows.column("gap").to_numpy()
-    inf = np.inf
-    edges_x = [-inf, *np.linspace(spec.x.low, spec.x.high, spec.x.bins + 1), inf]
-    edges_y = [-inf, *np.linspace(spec.y.low, spec.y.high, spec.y.bins + 1), inf]
-    expected, _, _ = np.histogram2d(x, y, [edges_x, edges_y])  # closed on the left, as ours
-    assert expected[1:-1, 1:-1].sum() > 0 and expected.sum() == rows.num_rows
-    entry = result.summary["stages"]["gaps"]["histograms"]["source,gap"]
-    assert entry["counts"] == expected.astype(int).tolist()
-    assert entry["outside"] == rows.num_rows - int(expected[1:-1, 1:-1].sum())
-    assert entry["plot"] == "stage_gaps_source_gap.png"
-    assert board.published[-1].stages["gaps"].histograms["source,gap"].tolist() == entry["counts"]
-    report = Path(result.report_path).parent
-    assert (report / "stage_gaps_source_gap.png").read_bytes().startswith(b"\x89PNG")
-    with (report / "stage_gaps_source_gap.pkl").open("rb") as file:
-        histogram = pickle.load(file)
-    assert histogram.view(flow=True).tolist() == entry["counts"]
-    page = json.loads(board.histogram("m", "stage_gaps_source_gap") or b"null")
-    assert page["dimensions"] == 2 and page["counts"] == expected[1:-1, 1:-1].astype(int).tolist()
-    assert page["outside"] == entry["outside"] and len(page["y"]["edges"]) == spec.y.bins + 1
