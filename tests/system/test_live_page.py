@@ -117,10 +117,17 @@ def test_the_live_page_in_a_browser_with_no_network(tmp_path: Path) -> None:
         assert (tmp_path / "before.png").read_bytes() != (tmp_path / "after.png").read_bytes()
         assert later["fragments"] > first["fragments"]
         # the page's numbers are the totals kept in the checkpoint for the same micro-batch
+        # (the checkpoint keeps the latest two: read them together, again if one went meanwhile)
+        def together() -> tuple[dict[str, Any], RunTotals] | None:
+            index = _json(run)
+            kept = checkpoint / "evb-live" / f"totals-{index['batch']:012d}.json"
+            try:
+                return index, RunTotals.from_json(kept.read_text())
+            except FileNotFoundError:
+                return None
+
+        later, kept = _wait(together, "the page's micro-batch and its totals file together")
         batch = later["batch"]
-        kept = RunTotals.from_json(
-            (checkpoint / "evb-live" / f"totals-{batch:012d}.json").read_text()
-        )
         rendered = Board()
         rendered.publish(kept)
         index = json.loads(rendered.index("live") or b"null")
