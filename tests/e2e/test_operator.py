@@ -482,15 +482,22 @@ async def _scenario(api: KubernetesAPI, operator: Operator, orderer: ServerProce
 
     # least privilege holds: every call of the operator is allowed by the chart's RBAC
     allowed = _rbac_rules()
-    operator_calls = {
+    calls = operator_calls(api)
+    assert calls, "no call recorded"
+    assert calls <= allowed, sorted(calls - allowed)
+
+
+def operator_calls(api: KubernetesAPI) -> set[tuple[str, str, str]]:
+    """(API group, resource, verb) of every call the operator made to the emulated API server
+    (not the test's own, which KMock's client makes), for the RBAC check: discovery
+    (``/api/v1``, ``/apis/...``) is open to every user and left out."""
+    return {
         (*_call(r.url.path), _verb(r.method, r.url.path, r.url.query_string))
         for r in list(api)
         if r.resource is not None
-        and r.resource.plural  # discovery (/api/v1, /apis/...) is open to every user
+        and r.resource.plural
         and "kmock" not in r.headers.get("User-Agent", "")
     }
-    assert operator_calls, "no call recorded"
-    assert operator_calls <= allowed, sorted(operator_calls - allowed)
 
 
 def _ready(api: KubernetesAPI, name: str, *, generation: int) -> dict[str, Any] | None:

@@ -296,12 +296,6 @@ async def _scenario(
 
     # least privilege: every call of the operator is allowed by the chart's RBAC
     allowed = e2e._rbac_rules()
-    calls = {
-        (*e2e._call(r.url.path), e2e._verb(r.method, r.url.path, r.url.query_string))
-        for r in list(api)
-        if r.resource is not None
-        and r.resource.plural
-        and "kmock" not in r.headers.get("User-Agent", "")
-    }
+    calls = e2e.operator_calls(api)
     assert calls and calls <= allowed, sorted(calls - allowed)
     assert "Traceback" not in operator.text()
