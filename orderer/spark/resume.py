@@ -65,7 +65,18 @@ def check_resumed_building(spark: Any, layout: Layout, record: dict[str, str]) -
     if not files.exists(spark, layout.building):  # a run started before the record existed
         return
     began = _in_glom_terms(json.loads(files.read_text(spark, layout.building)))
+    began_with, given = bool(began.get("liveTotals")), bool(record.get("liveTotals"))
+    if began_with != given:  # a yes or no: said in words, not as a recorded value
+        before = "with" if began_with else "without"
+        raise ConfigError(
+            "--ui", None, f"run {layout.run} began {before} --ui and resumes from its checkpoint,"
+            " where the live page's totals are kept from a run's start or not at all: run it "
+            f"{before} --ui, give another --run, or remove {layout.run_dir} and {layout.events}"
+            " to do the run again",
+        )
     for key, flag in BUILDING_FLAGS.items():
+        if key == "liveTotals":
+            continue  # said above, in words: it is a yes or no
         if began.get(key) != record.get(key):
             raise ConfigError(
                 flag,

@@ -187,3 +187,29 @@ def test_a_killed_job_resumes_its_totals_from_the_checkpoint(
         n: e["rows"] for n, e in summary["stages"].items()
     }
 
+
+
+def test_a_run_resumes_only_as_it_began_with_or_without_the_live_page(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A second job into the same run's checkpoint with ``--ui`` where the run began without
+    it (or the other way round) is refused in words naming ``--ui``, before anything is read."""
+    from orderer.building.config import GlomConfig
+    from orderer.errors import ConfigError
+    from orderer.spark.layout import Layout
+    from orderer.spark.resume import building, check_resumed_building
+
+    for began, again, said in (([], ["--ui", "0"], "without"), (["--ui", "0"], [], "with")):
+        base = ["--target", "h:1", "--dt", "10", "--output", str(tmp_path / said), "--run", "r"]
+        first, second = (JobConfig.from_argv([*base, *flags]) for flags in (began, again))
+        layout = Layout.of(first)
+        Path(layout.building).parent.mkdir(parents=True)
+        Path(layout.building).write_text(json.dumps(building(first, GlomConfig(10))))
+        check_resumed_building(spark, layout, building(first, GlomConfig(10)))  # as it began
+        with pytest.raises(ConfigError) as refused:
+            check_resumed_building(spark, layout, building(second, GlomConfig(10)))
+        assert refused.value.parameter == "--ui" and refused.value.value is None
+        assert refused.value.why.startswith(
+            f"run r began {said} --ui and resumes from its checkpoint, where the live page's "
+            f"totals are kept from a run's start or not at all: run it {said} --ui"
+        )
