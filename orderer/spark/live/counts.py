@@ -30,7 +30,7 @@ from orderer.spark.coincidence import (
     spectrum_axis,
 )
 from orderer.spark.stage_histograms import fill
-from orderer.stages.api import Order
+from orderer.stages.api import EVENTS, Order
 from orderer.stages.plan import Plan
 
 __all__ = ["BatchCounts", "StageCounts", "count_batch"]
@@ -96,10 +96,11 @@ def _partials(dt: int | None) -> Any:
 
 
 def count_batch(
-    results: Mapping[str, Any], events: str, dt: int | None, plan: Plan | None
+    results: Mapping[str, Any], dt: int | None, plan: Plan | None
 ) -> BatchCounts:
-    """The counts of one micro-batch: ``results[events]`` its events (a DataFrame), and each
-    stage's results of the same micro-batch under its name."""
+    """The counts of one micro-batch: ``results`` its events (a DataFrame) under
+    :data:`~orderer.stages.api.EVENTS`, and each stage's results of the same micro-batch under
+    its name (what the stages sink tells its observer)."""
     from pyspark.sql import functions as F
 
     slim = F.transform(  # what is counted of each fragment: its payload never reaches Python
@@ -108,7 +109,7 @@ def count_batch(
             f["source"].alias("source"), f["timestamp"].alias("timestamp"), f["late"].alias("late")
         ),
     ).alias("fragments")
-    frame = results[events].select("multiplicity", "barrier", "late", slim)
+    frame = results[EVENTS].select("multiplicity", "barrier", "late", slim)
     partials = frame.mapInArrow(_partials(dt), _SCHEMA).toArrow()
     table = partials.group_by(["kind", "a", "b", "c"]).aggregate(
         [("value", "sum"), ("value", "min"), ("value", "max")]

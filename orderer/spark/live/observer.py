@@ -18,7 +18,6 @@ from orderer.spark.files import Directory
 from orderer.spark.live.board import Board
 from orderer.spark.live.counts import count_batch
 from orderer.spark.live.totals import RunTotals
-from orderer.stages.api import EVENTS
 from orderer.stages.plan import Plan
 
 __all__ = ["LiveRun"]
@@ -58,7 +57,7 @@ class LiveRun:
 
     def __call__(self, batch_id: int, results: Mapping[str, Any]) -> None:
         totals = self._before(batch_id)
-        totals.add(batch_id, count_batch(results, EVENTS, self._dt, self._plan))
+        totals.add(batch_id, count_batch(results, self._dt, self._plan))
         if self._files is not None:
             self._files.write(f"{_PREFIX}{batch_id:012d}{_SUFFIX}", [totals.to_json().encode()])
             for older in [b for b in self._kept() if b < batch_id][:-1]:  # one before b kept

@@ -16,6 +16,7 @@ index; ``/api/runs/RUN/histograms/NAME`` a histogram (RUN percent-encoded).
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import socket
 import threading
@@ -61,7 +62,9 @@ def parse_address(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
+@functools.cache
 def _static(name: str) -> bytes:
+    """A file of the page, read once (plotly's is 1.5 MB)."""
     return resources.files("orderer.spark.live").joinpath("static", name).read_bytes()
 
 
