@@ -79,7 +79,6 @@ from orderer.stages.steps import (
 __all__ = [
     "BatchObserver",
     "StagesSink",
-    "finished_tables",
     "register_stage_modules",
     "remove_stage_results",
     "run_plan",
@@ -134,7 +133,7 @@ class BatchObserver(Protocol):
     :data:`~orderer.stages.api.EVENTS`, each persisted until the call returns. Called again
     with the same batch after a restart when the batch was not marked done. An aggregation's
     entry is its finished table of the run so far, not the batch's part of it (to be shown,
-    not added up): :func:`finished_tables` gives them as Arrow."""
+    not added up)."""
 
     def __call__(self, batch_id: int, results: Mapping[str, Any]) -> None: ...
 
@@ -285,8 +284,7 @@ def run_plan(
     An order-sensitive stage's new states come back through an accumulator filled by the same
     job that writes its results: one Spark job per stage and micro-batch. An aggregation's
     accumulator is in ``states`` too (under its one key), and its result is the finished table
-    of the run so far, a small DataFrame made on the driver (:func:`finished_tables` gives it
-    as Arrow).
+    of the run so far, a small DataFrame made on the driver.
 
     The stages' modules are registered with cloudpickle first
     (:func:`register_stage_modules`), whoever calls."""
@@ -338,16 +336,6 @@ class _States:
     ) -> dict[Hashable, Any]:
         into.update(more)
         return into
-
-
-def finished_tables(plan: Plan, results: Mapping[str, Any]) -> dict[str, pa.Table]:
-    """Each aggregation's finished table of the run so far, by stage name, from the
-    ``results`` of a micro-batch (what :func:`run_plan` returned, what a
-    :class:`BatchObserver` is given): small tables made on the driver, read back as Arrow."""
-    return {
-        step.stage.name: results[step.stage.name].toArrow().cast(step.stage.schema)
-        for step in plan.aggregations
-    }
 
 
 def stage_job_group(stage: str) -> str:

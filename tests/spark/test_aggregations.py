@@ -2,7 +2,7 @@
 table for the run, the same at ``--partitions`` 1 and 5 and whether the run is read at once
 (``--path``) or streamed (``--target``) in micro-batches; each micro-batch is counted once across
 a restart; a declared histogram of it counts the finished table once; the live page gets each
-aggregation's finished table after a micro-batch (:func:`orderer.spark.stages.finished_tables`).
+aggregation's finished table after a micro-batch.
 
 The stages are :mod:`tests.spark.aggregation_stages` (examples/dead_time.py's and a histogram of
 multiplicities) over the conftest's run, with its late backlog and barriers; the oracle is each
@@ -27,7 +27,6 @@ from orderer.job_config import JobConfig, OutputFormat
 from orderer.spark import job
 from orderer.spark.stages import (
     StagesSink,
-    finished_tables,
     run_plan,
     stage_directory,
     stage_failure,
@@ -207,8 +206,7 @@ def test_the_live_page_gets_each_aggregations_finished_table_after_a_micro_batch
     spark: Any, events: pa.Table, expected: dict[str, pa.Table]
 ) -> None:
     """What a :class:`~orderer.spark.stages.BatchObserver` is given holds, under an
-    aggregation's name, the finished table so far; :func:`finished_tables` gives them as
-    Arrow."""
+    aggregation's name, the finished table so far."""
     planned = _plan()
     kept: list[Any] = []
     states: dict[str, Any] = {}
@@ -218,7 +216,10 @@ def test_the_live_page_gets_each_aggregations_finished_table_after_a_micro_batch
         results = run_plan(
             spark, planned, _events_frame(spark, events.slice(half)), 2, states, kept
         )
-        tables = finished_tables(planned, results)
+        tables = {
+            step.stage.name: results[step.stage.name].toArrow().cast(step.stage.schema)
+            for step in planned.aggregations
+        }
     finally:
         for frame in kept:
             frame.unpersist()
