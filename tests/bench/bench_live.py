@@ -84,8 +84,9 @@ def run(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
 
     register(spark)
     work = Path(tempfile.mkdtemp(prefix="evb-bench-live-"))
-    print(f"evb live totals benchmark: local[2], dt {DT} ticks, {os.cpu_count()} cores")
-    server, n = _make_data(work, args.fragments)
+    print(f"evb live totals benchmark: local[2], dt {DT} ticks, {os.cpu_count()} cores, "
+          f"{args.payload_bytes}-byte payloads")
+    server, n = _make_data(work, args.fragments, args.payload_bytes)
     times: dict[str, list[float]] = {"without": [], "with": []}
     observed = _Timed()
     try:
@@ -107,6 +108,7 @@ def run(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
     share = observed.seconds / sum(times["with"])
     figures = {
         "fragments": n,
+        "payload_bytes": args.payload_bytes,
         "micro_batches": args.micro_batches,
         "seconds": {way: [round(s, 3) for s in values] for way, values in times.items()},
         "us_per_fragment": {way: round(s / n * 1e6, 3) for way, s in best.items()},
@@ -125,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fragments", type=int, default=1_000_000)
     parser.add_argument("--micro-batches", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--payload-bytes", type=int, default=16, help="each fragment's payload")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

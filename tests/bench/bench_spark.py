@@ -98,7 +98,7 @@ def _timed(label: str, fragments: int, seconds: float, **more: Any) -> dict[str,
     return figures
 
 
-def _make_data(work: Path, fragments: int) -> tuple[_Server, int]:
+def _make_data(work: Path, fragments: int, payload: int = 16) -> tuple[_Server, int]:
     per_source = max(fragments // 6, 10)
     run = SyntheticRun(
         n_sources=6,
@@ -109,7 +109,7 @@ def _make_data(work: Path, fragments: int) -> tuple[_Server, int]:
         stalls=(Stall(source=5, start=0.3 * per_source / 1_000, end=0.5 * per_source / 1_000,
                       backlog=True),),
         sync_barriers=3,
-        payload_size=16,
+        payload_size=payload,
         seed=7,
     )
     server = _Server(work / "data", work / "serve.log", "--build-window", "0.2",
