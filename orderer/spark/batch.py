@@ -12,6 +12,7 @@ from orderer.job_config import JobConfig, OutputFormat
 from orderer.spark import files
 from orderer.spark.glom import glom_options
 from orderer.spark.layout import Layout
+from orderer.spark.live import partials
 from orderer.spark.live.board import Board
 from orderer.spark.live.observer import LiveRun
 from orderer.spark.nscldaq import NscldaqSink
@@ -22,14 +23,16 @@ from orderer.stages.plan import Plan
 __all__ = ["batch_events", "write_batch"]
 
 
-def batch_events(spark: Any, config: JobConfig, glom: GlomConfig) -> Any:
-    """The events of a finished run's ordered log (``--path``), built where they are read."""
+def batch_events(spark: Any, config: JobConfig, glom: GlomConfig, live: bool = False) -> Any:
+    """The events of a finished run's ordered log (``--path``), built where they are read
+    (``live``: with their counts for the live page, :mod:`orderer.spark.live.partials`)."""
     return (
         spark.read.format("evb")
         .option("path", str(config.path))
         .options(**glom_options(glom))
         .option("numPartitions", config.partitions)
         .option("output", "events")
+        .option(partials.OPTION, str(live).lower())
         .load()
     )
 
@@ -44,7 +47,7 @@ def write_batch(
 ) -> int:
     """The run's events into ``layout``, replacing the run, and the stages of ``plan`` over
     them (with ``board``, ``--ui``: the run's totals published); returns the batches (one)."""
-    events = batch_events(spark, config, glom)
+    events = batch_events(spark, config, glom, live=board is not None)
     # overwrite the run's partition only: the other runs' partitions are not touched
     if plan is not None or board is not None:  # one step of the stages from nothing, batch 0
         live = None

@@ -76,6 +76,7 @@ from orderer.errors import ConfigError, InterfaceError, ServiceUnavailable
 from orderer.formats.payloads import ArrivalPayloads, read_ordered, read_ordered_range
 from orderer.spark.access import channel_security, retried, segment_files
 from orderer.spark.glom import EVENT_SPARK_SCHEMA, FRAGMENT_SPARK_SCHEMA, glom_from_options
+from orderer.spark.live.partials import OPTION, SPARK_COLUMN, with_counts
 from orderer.spark.runs import run_end
 
 __all__ = [
@@ -102,6 +103,15 @@ def _output(value: str | None) -> bool:
     raise ConfigError("output", value, "must be fragments or events")
 
 
+def _flag(name: str, value: str | None) -> bool:
+    """A true/false option (unset: false)."""
+    if value is None or value == "" or value.lower() == "false":
+        return False
+    if value.lower() == "true":
+        return True
+    raise ConfigError(name, value, "must be true or false")
+
+
 def register(spark: Any) -> None:
     """Make ``format("evb")`` known to a SparkSession."""
     spark.dataSource.register(EvbDataSource)
@@ -123,6 +133,9 @@ class _Options:
     """Read up to the end of this run of the orderer's run table (``GetStats.runs``)."""
     events: bool = False
     """Rows are built events (``output`` = ``events``), not fragments."""
+    live: bool = False
+    """Event rows carry their partition's counts for the live page (option ``liveCounts``,
+    :mod:`orderer.spark.live.partials`)."""
     security: tuple[tuple[str, str], ...] = ()
     """TLS and token files (``tlsCa``, ``tlsCert``, ``tlsKey``, ``tokenFile``, ``tls``), read
     where a channel is opened (driver and executors alike)."""
@@ -161,6 +174,7 @@ class _Options:
             reconnect_timeout=number("reconnectTimeout", 120.0, float, 0),
             run=number("run", None, int, 0),
             events=_output(lowered.get("output")),
+            live=_flag(OPTION, lowered.get(OPTION.lower())),
             security=tuple(
                 (name, lowered[name.lower()])
                 for name in _SECURITY_OPTIONS
@@ -171,7 +185,19 @@ class _Options:
     def rows(self, fragments: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """A partition's rows: its fragments, or the events built of them (a partition holds
         whole events, so it builds alone, exactly as the sequential glom)."""
-        return glom_batches(fragments, self.glom) if self.events else fragments
+        if not self.events:
+            return fragments
+        events = glom_batches(fragments, self.glom)
+        if not self.live:
+            return events
+        return with_counts(events, self.glom.dt if self.glom.builds else None)
+
+    @property
+    def schema(self) -> str:
+        """The rows' schema in Spark's DDL."""
+        if not self.events:
+            return FRAGMENT_SPARK_SCHEMA
+        return f"{EVENT_SPARK_SCHEMA}, {SPARK_COLUMN}" if self.live else EVENT_SPARK_SCHEMA
 
     def starts(self, timestamp: np.ndarray, barrier: np.ndarray) -> np.ndarray:
         """Event starts (indices) of a stretch that begins at an event start."""
@@ -523,7 +549,7 @@ class EvbDataSource(DataSource):
         return "evb"
 
     def schema(self) -> str:
-        return EVENT_SPARK_SCHEMA if _Options.parse(self.options).events else FRAGMENT_SPARK_SCHEMA
+        return _Options.parse(self.options).schema
 
     def reader(self, schema: StructType) -> DataSourceReader:
         several = _several(self.options)

@@ -129,11 +129,14 @@ def stage_failure(text: str) -> str | None:
 
 
 class BatchObserver(Protocol):
-    """What is told of each batch the sink writes: ``results`` by stage, the events under
-    :data:`~orderer.stages.api.EVENTS`, each persisted until the call returns. Called again
-    with the same batch after a restart when the batch was not marked done. An aggregation's
-    entry is its finished table of the run so far, not the batch's part of it (to be shown,
-    not added up)."""
+    """What is told of each batch the sink writes: first its events, which it may observe
+    (:meth:`watch`: the sink writes and stages what it returns); once the events are written,
+    ``results`` by stage, the events under :data:`~orderer.stages.api.EVENTS`, each persisted
+    until the call returns. Called again with the same batch after a restart when the batch was
+    not marked done. An aggregation's entry is its finished table of the run so far, not the
+    batch's part of it (to be shown, not added up)."""
+
+    def watch(self, batch_id: int, events: Any) -> Any: ...
 
     def __call__(self, batch_id: int, results: Mapping[str, Any]) -> None: ...
 
@@ -167,8 +170,12 @@ class StagesSink:
         if state_files is not None and state_files.exists(manifest):
             return  # written whole before a restart: Spark calls again, nothing is done twice
         states = self._states_before(state_files, batch_id)
-        events = events.persist()
-        kept: list[Any] = [events]
+        if self.live is not None:
+            events = self.live.watch(batch_id, events)
+        kept: list[Any] = []
+        if self.plan.stages or self.format is OutputFormat.NSCLDAQ:  # read more than once
+            events = events.persist()
+            kept.append(events)
         try:
             self._write_events(events, batch_id)
 

@@ -24,6 +24,7 @@ from orderer.job_config import JobConfig, OutputFormat
 from orderer.spark import files, runs
 from orderer.spark.glom import glom_options
 from orderer.spark.layout import Layout
+from orderer.spark.live import partials
 from orderer.spark.live.board import Board
 from orderer.spark.live.observer import LiveRun
 from orderer.spark.nscldaq import NscldaqSink
@@ -103,6 +104,8 @@ def stream(
         reader = reader.option("run", span.run).option("startingOffset", span.start_offset)
     elif span is not None:  # one run over several orderers: the source finds its offsets
         reader = reader.option("run", span.run)
+    if board is not None:  # the events' counts made where they are built (live.partials)
+        reader = reader.option(partials.OPTION, "true")
     events = reader.option("output", "events").load()  # built where read: one Python step
     writer = events.writeStream.option("checkpointLocation", checkpoint).queryName(
         f"evb-{layout.run}"

@@ -17,6 +17,7 @@ from typing import Any
 from orderer.spark.files import Directory
 from orderer.spark.live.board import Board
 from orderer.spark.live.counts import count_batch
+from orderer.spark.live.partials import collect
 from orderer.spark.live.totals import RunTotals
 from orderer.stages.plan import Plan
 
@@ -44,6 +45,8 @@ class LiveRun:
         self._plan = plan
         self._files = None if directory is None else Directory(spark, directory)
         self._last: RunTotals | None = None
+        self._watched: tuple[int, Any] | None = None
+        """The micro-batch being written, and the observation of its events' counts."""
 
     def start(self) -> None:
         """Publish what the checkpoint holds (a resumed query), or an empty run."""
@@ -55,9 +58,19 @@ class LiveRun:
         """The run ended and was read to its end."""
         self._board.ended(self._run)
 
+    def watch(self, batch_id: int, events: Any) -> Any:
+        """``events`` (the data source's, with ``liveCounts``) without their counts' column,
+        which the job that writes them gathers (:func:`~orderer.spark.live.partials.collect`)."""
+        events, observation = collect(events, f"evb-live-{self._run}-{batch_id}")
+        self._watched = (batch_id, observation)
+        return events
+
     def __call__(self, batch_id: int, results: Mapping[str, Any]) -> None:
+        assert self._watched is not None and self._watched[0] == batch_id, "watch() first"
+        blobs = [bytes(blob) for blob in self._watched[1].get["counts"]]
+        self._watched = None
         totals = self._before(batch_id)
-        totals.add(batch_id, count_batch(results, self._dt, self._plan))
+        totals.add(batch_id, count_batch(blobs, results, self._plan))
         if self._files is not None:
             self._files.write(f"{_PREFIX}{batch_id:012d}{_SUFFIX}", [totals.to_json().encode()])
             for older in [b for b in self._kept() if b < batch_id][:-1]:  # one before b kept

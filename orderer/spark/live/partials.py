@@ -1,0 +1,134 @@
+"""A micro-batch's counts made where its events are built: in the ``evb`` data source's
+``read()``, on the executors, carried to the driver inside the micro-batch itself.
+
+Why there and not in a pass of their own: a second Spark job over each micro-batch's events
+(even over cached ones) costs a job's fixed price every micro-batch, a large share of a
+streamed job's time (README, "The live page"). The events are in a Python worker once already,
+in Arrow batches, when the source builds them; counted there, nothing is read twice.
+
+How they travel: with the data source's option ``liveCounts``, its rows carry one more column,
+:data:`COLUMN` (binary), null but in the last row of each partition, where it holds that
+partition's counts (an Arrow IPC stream of rows ``kind, a, b, c, sum, min, max``, already summed
+over the partition). The stages sink takes the column out of the events with Spark's
+``observe`` (:func:`collect`), which gathers it in the job that writes the events: no second
+job. The counting is the end of run's (:func:`orderer.spark.coincidence.counted` and
+:func:`~orderer.spark.coincidence.pair_rows`); :mod:`orderer.spark.live.counts` sums the parts on
+the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from orderer.spark.coincidence import counted, pair_rows, rows_batch, spectrum_axis
+
+__all__ = ["COLUMN", "OPTION", "SHAPE", "SOURCE", "SPARK_COLUMN", "TIME", "collect", "with_counts"]
+
+OPTION = "liveCounts"
+"""The data source's option ("true") that adds :data:`COLUMN` to its event rows."""
+COLUMN = "_evb_live_counts"
+"""The column of the partition's counts (its last row's; null in every other)."""
+SPARK_COLUMN = f"{COLUMN} binary"
+""":data:`COLUMN` in Spark's DDL, after the event columns."""
+
+SHAPE, SOURCE, TIME = 2, 3, 4
+"""Kinds beside the spectrum's and the matrix's: (multiplicity, barrier type, late or not) ->
+rows; (source, late or not) -> fragments; the timestamps (their min and max)."""
+
+_KEYS = ["kind", "a", "b", "c"]
+
+
+def batch_rows(batch: pa.RecordBatch, axis: Any) -> list[tuple[np.ndarray, ...]]:
+    """The partial rows ``kind, a, b, c, value`` of one Arrow batch of events."""
+    multiplicity = batch.column("multiplicity").to_numpy(zero_copy_only=False)
+    barrier = batch.column("barrier").to_numpy(zero_copy_only=False).astype(np.int64)
+    late = batch.column("late").to_numpy(zero_copy_only=False) > 0
+    parts = [counted(SHAPE, multiplicity.astype(np.int64), barrier, late)]
+    lists = batch.column("fragments")
+    flat = pc.list_flatten(lists)
+    if len(flat):
+        source = flat.field("source").to_numpy(zero_copy_only=False).astype(np.int64)
+        flagged = flat.field("late").to_numpy(zero_copy_only=False).astype(np.int64)
+        parts.append(counted(SOURCE, source, flagged, np.zeros_like(source)))
+        ts = flat.field("timestamp").to_numpy(zero_copy_only=False).astype(np.int64)
+        edge = np.array([ts.min(), ts.max()], np.int64)
+        zero = np.zeros(2, np.int64)
+        parts.append((np.full(2, TIME, np.int64), zero, zero, zero, edge))
+    parts += pair_rows(pc.filter(lists, pa.array(barrier == 0)), axis)
+    return parts
+
+
+def summed(table: pa.Table) -> pa.Table:
+    """Rows ``kind, a, b, c, sum, min, max`` of partial rows (``value``) or of summed ones."""
+    if "value" in table.column_names:
+        out = table.group_by(_KEYS).aggregate(
+            [("value", "sum"), ("value", "min"), ("value", "max")]
+        )
+        return out.rename_columns({"value_sum": "sum", "value_min": "min", "value_max": "max"})
+    out = table.group_by(_KEYS).aggregate([("sum", "sum"), ("min", "min"), ("max", "max")])
+    return out.rename_columns({"sum_sum": "sum", "min_min": "min", "max_max": "max"})
+
+
+def with_counts(batches: Iterator[pa.RecordBatch], dt: int | None) -> Iterator[pa.RecordBatch]:
+    """``batches`` (a partition's events) with :data:`COLUMN` added: the partition's counts in
+    the last row, null elsewhere (the last batch is held back until the partition ends)."""
+    axis = spectrum_axis(dt)
+    parts: list[tuple[np.ndarray, ...]] = []
+    held: pa.RecordBatch | None = None
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        if held is not None:
+            yield _with_column(held, None)
+        parts += batch_rows(batch, axis)
+        held = batch
+    if held is not None:
+        yield _with_column(held, _encoded(summed(pa.Table.from_batches([rows_batch(parts)]))))
+
+
+def _with_column(batch: pa.RecordBatch, blob: bytes | None) -> pa.RecordBatch:
+    values: list[bytes | None] = [None] * batch.num_rows
+    if blob is not None:
+        values[-1] = blob
+    return pa.RecordBatch.from_arrays(
+        [*batch.columns, pa.array(values, pa.binary())], names=[*batch.schema.names, COLUMN]
+    )
+
+
+def _encoded(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def decoded(blobs: list[bytes]) -> pa.Table:
+    """The micro-batch's counts: every partition's (:data:`COLUMN`'s values) summed."""
+    tables = [pa.ipc.open_stream(pa.py_buffer(blob)).read_all() for blob in blobs]
+    if not tables:
+        return summed(
+            pa.table(
+                {
+                    "kind": pa.array([], pa.int32()),
+                    **{k: pa.array([], pa.int64()) for k in ("a", "b", "c", "value")},
+                }
+            )
+        )
+    return summed(pa.concat_tables(tables))
+
+
+def collect(events: Any, name: str) -> tuple[Any, Any]:
+    """``events`` without :data:`COLUMN`, observed so that the first action over them (the
+    events' write) gathers its values; and the :class:`pyspark.sql.Observation` to read them
+    from (``.get["counts"]``) once that action ran."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    observation = Observation(name)
+    observed = events.observe(observation, F.collect_list(COLUMN).alias("counts"))
+    return observed.drop(COLUMN), observation
