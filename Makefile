@@ -82,7 +82,7 @@ soak: $(STAMP)
 		tests/service/test_fuzz_submit.py tests/orderer/test_fuzz_replay.py \
 		tests/operator/test_fuzz_spec.py tests/e2e/test_load.py
 
-# The generated CRD (from operator/evb_operator/crd.py) and manifests/ (the chart, rendered).
+# The generated CRD (from operator/evb_operator/crd/) and manifests/ (the chart, rendered).
 manifests: $(STAMP)
 	$(PY) tools/generate_manifests.py
 

@@ -11,19 +11,38 @@ its schema being a number) and ``off`` both disable dead-source detection, wheth
 from a CR spec, a ``--config`` file, a flag or ``Configure``; :func:`parse_source_timeout` is
 the one place that says so.
 
-Each parameter is written once, on its field: its default, and in its :class:`SpecField` (the
-field's ``metadata``) the short description, the bounds and whether it is live, from which the
-operator generates the orderer's part of the CRD and :data:`LIVE_PARAMETERS` is drawn; the
-field's docstring keeps the why.
+Each parameter is written once, on its field: its default; its text, the docstring right under
+it; and in its :class:`SpecField` (the field's ``metadata``) the bounds and whether it is live,
+from which the operator generates the orderer's part of the CRD and :data:`LIVE_PARAMETERS` is
+drawn. The text's first paragraph is its summary, the CRD's description (``kubectl explain``)
+and the flag's help; the paragraphs after it say why.
+
+Field texts (:func:`field_texts`): every configuration of evb (these parameters, ``evb serve``'s
+settings, what ``evb forward`` forwards where, the Spark job's flags) describes each field once,
+in the attribute docstring right under the field, as kopf's configuration does; the flags' help,
+the README's tables of the fields (``tests/orderer/test_field_texts.py``) and the CRD's
+descriptions are drawn from it. Why the docstring and not ``field(metadata={"help": ...})``: the
+text stays where a reader of the class looks, in the form editors and Sphinx show, and a field
+that has nothing but a default needs no ``field()`` call for it. Python keeps no attribute
+docstring at run time, so they are read from the class's source with :mod:`ast` (once per
+module, cached): evb is installed from its sources (a wheel's ``.py`` files, an editable
+install), and nothing reads a text when a module is imported, only when a parser, a CRD or a
+table is built, so a copy without sources would fail there, naming the module, not at import.
 """
 
 from __future__ import annotations
 
+import ast
 import difflib
+import inspect
+import itertools
 import math
 import re
-from collections.abc import Iterable, Mapping
+import sys
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import Field, dataclass, field, fields, is_dataclass, replace
+from functools import cache
+from types import MappingProxyType
 from typing import Any
 
 from orderer.errors import ConfigError
@@ -38,11 +57,18 @@ __all__ = [
     "SpecField",
     "camel_case",
     "check_keys",
+    "field_text",
+    "field_texts",
+    "flag_help",
+    "markdown_table",
+    "markdown_text",
     "parameter_names",
     "parameter_value",
     "parse_source_timeout",
+    "plain_text",
     "snake_case",
     "spec_field",
+    "summary",
     "unknown_key",
 ]
 
@@ -57,12 +83,16 @@ _MAX_SOURCE_ID = 2**32 - 1
 @dataclass(frozen=True)
 class SpecField:
     """How one parameter shows in the EventBuilder spec, held on its field (``metadata``) so that
-    the operator generates its CRD property from it (``evb_operator.crd_parameters``): the default
-    is the field's own, and the text, bounds and live flag are written here once rather than
-    restated by hand in the CRD. The field's docstring keeps the why."""
+    the operator generates its CRD property from it (``evb_operator.crd.parameters``): the default
+    is the field's own, the description the summary of the field's text (:func:`spec_field`
+    fills it in), and the bounds and live flag are written here once rather than restated by
+    hand in the CRD."""
 
-    description: str
-    """The short description ``kubectl explain`` shows (a live parameter gets `` Live.``)."""
+    description: str = ""
+    """The short description ``kubectl explain`` shows (a live parameter gets `` Live.``). Left
+    empty on a field of :class:`OrdererConfig` or :class:`FlowControl`: :func:`spec_field` gives
+    the summary of the field's text; written for what is not such a field (a list's items, a
+    setting of the operator's own)."""
     minimum: float | None = None
     """The least value the CRD accepts (the validation below says the same in Python)."""
     exclusive_minimum: bool = False
@@ -83,16 +113,25 @@ class SpecField:
 _SPEC = "evb.spec"
 
 
-def _spec(description: str, **more: Any) -> dict[str, SpecField]:
-    """A field's ``metadata``: its :class:`SpecField`."""
-    return {_SPEC: SpecField(description, **more)}
+def _spec(**more: Any) -> dict[str, SpecField]:
+    """A field's ``metadata``: its :class:`SpecField`, the description left to its text."""
+    return {_SPEC: SpecField(**more)}
 
 
-def spec_field(f: Field[Any]) -> SpecField:
-    """The :class:`SpecField` of a field of :class:`OrdererConfig` or :class:`FlowControl`."""
+def _own_spec(f: Field[Any]) -> SpecField:
     spec = f.metadata[_SPEC]
     assert isinstance(spec, SpecField)
     return spec
+
+
+def spec_field(f: Field[Any]) -> SpecField:
+    """The :class:`SpecField` of a field of :class:`OrdererConfig` or :class:`FlowControl`, its
+    description the summary of the field's text (:func:`summary`)."""
+    spec = _own_spec(f)
+    for owner in (OrdererConfig, FlowControl):
+        if owner.__dataclass_fields__.get(f.name) is f:
+            return replace(spec, description=summary(field_text(owner, f.name)))
+    raise LookupError(f"{f.name} is a field of neither OrdererConfig nor FlowControl")
 
 
 def snake_case(key: str) -> str:
@@ -105,6 +144,108 @@ def camel_case(key: str) -> str:
     head, *rest = key.split("_")
     return head + "".join(word.capitalize() for word in rest)
 
+
+# ------------------------------------------------------------------------ field texts
+
+
+@cache
+def _module_tree(module_name: str) -> ast.Module:
+    """The parsed source of a module, once per module (the texts of all its classes)."""
+    module = sys.modules[module_name]
+    try:
+        source = inspect.getsource(module)
+    except (OSError, TypeError) as error:  # no source: a frozen or source-less install
+        raise LookupError(
+            f"{module_name}: its source cannot be read, and the fields' texts are its"
+            " attribute docstrings"
+        ) from error
+    return ast.parse(source)
+
+
+@cache
+def field_texts(cls: type) -> Mapping[str, str]:
+    """Each field's text: the string literal right under its annotated assignment in the class
+    body (its attribute docstring), cleaned as ``inspect.cleandoc`` cleans a docstring; a field
+    without one is absent. ``cls`` is a class at the top level of its module or nested in
+    one; its module's source is parsed once. :class:`LookupError` if the source cannot be
+    read."""
+    body: list[ast.stmt] = _module_tree(cls.__module__).body
+    for name in cls.__qualname__.split("."):
+        (node,) = [n for n in body if isinstance(n, ast.ClassDef) and n.name == name]
+        body = node.body
+    texts: dict[str, str] = {}
+    for statement, following in itertools.pairwise(body):
+        if (
+            isinstance(statement, ast.AnnAssign)
+            and isinstance(statement.target, ast.Name)
+            and isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+            and isinstance(following.value.value, str)
+        ):
+            texts[statement.target.id] = inspect.cleandoc(following.value.value)
+    return MappingProxyType(texts)
+
+
+def field_text(cls: type, name: str) -> str:
+    """The text of the field ``name`` of ``cls`` (:func:`field_texts`); :class:`LookupError`
+    naming the field if it has none."""
+    try:
+        return field_texts(cls)[name]
+    except KeyError:
+        raise LookupError(f"{cls.__qualname__}.{name} has no text (a docstring under it)") from None
+
+
+def summary(text: str) -> str:
+    """The first paragraph of a field's text on one line: what a CRD description and a flag's
+    help show (the paragraphs after it say why, for the source's readers and the README)."""
+    return " ".join(text.split("\n\n", 1)[0].split())
+
+
+_ROLE = re.compile(r":[a-z]+:`~?([^`<]*?)(?:\s*<[^>]*>)?`")
+"""A Sphinx cross-reference, ``:func:`~orderer.config.camel_case``` or ``:mod:`text <x>```."""
+
+
+def _shown_role(match: re.Match[str]) -> str:
+    whole, target = match.group(0), match.group(1)
+    return target.rsplit(".", 1)[-1] if ":`~" in whole else target
+
+
+def plain_text(text: str) -> str:
+    """``text`` without its reStructuredText markup: ````x```` -> ``x``, a cross-reference ->
+    the name it shows."""
+    return _ROLE.sub(_shown_role, text).replace("``", "")
+
+
+def flag_help(cls: type, name: str) -> str:
+    """The help of the flag that sets the field ``name`` of ``cls``: the summary of its text
+    (:func:`summary`) in argparse's style, without markup, its first word in lower case unless
+    it is a name (``PEM``, ``N,``) and without the final full stop, ``%`` escaped (argparse
+    formats a help with ``%``); the caller adds the default."""
+    text = plain_text(summary(field_text(cls, name)))
+    first = text.split(" ", 1)[0]
+    if first[:1].isupper() and (len(first) == 1 or first[1:2].islower()):
+        text = text[0].lower() + text[1:]
+    if text.endswith(".") and not text.endswith("..."):
+        text = text[:-1]
+    return text.replace("%", "%%")
+
+
+def markdown_text(text: str) -> str:
+    """A field's whole text as one Markdown table cell: its paragraphs on one line, the
+    reStructuredText literals and cross-references as code, ``|`` escaped (a cell's end
+    otherwise) and, outside code, ``<`` (``<batch>`` would be read as HTML)."""
+    text = " ".join(text.split())
+    text = _ROLE.sub(lambda match: f"``{_shown_role(match)}``", text)
+    parts = text.split("``")
+    parts[::2] = [part.replace("<", "\\<") for part in parts[::2]]
+    return "`".join(parts).replace("|", "\\|")
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """A Markdown table (no trailing newline): ``header``, then ``rows`` (cells as written)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
 
 
 def unknown_key(key: str, value: Any, known: Iterable[str], *, prefix: str = "") -> ConfigError:
@@ -158,26 +299,17 @@ class FlowControl:
     Defaults are NSCLDAQ's. Counts are fragments waiting in queues, not bytes.
     """
 
-    global_xoff: int = field(
-        default=4_000_000,
-        metadata=_spec("Pause sources above this many fragments queued in all.", minimum=1),
-    )
-    """All sources but the ones holding the output back pause above this many queued fragments."""
-    global_xon: int = field(
-        default=3_000_000, metadata=_spec("... and resume them below this many.", minimum=1)
-    )
-    """... and resume below this many."""
-    queue_xoff: int = field(
-        default=400_000,
-        metadata=_spec(
-            "Pause a source whose own queue holds more than this many fragments.", minimum=1
-        ),
-    )
-    """A source pauses when its own queue holds more than this many fragments."""
-    queue_xon: int = field(
-        default=50_000, metadata=_spec("... and resume it below this many.", minimum=1)
-    )
-    """... and resumes when its queue is back below this many."""
+    global_xoff: int = field(default=4_000_000, metadata=_spec(minimum=1))
+    """Pause sources above this many fragments queued in all.
+
+    Not the sources holding the output back (an empty queue, or a frontier at the mark): their
+    data is what lets the others drain."""
+    global_xon: int = field(default=3_000_000, metadata=_spec(minimum=1))
+    """... and resume them below this many."""
+    queue_xoff: int = field(default=400_000, metadata=_spec(minimum=1))
+    """Pause a source whose own queue holds more than this many fragments."""
+    queue_xon: int = field(default=50_000, metadata=_spec(minimum=1))
+    """... and resume it below this many."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -193,82 +325,43 @@ class OrdererConfig:
     """Parameters of ``docs/ordering.md``; durations are seconds."""
 
     build_window: float = field(
-        default=20.0,
-        metadata=_spec(
-            "Seconds a fragment may wait for the other sources (window rule).",
-            minimum=0,
-            exclusive_minimum=True,
-            live=True,
-        ),
+        default=20.0, metadata=_spec(minimum=0, exclusive_minimum=True, live=True)
     )
-    """How long a fragment may wait for the other sources (window rule)."""
-    startup_delay: float = field(
-        default=2.0,
-        metadata=_spec(
-            "Seconds after the first fragment before anything is emitted.", minimum=0, live=True
-        ),
-    )
-    """Nothing is emitted until this long after the first fragment arrived."""
+    """Seconds a fragment may wait for the other sources (window rule)."""
+    startup_delay: float = field(default=2.0, metadata=_spec(minimum=0, live=True))
+    """Seconds after the first fragment before anything is emitted."""
     barrier_timeout: float | None = field(
-        default=None,
-        metadata=_spec(
-            "Seconds a barrier waits for the other sources; unset: 4 x buildWindow.",
-            minimum=0,
-            exclusive_minimum=True,
-            live=True,
-        ),
+        default=None, metadata=_spec(minimum=0, exclusive_minimum=True, live=True)
     )
-    """How long a barrier waits for the other sources; ``None`` means 4 x build_window."""
-    source_timeout: float | None = field(
-        default=60.0,
-        metadata=_spec(
-            "Seconds of silence after which a source is dead; 0 disables dead-source"
-            " detection (the spec's off).",
-            minimum=0,
-            live=True,
-        ),
-    )
-    """A source silent this long is dead; ``None`` disables (``off`` or ``0`` in flags, files
-    and specs: :func:`parse_source_timeout`)."""
-    late_policy: str = field(
-        default="emit",
-        metadata=_spec(
-            "emit: late fragments go out flagged late; drop: counted, not emitted.",
-            enum=LATE_POLICIES,
-            live=True,
-        ),
-    )
-    """``emit``: late fragments go out flagged late; ``drop``: counted and not emitted."""
-    reset_on_begin_run: bool = field(
-        default=False,
-        metadata=_spec(
-            "A complete begin-run barrier (type 1 from every source) restarts the clocks"
-            " (high-water mark, previous timestamps, watermarks), so a run whose clocks restart"
-            " at 0 is not late (NSCLDAQ's EVB::reset). Immutable: the orderer replays its log"
-            " with the rule it started with."
-        ),
-    )
-    """Opt-in: a complete begin-run barrier (every source sent type 1) restarts the clocks: the
-    high-water mark, previous timestamps and watermarks are forgotten, so a next run whose
-    clocks start again at 0 is not late (docs/ordering.md, "Runs one after another")."""
+    """Seconds a barrier waits for the other sources; unset: 4 x buildWindow.
+
+    In Python unset is ``None``; :attr:`effective_barrier_timeout` is the timeout in force."""
+    source_timeout: float | None = field(default=60.0, metadata=_spec(minimum=0, live=True))
+    """Seconds of silence after which a source is dead; 0 disables dead-source detection (the
+    spec's off).
+
+    ``off`` disables it too, in flags, files and ``Configure``; in Python disabled is ``None``
+    (:func:`parse_source_timeout`)."""
+    late_policy: str = field(default="emit", metadata=_spec(enum=LATE_POLICIES, live=True))
+    """emit: late fragments go out flagged late; drop: counted, not emitted."""
+    reset_on_begin_run: bool = field(default=False, metadata=_spec())
+    """A complete begin-run barrier (type 1 from every source) restarts the clocks (high-water
+    mark, previous timestamps, watermarks), so a run whose clocks restart at 0 is not late
+    (NSCLDAQ's EVB::reset). Immutable: the orderer replays its log with the rule it started
+    with.
+
+    Opt-in: docs/ordering.md, "Runs one after another"."""
     sources: tuple[int, ...] = field(
         default=(),
         metadata=_spec(
-            "Source ids declared from the start; a declared source that never sends holds the"
-            " output back (immutable).",
-            items=SpecField("A source id.", minimum=0, maximum=_MAX_SOURCE_ID),
-            max_items=65536,
+            items=SpecField("A source id.", minimum=0, maximum=_MAX_SOURCE_ID), max_items=65536
         ),
     )
-    """Sources declared from the start; a declared source that never sends holds the output."""
-    flow_control: FlowControl = field(
-        default_factory=FlowControl,
-        metadata=_spec(
-            "Bounded memory: when sources are paused (XOFF) and resumed (XON), in queued"
-            " fragments. Defaults are NSCLDAQ's."
-        ),
-    )
-    """Pause/resume thresholds for bounded memory."""
+    """Source ids declared from the start; a declared source that never sends holds the output
+    back (immutable)."""
+    flow_control: FlowControl = field(default_factory=FlowControl, metadata=_spec())
+    """Bounded memory: when sources are paused (XOFF) and resumed (XON), in queued fragments.
+    Defaults are NSCLDAQ's."""
 
     def __post_init__(self) -> None:
         _duration("build_window", self.build_window)
@@ -340,7 +433,7 @@ class OrdererConfig:
         return replace(self, **changes)
 
 
-LIVE_PARAMETERS = tuple(f.name for f in fields(OrdererConfig) if spec_field(f).live)
+LIVE_PARAMETERS = tuple(f.name for f in fields(OrdererConfig) if _own_spec(f).live)
 """The parameters a running orderer may change (``Configure``, the operator's live edits): the
 fields whose :class:`SpecField` says live."""
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from orderer.building.config import TimestampPolicy
+from orderer.config import flag_help
 from orderer.flags.argv import command_arguments
 from orderer.wire.options import DEFAULT_CONNECT_TIMEOUT, add_security_arguments
 
@@ -54,50 +55,103 @@ class OutputFormat(enum.StrEnum):
 @dataclass(frozen=True, kw_only=True)
 class JobConfig:
     """Every flag of ``evb spark-job``, typed; the defaults are the parser's (it takes them
-    from here). ``output`` and ``checkpoint`` are strings: a Hadoop URI is allowed there."""
+    from here), and so are the helps (each field's text: :func:`~orderer.config.flag_help`).
+    ``output`` and ``checkpoint`` are strings: a Hadoop URI is allowed there."""
 
     output: str
-    """The output directory or Hadoop URI (``--output``)."""
+    """Output directory or Hadoop URI."""
     target: str | None = None
-    """A live orderer, HOST:PORT, read as a stream (``--target``); else ``path``. A comma list:
-    the orderers of a run over several, in their order."""
+    """A live orderer: read it as a stream; a run over several orderers (``evb serve
+    --orderers N``): all of them, in their order, HOST:PORT,HOST:PORT,... (docs/scale-out.md).
+
+    Either this or ``--path``."""
     path: Path | None = None
-    """A finished run's data directory, read at once (``--path``); a comma list: the data
-    directories of a run over several orderers, in their order."""
+    """A finished run's data directory (``evb serve --data-dir``): read its ordered log at once;
+    a run over several orderers: their data directories in their order, DIR,DIR,..."""
     dt: int | None = None
+    """Glom window in timestamp ticks (required unless ``--no-build``)."""
     no_build: bool = False
+    """One event per fragment."""
     max_fragments: int = 1000
+    """Glom's ``--maxfragments``: at most N+1 fragments per event; 0: one per event."""
     timestamp_policy: TimestampPolicy = TimestampPolicy.EARLIEST
+    """Timestamp of a built event, as NSCLDAQ's glom: earliest = its first fragment's in stream
+    order (GLOM_TIMESTAMP_FIRST), latest = its last fragment's (GLOM_TIMESTAMP_LAST), average =
+    the integer mean."""
     format: OutputFormat = OutputFormat.PARQUET
+    """Parquet or json: event rows; nscldaq: one PHYSICS_EVENT ring item per event, as NSCLDAQ's
+    glom writes them, in files RUN/<batch>-<partition>.evt that concatenate in offset order."""
     glom_source_id: int = DEFAULT_GLOM_SOURCE_ID
+    """``--format nscldaq``: source id in the body header of every built event, as glom's
+    ``--sourceid``."""
     run: str | None = None
+    """Run name: the run's directories are OUTPUT/events/run=RUN and OUTPUT/runs/RUN (default:
+    the EventBuilder's name from ``--target``, else 'run')."""
     checkpoint: str | None = None
+    """Checkpoint location; with ``--follow-runs``, DIR/NUMBER for each run (default:
+    OUTPUT/runs/RUN/checkpoint)."""
     follow_runs: bool = False
+    """``--target``: build every run of the orderer's run table, one after another, each in
+    OUTPUT/events/run=NUMBER and OUTPUT/runs/NUMBER (its summary and report once it ended and
+    was read to its end); keep going after a run ends, until SIGTERM or ``--until-run``."""
     until_run: int | None = None
+    """``--follow-runs``: stop once every run up to run N is built."""
     partitions: int = 2
+    """Partitions per micro-batch."""
     max_fragments_per_trigger: int | None = None
+    """Cap on a micro-batch (whole events)."""
     trigger_seconds: float = 0.0
+    """Micro-batch interval; 0: Spark's default, as soon as the last one is done."""
     consumer: str = "evb-spark-job"
+    """Name of the commits.
+
+    The consumer name under which the job commits at the orderer the offsets it has read, so
+    that the orderer's retention keeps what it has not (``evb consumers`` lists it)."""
     tick_rate: float = 1e8
+    """Timestamp ticks per second."""
     master: str | None = None
+    """The Spark master (default: spark-submit's, else local[2])."""
     poll: float = 1.0
+    """Seconds between end-of-run checks."""
     quiet: bool = False
+    """Do not print the summary."""
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    """Seconds the orderer (``--target``) may take to answer before the job starts; the job
+    gives up with exit status 3 naming the address."""
     tls_ca: str | None = None
+    """PEM CA of the server's certificate: connect with TLS.
+
+    Unset: the variable ``EVB_TLS_CA``, which the operator sets in the SparkApplication's
+    pods, as it sets the others of the security flags."""
     tls_cert: str | None = None
+    """PEM client certificate (mutual TLS).
+
+    Unset: the variable ``EVB_TLS_CERT``."""
     tls_key: str | None = None
+    """PEM key of the client certificate.
+
+    Unset: the variable ``EVB_TLS_KEY``."""
     token_file: str | None = None
+    """File holding the bearer token (TLS only).
+
+    Unset: the variable ``EVB_TOKEN_FILE``, else the token itself in ``EVB_TOKEN``."""
     tls: bool = False
+    """TLS with the system's CA certificates (implied by ``--tls-ca``)."""
     stages: Path | None = None
-    """The user's analysis stages, a Python file (:mod:`orderer.stages`)."""
+    """Analysis stages to run on the built events (:mod:`orderer.stages`); their results go to
+    OUTPUT/stages/STAGE/run=RUN/.
+
+    A Python file of the user's."""
     explain: bool = False
-    """Print the stages' plan and exit, without Spark."""
+    """Print how the ``--stages`` run (class, order kept, parallelism) and exit, without Spark."""
     check_order: bool = False
-    """Run the stages twice over the run's first fragments and name a stage declared
-    order-insensitive whose results differ; then exit."""
+    """Run the ``--stages`` twice over the run's first fragments (in order in one partition, and
+    dealt into several) and name a stage declared order-insensitive whose results differ; exit
+    status 1 if one does."""
     ui: str | None = None
-    """Serve the live page at ``[HOST:]PORT`` (loopback when no host is given): the run's
-    figures and every histogram the job draws, updated after each micro-batch."""
+    """Serve a live page of the run at http://HOST:PORT/ (HOST: 127.0.0.1 unless given; 0.0.0.0
+    for every interface): its rates, late fraction, micro-batches, stages and every histogram
+    the job draws, updated after each micro-batch; each histogram also as JSON."""
 
     @classmethod
     def from_namespace(cls, args: argparse.Namespace) -> JobConfig:
@@ -137,147 +191,74 @@ def build_parser() -> argparse.ArgumentParser:
         "with the event building it began with (else it starts afresh and replaces it).",
     )
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument(
-        "--target",
-        metavar="HOST:PORT",
-        help="a live orderer: read it as a stream; a run over several orderers (evb serve "
-        "--orderers N): all of them, in their order, HOST:PORT,HOST:PORT,... (docs/scale-out.md)",
-    )
-    where.add_argument(
-        "--path",
-        type=Path,
-        metavar="DIR",
-        help="a finished run's data directory (evb serve --data-dir): read its ordered log at "
-        "once; a run over several orderers: their data directories in their order, DIR,DIR,...",
-    )
-    parser.add_argument(
-        "--dt",
-        type=int,
-        metavar="TICKS",
-        help="glom window in timestamp ticks (required unless --no-build)",
-    )
-    parser.add_argument("--no-build", action="store_true", help="one event per fragment")
-    _valued(
-        parser, "--max-fragments", int, "N", _DEFAULTS.max_fragments,
-        "glom's --maxfragments: at most N+1 fragments per event; 0: one per event",
-    )
+    where.add_argument("--target", metavar="HOST:PORT", help=_help("target"))
+    where.add_argument("--path", type=Path, metavar="DIR", help=_help("path"))
+    parser.add_argument("--dt", type=int, metavar="TICKS", help=_help("dt"))
+    parser.add_argument("--no-build", action="store_true", help=_help("no_build"))
+    _valued(parser, "--max-fragments", int, "N")
     parser.add_argument(
         "--timestamp-policy",
         choices=[policy.value for policy in TimestampPolicy],
         default=_DEFAULTS.timestamp_policy.value,
-        help="timestamp of a built event, as NSCLDAQ's glom: earliest = its first fragment's in "
-        "stream order (GLOM_TIMESTAMP_FIRST), latest = its last fragment's "
-        "(GLOM_TIMESTAMP_LAST), average = the integer mean (default: %(default)s)",
+        help=_help("timestamp_policy") + " (default: %(default)s)",
     )
-    parser.add_argument(
-        "--output", required=True, metavar="DIR|URI", help="output directory or Hadoop URI"
-    )
+    parser.add_argument("--output", required=True, metavar="DIR|URI", help=_help("output"))
     parser.add_argument(
         "--format",
         choices=[output_format.value for output_format in OutputFormat],
         default=_DEFAULTS.format.value,
-        help="parquet or json: event rows; nscldaq: one PHYSICS_EVENT ring item per event, as "
-        "NSCLDAQ's glom writes them, in files RUN/<batch>-<partition>.evt that concatenate in "
-        "offset order (default: %(default)s)",
+        help=_help("format") + " (default: %(default)s)",
     )
-    _valued(
-        parser,
-        "--glom-source-id",
-        int,
-        "N",
-        _DEFAULTS.glom_source_id,
-        "--format nscldaq: source id in the body header of every built event, as glom's "
-        "--sourceid",
-    )
-    parser.add_argument(
-        "--run",
-        metavar="NAME",
-        help="run name: the run's directories are OUTPUT/events/run=RUN and OUTPUT/runs/RUN "
-        "(default: the EventBuilder's name from --target, else 'run')",
-    )
-    parser.add_argument(
-        "--checkpoint",
-        metavar="DIR",
-        help="checkpoint location; with --follow-runs, DIR/NUMBER for each run (default: "
-        "OUTPUT/runs/RUN/checkpoint)",
-    )
-    parser.add_argument(
-        "--follow-runs",
-        action="store_true",
-        help="--target: build every run of the orderer's run table, one after another, each in "
-        "OUTPUT/events/run=NUMBER and OUTPUT/runs/NUMBER (its summary and report once it ended "
-        "and was read to its end); keep going after a run ends, until SIGTERM or --until-run",
-    )
-    parser.add_argument(
-        "--until-run",
-        type=int,
-        metavar="N",
-        help="--follow-runs: stop once every run up to run N is built",
-    )
-    _valued(parser, "--partitions", int, "N", _DEFAULTS.partitions, "partitions per micro-batch")
+    _valued(parser, "--glom-source-id", int, "N")
+    parser.add_argument("--run", metavar="NAME", help=_help("run"))
+    parser.add_argument("--checkpoint", metavar="DIR", help=_help("checkpoint"))
+    parser.add_argument("--follow-runs", action="store_true", help=_help("follow_runs"))
+    parser.add_argument("--until-run", type=int, metavar="N", help=_help("until_run"))
+    _valued(parser, "--partitions", int, "N")
     parser.add_argument(
         "--max-fragments-per-trigger",
         type=int,
         metavar="N",
-        help="cap on a micro-batch (whole events)",
+        help=_help("max_fragments_per_trigger"),
     )
-    _valued(
-        parser,
-        "--trigger-seconds",
-        float,
-        "S",
-        _DEFAULTS.trigger_seconds,
-        "micro-batch interval; 0: Spark's default, as soon as the last one is done",
-    )
-    _valued(parser, "--consumer", str, "NAME", _DEFAULTS.consumer, "name of the commits")
-    _valued(parser, "--tick-rate", float, "HZ", _DEFAULTS.tick_rate, "timestamp ticks per second",
-            "g")
-    parser.add_argument(
-        "--master", metavar="URL", help="Spark master (default: spark-submit's, else local[2])"
-    )
-    _valued(parser, "--poll", float, "S", _DEFAULTS.poll, "seconds between end-of-run checks")
-    parser.add_argument("--quiet", action="store_true", help="do not print the summary")
-    parser.add_argument(
-        "--stages",
-        type=Path,
-        metavar="FILE.py",
-        help="analysis stages to run on the built events (orderer.stages); their results go "
-        "to OUTPUT/stages/STAGE/run=RUN/",
-    )
-    parser.add_argument(
-        "--explain",
-        action="store_true",
-        help="print how the --stages run (class, order kept, parallelism) and exit",
-    )
-    parser.add_argument(
-        "--check-order",
-        action="store_true",
-        help="run the --stages twice over the run's first fragments (in order in one partition, "
-        "and dealt into several) and name a stage declared order-insensitive whose results "
-        "differ; exit status 1 if one does",
-    )
-    parser.add_argument(
-        "--ui",
-        metavar="[HOST:]PORT",
-        help="serve a live page of the run at http://HOST:PORT/ (HOST: 127.0.0.1 unless given; "
-        "0.0.0.0 for every interface): its rates, late fraction, micro-batches, stages and every "
-        "histogram the job draws, updated after each micro-batch; each histogram also as JSON",
-    )
-    _valued(
-        parser,
-        "--connect-timeout",
-        float,
-        "S",
-        _DEFAULTS.connect_timeout,
-        "seconds the orderer (--target) may take to answer before the job starts; the job "
-        "gives up with exit status 3 naming the address",
-    )
+    _valued(parser, "--trigger-seconds", float, "S")
+    _valued(parser, "--consumer", str, "NAME")
+    _valued(parser, "--tick-rate", float, "HZ", "g")
+    parser.add_argument("--master", metavar="URL", help=_help("master"))
+    _valued(parser, "--poll", float, "S")
+    parser.add_argument("--quiet", action="store_true", help=_help("quiet"))
+    parser.add_argument("--stages", type=Path, metavar="FILE.py", help=_help("stages"))
+    parser.add_argument("--explain", action="store_true", help=_help("explain"))
+    parser.add_argument("--check-order", action="store_true", help=_help("check_order"))
+    parser.add_argument("--ui", metavar="[HOST:]PORT", help=_help("ui"))
+    _valued(parser, "--connect-timeout", float, "S")
     # each defaults to the variable the operator sets in the SparkApplication's pods; strings,
     # as the evb data source takes its options
     add_security_arguments(
         parser, "security (a TLS orderer; the files must exist on driver and executors)", str
     )
+    _describe_security(parser)
     return parser
+
+
+def _help(name: str) -> str:
+    """The help of the flag of the field ``name``: its text's
+    (:func:`~orderer.config.flag_help`)."""
+    return flag_help(JobConfig, name)
+
+
+def _describe_security(parser: argparse.ArgumentParser) -> None:
+    """The security flags are every client's (:func:`~orderer.wire.options.add_security_arguments`,
+    whose help says which variable each defaults to); the job's say what its fields' texts
+    say, followed by that default."""
+    for action in parser._actions:
+        if action.dest in _SECURITY:
+            default = (action.help or "").partition(" (default: ")[2]
+            action.help = _help(action.dest) + (f" (default: {default}" if default else "")
+
+
+_SECURITY = ("tls_ca", "tls_cert", "tls_key", "token_file", "tls")
+"""The fields whose flags :func:`~orderer.wire.options.add_security_arguments` adds."""
 
 
 def _valued(
@@ -285,11 +266,12 @@ def _valued(
     option: str,
     kind: Callable[[str], Any],
     metavar: str,
-    default: object,
-    what: str,
     shown: str = "s",
 ) -> None:
-    """A flag that takes a value, with its default at the end of its help (``%(default)s``, or
-    ``%(default)g`` with ``shown="g"``)."""
-    help_text = f"{what} (default: %(default){shown})"
-    parser.add_argument(option, type=kind, metavar=metavar, default=default, help=help_text)
+    """A flag that takes a value, its default the field's, with that default at the end of its
+    help (``%(default)s``, or ``%(default)g`` with ``shown="g"``)."""
+    name = option.removeprefix("--").replace("-", "_")
+    help_text = f"{_help(name)} (default: %(default){shown})"
+    parser.add_argument(
+        option, type=kind, metavar=metavar, default=getattr(_DEFAULTS, name), help=help_text
+    )

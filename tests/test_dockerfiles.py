@@ -286,7 +286,8 @@ def _env(path: Path) -> dict[str, str]:
 def test_matplotlib_writes_its_config_where_the_spark_pods_can_write() -> None:
     """The Spark pods' root file system is read-only: matplotlib needs MPLCONFIGDIR on one of
     the writable volumes that the SparkApplication mounts (for its config and font cache)."""
-    from evb_operator import constants, specs_spark, validation
+    from evb_operator import constants, validation
+    from evb_operator.specs import spark as specs_spark
 
     valid = validation.validate({"spark": {"dt": 100, "output": {"path": "s3a://bucket/run"}}})
     app = specs_spark.build_sparkapplication_spec(

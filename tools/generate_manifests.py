@@ -53,7 +53,7 @@ def _dump(documents: list[dict[str, Any]], header: str) -> str:
 
 def crd_text() -> str:
     header = (
-        "# Generated from operator/evb_operator/crd.py by tools/generate_manifests.py;"
+        "# Generated from operator/evb_operator/crd/ by tools/generate_manifests.py;"
         " do not edit.\n"
     )
     return _dump([crd.build_crd()], header)

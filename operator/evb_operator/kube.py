@@ -26,7 +26,7 @@ the children are created once under fixed names, and a spec change replaces one 
 
 Configuration: the in-cluster service account, else the kubeconfig (``KUBECONFIG``), loaded by
 the ``kubernetes`` package once per login (:func:`kopf.login_via_client` in
-:mod:`evb_operator.handlers`), so kopf and these calls use the same credentials;
+:mod:`evb_operator.handlers.activities`), so kopf and these calls use the same credentials;
 :func:`connect` takes them at every login (a rotated token included), :func:`current` gives the
 client to the handlers.
 

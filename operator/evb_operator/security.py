@@ -32,13 +32,13 @@ class SecretProblem(EvbError):
 def secret_names(valid: ValidSpec) -> list[str]:
     """The Secrets the operator needs to reach this orderer (none without tls/auth)."""
     names: list[str] = []
-    tls = valid.spec.get("tls")
+    tls = valid.tls
     if tls is not None:
-        names.append(tls["secretName"])
-        if tls["mutual"]:
-            names.append(tls["clientSecretName"])
-    if "auth" in valid.spec:
-        names.append(valid.spec["auth"]["tokenSecretRef"]["name"])
+        names.append(tls.secret_name)
+        if tls.mutual:
+            names.append(tls.client_secret)
+    if valid.auth is not None:
+        names.append(valid.auth.token_secret_ref.name)
     return list(dict.fromkeys(names))
 
 
@@ -62,18 +62,18 @@ def client_security(
     valid: ValidSpec, secrets: Mapping[str, Mapping[str, bytes] | None]
 ) -> ChannelSecurity | None:
     """How to connect to this EventBuilder's orderer; None: plaintext."""
-    tls = valid.spec.get("tls")
+    tls = valid.tls
     if tls is None:
         return None
-    root = _key(secrets, tls["secretName"], "ca.crt")
+    root = _key(secrets, tls.secret_name, "ca.crt")
     cert = key = None
-    if tls["mutual"]:
-        cert = _key(secrets, tls["clientSecretName"], "tls.crt")
-        key = _key(secrets, tls["clientSecretName"], "tls.key")
+    if tls.mutual:
+        cert = _key(secrets, tls.client_secret, "tls.crt")
+        key = _key(secrets, tls.client_secret, "tls.key")
     token = None
-    if "auth" in valid.spec:
-        ref = valid.spec["auth"]["tokenSecretRef"]
-        token = _key(secrets, ref["name"], ref["key"]).decode("utf-8", errors="replace").strip()
+    if valid.auth is not None:
+        ref = valid.auth.token_secret_ref
+        token = _key(secrets, ref.name, ref.key).decode("utf-8", errors="replace").strip()
     try:
         return ChannelSecurity(
             root_certificates=root, certificate_chain=cert, private_key=key, token=token

@@ -21,7 +21,18 @@ from typing import Any
 import jsonschema
 
 from evb_operator import crd
-from evb_operator.crd_runs import target_problem
+from evb_operator.crd.runs import target_problem
+from evb_operator.phases import RunPhase
+from evb_operator.typed_spec import (
+    Alerts,
+    Auth,
+    NetworkPolicy,
+    OrdererPod,
+    Spark,
+    Storage,
+    Tls,
+    Upstream,
+)
 from orderer.config import OrdererConfig, camel_case
 from orderer.errors import ConfigError
 
@@ -82,27 +93,66 @@ class InvalidSpec(ValueError):
 
 @dataclass(frozen=True)
 class ValidSpec:
-    """A spec with every default filled in, and the orderer configuration it means."""
+    """A spec checked and completed with every default, typed: its parts as
+    :mod:`evb_operator.typed_spec`'s dataclasses, made once here (:func:`validate`), read by
+    attribute by whoever builds from it. No field holds the raw spec: nothing echoes the whole
+    of it back to Kubernetes (the few Kubernetes objects passed on verbatim are the parts'
+    mappings, :mod:`evb_operator.typed_spec` says which)."""
 
-    spec: dict[str, Any]
-    """The spec as the API server would store it (CRD defaults applied)."""
     orderer: OrdererConfig
-    """The orderer's parameters (``evb serve --config``)."""
+    """The orderer's parameters (``evb serve --config``): ``buildWindow``, ``sources``,
+    ``flowControl``, ``resetOnBeginRun`` and the others, typed by the orderer's own class."""
+    state: RunPhase
+    """``spec.state``: Running, or Ended (the end of run was asked for)."""
+    run: int
+    """``spec.run``: the number of the current run."""
+    orderers: int
+    """N, the orderers of the run (``spec.orderers``; 1: the run is not sliced)."""
+    slice_ticks: int | None
+    """T, the slice length in ticks (``spec.sliceTicks``); None with one orderer."""
+    orderer_pod: OrdererPod
+    """``spec.orderer``: the orderer's pod (image, resources, service settings)."""
+    storage: Storage
+    """``spec.storage``: the volume of the orderer's logs."""
+    network_policy: NetworkPolicy
+    """``spec.networkPolicy``."""
+    alerts: Alerts
+    """``spec.alerts``."""
+    tls: Tls | None = None
+    """``spec.tls``; None: plaintext."""
+    auth: Auth | None = None
+    """``spec.auth``; None: no token."""
+    upstreams: tuple[Upstream, ...] = ()
+    """``spec.upstreams``, in the spec's order; () when unset."""
+    spark: Spark | None = None
+    """``spec.spark``; None: no Spark job."""
 
     @property
     def has_spark(self) -> bool:
-        return "spark" in self.spec
+        """Whether the spec has a Spark job (``spec.spark``)."""
+        return self.spark is not None
 
-    @property
-    def orderers(self) -> int:
-        """N, the orderers of the run (``spec.orderers``; 1: the run is not sliced)."""
-        return int(self.spec["orderers"])
-
-    @property
-    def slice_ticks(self) -> int | None:
-        """T, the slice length in ticks (``spec.sliceTicks``); None with one orderer."""
-        ticks = self.spec.get("sliceTicks")
-        return None if ticks is None else int(ticks)
+    @classmethod
+    def of(cls, full: Mapping[str, Any]) -> ValidSpec:
+        """The typed spec of ``full``, a spec completed with the CRD's defaults and checked
+        (only :func:`validate` calls it, after its checks)."""
+        tls, auth, spark = full.get("tls"), full.get("auth"), full.get("spark")
+        ticks = full.get("sliceTicks")
+        return cls(
+            orderer=orderer_config(full),
+            state=RunPhase(full["state"]),
+            run=int(full["run"]),
+            orderers=int(full["orderers"]),
+            slice_ticks=None if ticks is None else int(ticks),
+            orderer_pod=OrdererPod.of(full["orderer"]),
+            storage=Storage.of(full["storage"]),
+            network_policy=NetworkPolicy.of(full["networkPolicy"]),
+            alerts=Alerts.of(full["alerts"]),
+            tls=None if tls is None else Tls.of(tls),
+            auth=None if auth is None else Auth.of(auth),
+            upstreams=tuple(Upstream.of(u) for u in full.get("upstreams", ())),
+            spark=None if spark is None else Spark.of(spark),
+        )
 
 
 def with_defaults(schema: Mapping[str, Any], value: Any) -> Any:
@@ -172,7 +222,7 @@ def validate(spec: Mapping[str, Any] | None) -> ValidSpec:
             raise InvalidSpec(rule.field, rule.message)
     _check_spark_conf(full.get("spark", {}).get("sparkConf", {}))
     _check_stages(full.get("spark", {}).get("stages"))
-    return ValidSpec(spec=full, orderer=orderer_config(full))
+    return ValidSpec.of(full)
 
 
 def _check_spark_conf(conf: Mapping[str, str]) -> None:

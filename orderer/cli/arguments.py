@@ -15,7 +15,13 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from orderer.config import OrdererConfig, camel_case, parse_source_timeout, snake_case
+from orderer.config import (
+    OrdererConfig,
+    camel_case,
+    flag_help,
+    parse_source_timeout,
+    snake_case,
+)
 from orderer.errors import ConfigError
 from orderer.flags.values import SECONDS, file_default, flag
 from orderer.wire.options import (
@@ -74,27 +80,29 @@ _ORDERER_FLAGS = (
 
 
 def add_orderer_flags(parser: argparse.ArgumentParser, *, config_file: bool = False) -> None:
-    """The parameters of docs/ordering.md. Their defaults are the dataclass's; with ``config_file``
-    (``evb serve``), a flag left out takes the file's value first."""
+    """The parameters of docs/ordering.md. Their defaults are the dataclass's, their helps its
+    fields' texts (:func:`~orderer.config.flag_help`); with ``config_file`` (``evb serve``), a
+    flag left out takes the file's value first."""
     defaults = OrdererConfig()
     group = parser.add_argument_group("ordering parameters (docs/ordering.md)")
-    for name, metavar, what, shown in (
-        ("build_window", "S", "seconds a fragment may wait for the other sources",
-         f"{defaults.build_window:g}"),
-        ("startup_delay", "S", "seconds before the first emission", f"{defaults.startup_delay:g}"),
-        ("barrier_timeout", "S", "seconds a barrier waits", "4 x build window"),
-        ("source_timeout", "S|off", "seconds until a silent source is dead; 0 or off: never",
-         f"{defaults.source_timeout:g}"),
-        ("late_policy", "emit|drop", "what to do with late fragments", defaults.late_policy),
-        ("sources", "1,2,3", "sources declared from the start", "none"),
+    for name, metavar, shown in (
+        ("build_window", "S", f"{defaults.build_window:g}"),
+        ("startup_delay", "S", f"{defaults.startup_delay:g}"),
+        ("barrier_timeout", "S", "4 x build window"),
+        ("source_timeout", "S|off", f"{defaults.source_timeout:g}"),
+        ("late_policy", "emit|drop", defaults.late_policy),
+        ("sources", "1,2,3", "none"),
     ):
         default = file_default(shown, name) if config_file else f"(default: {shown})"
-        group.add_argument(flag(name), metavar=metavar, help=f"{what} {default}")
+        group.add_argument(
+            flag(name), metavar=metavar, help=f"{flag_help(OrdererConfig, name)} {default}"
+        )
     group.add_argument(
-        flag("reset_on_begin_run"), nargs="?", const="true", metavar="true|false",
-        help="a complete begin-run barrier (type 1 from every source) resets the high-water "
-        "mark, previous timestamps and watermarks, so a run whose clocks restart is not late "
-        "(default: off)",
+        flag("reset_on_begin_run"),
+        nargs="?",
+        const="true",
+        metavar="true|false",
+        help=f"{flag_help(OrdererConfig, 'reset_on_begin_run')} (default: off)",
     )
 
 

@@ -22,6 +22,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from orderer.config import flag_help
 from orderer.flags.argv import command_arguments, read_command
 from orderer.flags.values import SOURCE_ID
 
@@ -33,19 +34,28 @@ COMMAND = "forward"
 @dataclass(frozen=True, kw_only=True)
 class ForwardCommand:
     """``evb forward`` with every flag of :func:`add_forward_flags`, typed (the names are the
-    parser's: ``--from`` is ``upstream``, ``--to`` is ``downstream``)."""
+    parser's: ``--from`` is ``upstream``, ``--to`` is ``downstream``); each field's text is its
+    flag's help and its row in the README's table."""
 
     upstream: str
-    """The lower orderer, HOST:PORT, whose ordered output is forwarded (``--from``)."""
+    """The lower orderer, whose ordered output is forwarded."""
     downstream: str
-    """The upper orderer, HOST:PORT, which takes it as its sources (``--to``); or the orderers
-    of a run over several, in their order, separated by commas (or one of them that was started
-    with ``--peers``)."""
+    """The upper orderer, or the orderers of a run over several, in their order.
+
+    It takes the upstream's sources as its own. A run over several orderers: their addresses
+    separated by commas, or one of them that was started with ``--peers``."""
     as_source: int | None = None
-    """Send everything as this one source; None: each upstream source keeps its id."""
+    """Send everything as this one source (a group of barriers becomes one barrier).
+
+    Unset: each upstream source keeps its id."""
     consumer: str | None = None
-    """The consumer name at the upstream; None: ``forward-to-<downstream>``."""
+    """Consumer name at ``--from`` (default: forward-to-<--to>; over several orderers,
+    forward-to-<orderer 0>)."""
     no_end: bool = False
+    """Do not end the sources at ``--to``.
+
+    Otherwise they are ended there once the upstream's run ended and everything was
+    forwarded."""
 
     @classmethod
     def from_argv(cls, argv: Sequence[str]) -> ForwardCommand:
@@ -65,28 +75,24 @@ def add_forward_flags(parser: argparse.ArgumentParser) -> None:
     run over several), the sources' ids, the consumer at the upstream, and whether the sources
     end with the upstream's run."""
     parser.add_argument(
-        "--from", dest="upstream", required=True, metavar="HOST:PORT", help="the lower orderer"
+        "--from", dest="upstream", required=True, metavar="HOST:PORT", help=_help("upstream")
     )
     parser.add_argument(
         "--to",
         dest="downstream",
         required=True,
         metavar="HOST:PORT[,...]",
-        help="the upper orderer, or the orderers of a run over several, in their order",
+        help=_help("downstream"),
     )
-    parser.add_argument(
-        "--as-source",
-        type=SOURCE_ID,
-        metavar="ID",
-        help="send everything as this one source (a group of barriers becomes one barrier)",
-    )
-    parser.add_argument(
-        "--consumer",
-        metavar="NAME",
-        help="consumer name at --from (default: forward-to-<--to>; over several orderers, "
-        "forward-to-<orderer 0>)",
-    )
-    parser.add_argument("--no-end", action="store_true", help="do not end the sources at --to")
+    parser.add_argument("--as-source", type=SOURCE_ID, metavar="ID", help=_help("as_source"))
+    parser.add_argument("--consumer", metavar="NAME", help=_help("consumer"))
+    parser.add_argument("--no-end", action="store_true", help=_help("no_end"))
+
+
+def _help(name: str) -> str:
+    """The help of the flag of the field ``name``: its text's
+    (:func:`~orderer.config.flag_help`)."""
+    return flag_help(ForwardCommand, name)
 
 
 def build_parser() -> argparse.ArgumentParser:

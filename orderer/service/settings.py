@@ -15,85 +15,67 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from orderer.config import OrdererConfig, parameter_names, snake_case
+from orderer.config import OrdererConfig, field_texts, parameter_names, snake_case
 from orderer.errors import ConfigError
+from orderer.flags.serve import ServeCommand
 from orderer.flags.values import split_peers
 from orderer.replay.slicing import Slicing
 from orderer.service.segments import FsyncPolicy
 from orderer.stats import SliceRole
 from orderer.wire.limits import MAX_PAYLOAD_BYTES, REPLY_MAX_BYTES
 
-__all__ = ["GivenParameter", "ServiceConfig", "configs_from_mapping", "every_parameter"]
+__all__ = [
+    "GivenParameter",
+    "ServiceConfig",
+    "configs_from_mapping",
+    "every_parameter",
+    "setting_texts",
+]
 
 
 @dataclass(frozen=True)
 class ServiceConfig:
-    """How the service runs (the orderer's own parameters are an ``OrdererConfig``)."""
+    """How the service runs (the orderer's own parameters are an ``OrdererConfig``).
+
+    A setting that ``evb serve`` also takes as a flag is described once, on the field of the
+    same name of :class:`~orderer.flags.serve.ServeCommand` (the typed command line, which the
+    operator writes too); the others here. :func:`setting_texts` gives each field's text."""
 
     listen: str = "[::]:50051"
-    """Address the gRPC server binds, ``host:port``; port 0 picks a free port."""
     data_dir: Path = Path("evb-data")
-    """Directory of the arrival log and the ordered log; a restart on it resumes the run."""
     fsync: FsyncPolicy = FsyncPolicy.BATCH
-    """When logs are forced to disk: ``always``, ``batch`` (group commit before acks), ``never``."""
     metrics_port: int | None = None
-    """Port of the Prometheus ``/metrics`` endpoint; None: no endpoint; 0: any free port."""
     metrics_address: str = "0.0.0.0"
     """Address the metrics endpoint binds."""
     max_payload_bytes: int = 1 << 20
-    """Largest payload of one fragment; a larger one is refused (INVALID_ARGUMENT). At most
-    :data:`~orderer.wire.limits.MAX_PAYLOAD_BYTES` (4 MiB less 116 bytes), so that a reply
-    holding one such fragment still fits a reader with gRPC's default 4 MiB limit."""
     run: int = 1
-    """Number of the first run; ``evb begin-run`` starts the next ones. A data directory that
-    already holds begun runs continues from its last one (the arrival log wins)."""
     strict_sources: bool = False
-    """Refuse fragments, watermarks and ends of sources not declared in ``sources``."""
     stop_grace: float = 10.0
-    """Seconds calls get to finish on shutdown; keep it below terminationGracePeriodSeconds."""
     max_message_bytes: int = 64 << 20
     """Largest gRPC message received or sent."""
     subscribe_max_fragments: int = 65536
     """Most fragments per ``OrderedBatch``."""
     subscribe_max_bytes: int = REPLY_MAX_BYTES
     """Most bytes of one encoded ``OrderedBatch``: payloads, per-fragment columns and framing
-    (at least one fragment is always sent). The default, 3.5 MiB, leaves headroom under gRPC's
-    default 4 MiB receive limit, so a reader with a plain generated stub can subscribe; above
-    4 MiB only readers that raise their limit can."""
+    (at least one fragment is always sent).
+
+    The default, 3.5 MiB, leaves headroom under gRPC's default 4 MiB receive limit, so a
+    reader with a plain generated stub can subscribe; above 4 MiB only readers that raise
+    their limit can."""
     segment_bytes: int = 64 << 20
     """Size at which a log segment file is closed and a new one started."""
     retention_bytes: int | None = None
-    """Ordered-log retention: delete the oldest sealed segments while the log is larger.
-    None keeps everything. Until consumers commit offsets (the Spark source), retention only
-    spares the segment being written, so size it well above what a consumer lags."""
     retention_seconds: float | None = None
-    """Ordered-log retention: delete sealed segments older than this; None keeps everything."""
     tls_cert: Path | None = None
-    """PEM certificate chain of the server; with ``tls_key`` the service speaks TLS only
-    (:mod:`orderer.service.security`)."""
     tls_key: Path | None = None
-    """PEM private key of ``tls_cert``."""
     tls_client_ca: Path | None = None
-    """PEM CA bundle: mutual TLS, every client must present a certificate it signed."""
     token: str | None = field(default=None, repr=False)
     """Bearer token every call but health checking must carry (needs TLS)."""
     token_file: Path | None = None
-    """File holding the bearer token (a mounted Secret), instead of ``token``."""
     orderers: int = 1
-    """N, the orderers one run is spread over by time slices (docs/scale-out.md). Fixed for
-    the run: recorded in its data directory; a restart must give the run's own
-    (:func:`~orderer.service.data_dir.check_role`)."""
     orderer_index: int = 0
-    """This orderer's number, 0 to N-1: it takes only the ordinary fragments of the slices
-    ``s`` with ``s mod N`` equal to it (the others are refused, INVALID_ARGUMENT). Fixed for
-    the run."""
     slice_ticks: int | None = None
-    """T, the slice length in timestamp ticks: slice ``floor(ts / T)``. Needed when N > 1;
-    given with N = 1, the orderer keeps its slice index all the same. Fixed for the run."""
     peers: tuple[str, ...] = ()
-    """The run's N orderers' addresses, in index order (empty: not told): ``GetStats`` shows
-    them, so that a source given one orderer finds the others. Not recorded (addresses may
-    change from one start to the next)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
@@ -188,6 +170,14 @@ class ServiceConfig:
         if self.slice_ticks is None:
             return None
         return Slicing(self.orderers, self.slice_ticks)
+
+
+def setting_texts() -> dict[str, str]:
+    """The text of each field of :class:`ServiceConfig`, in their order: its own docstring, or,
+    for a setting that is also a flag of ``evb serve``, the docstring of ServeCommand's field of
+    that name (a test holds that each has exactly one of the two)."""
+    own, flags = field_texts(ServiceConfig), field_texts(ServeCommand)
+    return {f.name: own.get(f.name) or flags[f.name] for f in fields(ServiceConfig)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -320,7 +320,9 @@ def _ordered_log(target: str, security: ChannelSecurity, until_offset: int) -> p
 def test_a_field_the_harness_cannot_honour_fails(tmp_path: Path) -> None:
     """Generated objects (the operator's pure spec builders) with one field more: the harness
     refuses them naming the field, before it runs anything."""
-    from evb_operator import specs_orderer, specs_spark, validation
+    from evb_operator import validation
+    from evb_operator.specs import orderer as specs_orderer
+    from evb_operator.specs import spark as specs_spark
 
     valid = validation.validate({"sources": [1], "spark": {"dt": 10, "output": {"path": "s3a://b/o"}}})
     box = kubelet.Cluster(lambda resource, name: None, NAMESPACE)

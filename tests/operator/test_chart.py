@@ -153,7 +153,7 @@ def test_the_operator_is_a_locked_down_singleton() -> None:
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["EVB_ORDERER_IMAGE"] == container["image"] == "evb:0.1.0"
     assert "EVB_ALLOW_ENDPOINT_OVERRIDE" not in env  # never in a deployed operator
-    assert (REPO / "operator" / "evb_operator" / "handlers.py").is_file()
+    assert (REPO / "operator" / "evb_operator" / "handlers" / "__init__.py").is_file()
 
 
 def test_the_operators_pod_takes_connections_only_on_its_health_port() -> None:

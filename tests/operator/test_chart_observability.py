@@ -17,7 +17,8 @@ import jsonschema
 import pytest
 import yaml
 
-from evb_operator import specs_common, specs_orderer
+from evb_operator.specs import common as specs_common
+from evb_operator.specs import orderer as specs_orderer
 from orderer import OrdererConfig
 from tests.operator.conftest import REPO, unknown_fields, validate_builtin
 from tests.service.harness import run, serving

@@ -1,7 +1,7 @@
-"""``evb_operator/control.py`` and the handlers over three orderers, against stand-in orderers
-(the real ones: ``tests/e2e/test_operator_scale_out.py``): an orderer that fails stops nothing at
-the others, the handler raises ``kopf.TemporaryError`` naming it, and its retry ends or begins
-the run only where it has not happened (the calls each orderer got are counted)."""
+"""``evb_operator/handlers/control.py`` and the handlers over three orderers, against stand-in
+orderers (the real ones: ``tests/e2e/test_operator_scale_out.py``): an orderer that fails stops
+nothing at the others, the handler raises ``kopf.TemporaryError`` naming it, and its retry ends or
+begins the run only where it has not happened (the calls each orderer got are counted)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from typing import Any
 import kopf
 import pytest
 
-from evb_operator import control, handlers
+from evb_operator import handlers
+from evb_operator.handlers import children, control
 from orderer.client import each
 from orderer.errors import ServiceUnavailable
 from orderer.stats import RunSpan, Stats
@@ -72,7 +73,7 @@ def orderers(monkeypatch: pytest.MonkeyPatch) -> _Orderers:
     async def scaled(child: Any, path: str, **_: Any) -> None:  # the release's Deployment
         fake.calls.append(("patch", f"{child.kind} {path}"))
 
-    monkeypatch.setattr(handlers, "_reapply", scaled)
+    monkeypatch.setattr(children, "reapply", scaled)
     return fake
 
 

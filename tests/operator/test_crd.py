@@ -1,4 +1,4 @@
-"""``evb_operator/crd.py``: the CRD mirrors OrdererConfig, its defaults validate, its CEL rules
+"""``evb_operator/crd/``: the CRD mirrors OrdererConfig, its defaults validate, its CEL rules
 and their Python twins agree, and the chart's ``crds/`` file is generated from it."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from evb_operator import crd, status, validation
+from evb_operator.crd.status import PRINTER_COLUMNS
 from orderer.config import LIVE_PARAMETERS, FlowControl, OrdererConfig, camel_case, spec_field
 from orderer.errors import ConfigError
 from orderer.stats import BarrierCounts
@@ -137,7 +138,7 @@ def test_every_printer_column_names_a_status_field_of_its_type() -> None:
     through the status schema (a filter ``[?(@.type=="Ready")]`` steps into the items, whose
     key it names), and the column's type is the field's."""
     status = crd.STATUS_SCHEMA
-    for column in crd.PRINTER_COLUMNS:
+    for column in PRINTER_COLUMNS:
         path = column["jsonPath"]
         if path == ".metadata.creationTimestamp":
             assert column["type"] == "date"
@@ -151,7 +152,7 @@ def test_every_printer_column_names_a_status_field_of_its_type() -> None:
                 assert key in node["properties"] and key in node["required"], path
         assert "".join(m.group(0) for m in _SEGMENT.finditer(path)) == path, path
         assert node["type"] == column["type"], path
-    assert {c.get("priority", 0) for c in crd.PRINTER_COLUMNS} == {0, 1}
+    assert {c.get("priority", 0) for c in PRINTER_COLUMNS} == {0, 1}
 
 
 def test_kubectl_wait_finds_the_ready_condition_by_its_type() -> None:

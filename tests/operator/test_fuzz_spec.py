@@ -25,6 +25,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from evb_operator import crd, validation
+from evb_operator.typed_spec import Tls
 from tests.operator.conftest import REPO
 from tests.soak import fuzz_settings
 
@@ -269,5 +270,5 @@ def test_known_bad_specs_are_caught_where_expected() -> None:
     assert api_server_accepts({"sources": [1, 1]})[0] is False  # list-type set
     assert api_server_accepts({"tls": {"secretName": "s"}})[0] is True
     original = copy.deepcopy(crd.SPEC_SCHEMA)
-    assert validation.validate({"tls": {"secretName": "s"}}).spec["tls"]["mutual"] is False
+    assert validation.validate({"tls": {"secretName": "s"}}).tls == Tls("s", False, None)
     assert original == crd.SPEC_SCHEMA  # defaulting does not touch the schema

@@ -19,6 +19,7 @@ import yaml
 from kubernetes import client as k8s
 
 from evb_operator import handlers, kube, specs, validation
+from evb_operator.handlers import common
 from tests.operator.kubernetes_api import emulated, stored
 from tests.operator.kubernetes_api import kubeconfig as api_config
 
@@ -126,7 +127,7 @@ async def test_a_refusal_carries_the_status_and_the_servers_message() -> None:
         with pytest.raises(kube.KubeError, match="no patch here") as failure:
             await client.patch("v1", "ConfigMap", "daq", "x", {"data": {}})
         assert failure.value.status == 403
-        assert isinstance(handlers._kube_error(failure.value), kopf.TemporaryError)
+        assert isinstance(common.kube_error(failure.value), kopf.TemporaryError)
 
 
 @pytest.mark.asyncio
@@ -139,7 +140,7 @@ async def test_an_object_the_client_refuses_is_permanent() -> None:
         with pytest.raises(kube.KubeError) as failure:
             await client.create(broken)
         assert failure.value.status == 422 and "selector" in failure.value.message
-        assert isinstance(handlers._kube_error(failure.value), kopf.PermanentError)
+        assert isinstance(common.kube_error(failure.value), kopf.PermanentError)
         assert not list(api)  # nothing was sent
 
 

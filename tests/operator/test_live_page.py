@@ -1,5 +1,5 @@
-"""The Spark job's live page on Kubernetes (``spec.spark.ui``; ``evb_operator/crd_live.py``,
-``specs_live.py`` and their parts in ``specs_spark``, ``status`` and ``handlers``).
+"""The Spark job's live page on Kubernetes (``spec.spark.ui``; ``evb_operator/crd/live.py``,
+``specs/live.py`` and their parts in ``specs/spark.py``, ``status`` and ``handlers``).
 
 What the user writes and gets: a port in ``spec.spark.ui`` gives the driver ``--ui
 0.0.0.0:PORT`` and a named container port, a ClusterIP Service ``NAME-live`` on that port
@@ -25,17 +25,14 @@ import jsonschema
 import kopf
 import pytest
 
-from evb_operator import (
-    crd,
-    handlers,
-    specs,
-    specs_common,
-    specs_live,
-    specs_network,
-    specs_spark,
-    validation,
-)
+from evb_operator import crd, handlers, specs, validation
 from evb_operator import status as evb_status
+from evb_operator.specs import common as specs_common
+from evb_operator.specs import live as specs_live
+from evb_operator.specs import network as specs_network
+from evb_operator.specs import spark as specs_spark
+from evb_operator.typed_spec import Spark
+from orderer import client as orderer_client
 from orderer.config import OrdererConfig
 from orderer.job_config import JobConfig
 from tests.operator.conftest import stats_answer, validate_builtin
@@ -119,8 +116,9 @@ def test_a_port_gives_the_driver_the_flag_and_the_port_and_a_service_in_front(
     job = JobConfig.from_argv(app["spec"]["arguments"])
     assert job.ui == "0.0.0.0:8080"
     valid = validation.validate({**orderers, "spark": PAGE})
+    assert valid.spark is not None
     config = specs_spark.spark_job_config(
-        NAME, NAMESPACE, PAGE, target=specs_common.run_targets(NAME, NAMESPACE, valid)
+        NAME, NAMESPACE, valid.spark, target=specs_common.run_targets(NAME, NAMESPACE, valid)
     )
     assert app["spec"]["arguments"] == config.to_argv()
     # the driver's named port, the executors none
@@ -156,12 +154,19 @@ def test_without_a_port_there_is_no_flag_no_port_and_no_service(orderers: dict[s
     assert _named(_children({**orderers}), "Service", f"{NAME}-live") is None
 
 
+def _typed_spark(spark: dict[str, Any]) -> Spark:
+    """The valid spec's Spark section of ``spark``."""
+    typed = validation.validate({"spark": spark}).spark
+    assert typed is not None
+    return typed
+
+
 def test_the_page_address_is_the_services() -> None:
-    page = specs_live.page_address(NAME, NAMESPACE, {"ui": 9999})
+    page = specs_live.page_address(NAME, NAMESPACE, _typed_spark({**SPARK, "ui": 9999}))
     assert page is not None
     assert page.url == "http://run1-live.daq.svc:9999/"
     assert page.listen == "0.0.0.0:9999"
-    assert specs_live.page_address(NAME, NAMESPACE, {"dt": 5}) is None
+    assert specs_live.page_address(NAME, NAMESPACE, _typed_spark(SPARK)) is None
     assert specs_live.page_address(NAME, NAMESPACE, None) is None
     service = _named(_children({"spark": {**SPARK, "ui": 9999}}), "Service", "run1-live")
     assert service is not None
@@ -220,7 +225,7 @@ def test_a_port_spark_takes_in_the_driver_is_refused_naming_the_field(port: int)
 def test_a_port_in_range_is_accepted(port: int) -> None:
     spec = {"spark": {**SPARK, "ui": port}}
     assert api_server_accepts(spec) == (True, "")
-    assert validation.validate(spec).spec["spark"]["ui"] == port
+    assert _typed_spark(spec["spark"]).ui == port
 
 
 def test_the_field_says_what_it_does() -> None:
@@ -274,7 +279,7 @@ def test_the_page_is_set_or_unset_only_with_a_new_output(
 
 
 VALID_PAGE = validation.validate({"spark": PAGE})
-PAGE_ADDRESS = specs_live.page_address(NAME, NAMESPACE, VALID_PAGE.spec["spark"])
+PAGE_ADDRESS = specs_live.page_address(NAME, NAMESPACE, VALID_PAGE.spark)
 STATEFULSET = {"metadata": {"name": "run1-orderer"}, "spec": {}, "status": {"readyReplicas": 1}}
 RUNNING = {"metadata": {"name": "run1-spark"}, "status": {"applicationState": {"state": "RUNNING"}}}
 NOW = "2026-01-01T00:00:00Z"
@@ -320,7 +325,7 @@ def test_a_run_over_three_orderers_names_the_page_too() -> None:
         statefulset={**STATEFULSET, "spec": {"replicas": 3}, "status": {"readyReplicas": 3}},
         generation=1,
         now=NOW,
-        page=specs_live.page_address(NAME, NAMESPACE, valid.spec["spark"]),
+        page=specs_live.page_address(NAME, NAMESPACE, valid.spark),
     )
     assert new["spark"]["ui"] == "http://run1-live.daq.svc:8080/"
 
@@ -411,8 +416,8 @@ def test_the_handlers_make_follow_and_remove_the_service(monkeypatch: pytest.Mon
     async def stats(*_: Any, **__: Any) -> Any:
         return stats_answer(config=OrdererConfig(build_window=20.0))
 
-    monkeypatch.setattr(handlers.orderer_client, "get_stats_async", stats)
-    monkeypatch.setattr(handlers.kopf, "event", lambda *_, **__: None)
+    monkeypatch.setattr(orderer_client, "get_stats_async", stats)
+    monkeypatch.setattr(kopf, "event", lambda *_, **__: None)
     services = "v1/services"
     apps = "sparkoperator.k8s.io/v1beta2/sparkapplications"
 

@@ -22,6 +22,7 @@ import kopf
 import pytest
 
 from evb_operator import handlers
+from orderer import client as orderer_client
 from orderer.config import OrdererConfig
 from orderer.stats import BarrierCounts, RunSpan, Stats
 from tests.operator.conftest import stats_answer
@@ -75,11 +76,11 @@ def _used_by_the_handlers(monkeypatch: pytest.MonkeyPatch) -> set[tuple[str, str
     async def begin(*_: Any, **__: Any) -> RunSpan:
         return RunSpan(2, 0)
 
-    monkeypatch.setattr(handlers.orderer_client, "get_stats_async", stats)
-    monkeypatch.setattr(handlers.orderer_client, "configure_async", control)
-    monkeypatch.setattr(handlers.orderer_client, "end_run_async", end)
-    monkeypatch.setattr(handlers.orderer_client, "begin_run_async", begin)
-    monkeypatch.setattr(handlers.kopf, "event", lambda *_, **__: None)
+    monkeypatch.setattr(orderer_client, "get_stats_async", stats)
+    monkeypatch.setattr(orderer_client, "configure_async", control)
+    monkeypatch.setattr(orderer_client, "end_run_async", end)
+    monkeypatch.setattr(orderer_client, "begin_run_async", begin)
+    monkeypatch.setattr(kopf, "event", lambda *_, **__: None)
     body = {
         "apiVersion": "evb.io/v1alpha1",
         "kind": "EventBuilder",

@@ -1,4 +1,4 @@
-"""``spec.resetOnBeginRun``, ``spec.run`` and ``spec.upstreams`` (``evb_operator/crd_runs.py``)
+"""``spec.resetOnBeginRun``, ``spec.run`` and ``spec.upstreams`` (``evb_operator/crd/runs.py``)
 without an API server: what each renders (the orderer's ConfigMap, the forwarders' Deployment:
 pods, containers, arguments parsed by ``evb`` itself), what validation refuses with which
 message, and the transition rules' messages evaluated by a real CEL engine (cel-python)."""
@@ -13,7 +13,7 @@ import yaml
 
 from evb_operator import constants as c
 from evb_operator import crd, specs, validation
-from evb_operator.crd_runs import RUN_RULES
+from evb_operator.crd.runs import RUN_RULES
 from evb_operator.validation import InvalidSpec
 from orderer.cli import build_parser
 from orderer.config import LIVE_PARAMETERS
@@ -71,7 +71,7 @@ def test_reset_on_begin_run_is_immutable_not_live() -> None:
 def test_the_orderer_starts_with_the_spec_run() -> None:
     """``run`` in the config file is ``evb serve --run``; the flags do not carry it, so a raise
     does not change the pod template (and roll the pod)."""
-    assert validation.validate({}).spec["run"] == 1
+    assert validation.validate({}).run == 1
     _, service = configs_from_mapping(_serve_config({"run": 7}))
     assert service.run == 7
     statefulset = _children({"run": 7})["StatefulSet"]

@@ -20,7 +20,10 @@ import pytest
 import yaml
 
 from evb_operator import constants as c
-from evb_operator import crd, crd_slicing, handlers, specs, specs_common, validation
+from evb_operator import crd, specs, validation
+from evb_operator.crd import slicing as crd_slicing
+from evb_operator.handlers import common as handler_common
+from evb_operator.specs import common as specs_common
 from evb_operator.validation import InvalidSpec
 from orderer.cli import build_parser
 from orderer.cli.config_file import serve_settings
@@ -270,7 +273,7 @@ def test_evb_serve_starts_pod_k_as_orderer_k_of_three(base: dict[str, Any], tmp_
         assert service.slice_ticks == 1_000_000
         assert service.peers == PEERS
         assert settings.config == valid.orderer  # the run's parameters, the same in every pod
-        assert service.fsync.value == valid.spec["orderer"]["fsync"]
+        assert service.fsync.value == valid.orderer_pod.fsync
 
 
 def test_a_pod_without_its_ordinal_label_refuses_to_start(tmp_path: Path) -> None:
@@ -340,12 +343,12 @@ def test_the_handlers_find_each_child_by_its_name() -> None:
     """Two children share a kind (the Services; the forwarders' and the release's
     Deployments): a field handler must patch the one it means."""
     children = _children({**FULL_SPEC, **SLICED})
-    release = handlers._child(children, specs_common.RELEASE, "run1")
+    release = handler_common.find_child(children, specs_common.RELEASE, "run1")
     assert release is not None and release["metadata"]["name"] == "run1-release"
-    assert handlers._child(children, specs_common.FORWARD, "run1") is None
-    service = handlers._child(children, specs_common.SERVICE, "run1")
+    assert handler_common.find_child(children, specs_common.FORWARD, "run1") is None
+    service = handler_common.find_child(children, specs_common.SERVICE, "run1")
     assert service is not None and service["spec"]["type"] == "ClusterIP"
-    headless = handlers._child(children, specs_common.HEADLESS, "run1")
+    headless = handler_common.find_child(children, specs_common.HEADLESS, "run1")
     assert headless is not None and headless["spec"]["clusterIP"] == "None"
 
 

@@ -1,4 +1,4 @@
-"""``evb_operator/specs*.py`` without an API server: every object the operator builds validates
+"""``evb_operator/specs/`` without an API server: every object the operator builds validates
 (built-in kinds against Kubernetes 1.32 with kubernetes-validate, strictly; SparkApplications
 against the Spark operator's CRD in ``tests/data/schemas``), the pieces fit together (names,
 selectors, mounts, the Spark job's target), and the orderer pod would start: its ConfigMap and
@@ -14,7 +14,11 @@ import pytest
 import yaml
 
 from evb_operator import constants as c
-from evb_operator import specs, specs_common, specs_network, specs_orderer, specs_spark, validation
+from evb_operator import specs, validation
+from evb_operator.specs import common as specs_common
+from evb_operator.specs import network as specs_network
+from evb_operator.specs import orderer as specs_orderer
+from evb_operator.specs import spark as specs_spark
 from orderer.cli import build_parser
 from orderer.service.settings import configs_from_mapping
 from tests.operator.conftest import (
@@ -226,8 +230,8 @@ def test_evb_serve_accepts_the_configmap_and_the_arguments(
     assert container["command"] == ["evb"]
     for ordinal in range(statefulset["spec"]["replicas"]):  # each pod, as the kubelet starts it
         args = build_parser().parse_args(kubelet_args(pod_of(statefulset, ordinal), container))
-        assert args.fsync == valid.spec["orderer"]["fsync"]
-        assert args.strict_sources == valid.spec["orderer"]["strictSources"]
+        assert args.fsync == valid.orderer_pod.fsync
+        assert args.strict_sources == valid.orderer_pod.strict_sources
 
 
 def test_the_full_spec_reaches_the_orderer_and_the_job() -> None:
@@ -346,7 +350,7 @@ def test_tls_and_the_token_reach_the_orderer_and_the_spark_pods() -> None:
         }
     plain = validation.validate({})
     assert "--tls-cert" not in specs_orderer.serve_args(plain)
-    assert valid.spec["tls"]["mutual"] is True
+    assert valid.tls is not None and valid.tls.mutual is True
 
 
 def test_building_is_pure() -> None:
@@ -386,7 +390,8 @@ def test_the_sparkapplication_arguments_are_a_job_configurations() -> None:
 
     valid = validation.validate(FULL_SPEC)
     app = _by_kind(_children(FULL_SPEC))["SparkApplication"]["spec"]
-    config = specs_spark.spark_job_config("run1", "daq", valid.spec["spark"])
+    assert valid.spark is not None
+    config = specs_spark.spark_job_config("run1", "daq", valid.spark)
     assert app["arguments"] == config.to_argv()
     assert JobConfig.from_argv(app["arguments"]) == config
     assert config.output == "s3a://bucket/run" and config.target == specs_common.orderer_endpoint(
@@ -553,7 +558,9 @@ def test_the_stages_configmap_is_mounted_on_the_driver_and_given_as_stages() -> 
     (item,) = volumes["stages"]["configMap"]["items"]
     assert job.stages == Path(mount["mountPath"]) / item["path"]  # the file the kubelet writes
     assert not job.explain
-    config = specs_spark.spark_job_config("run1", "daq", {**BASE_SPARK, "stages": STAGES})
+    spark = validation.validate({"spark": {**BASE_SPARK, "stages": STAGES}}).spark
+    assert spark is not None
+    config = specs_spark.spark_job_config("run1", "daq", spark)
     assert app["arguments"] == config.to_argv()  # no flag of the operator's own
 
 

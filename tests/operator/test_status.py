@@ -1,4 +1,4 @@
-"""``evb_operator/status.py``: the status and the Events a GetStats answer implies, pure."""
+"""``evb_operator/status/report.py``: the status and the Events a GetStats answer implies, pure."""
 
 from __future__ import annotations
 

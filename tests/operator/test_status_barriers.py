@@ -1,4 +1,5 @@
-"""``evb_operator/status.py``: the Events and status fields of the orderer's barrier log, pure.
+"""``evb_operator/status/barriers.py``: the Events and status fields of the orderer's barrier
+log, pure.
 
 A GetStats answer is built by hand (``barrier_log`` oldest first); the previous status is the
 operator's only memory, so each call here is also what an operator restarted with that status

@@ -1,4 +1,4 @@
-"""The status of a run over three orderers (``evb_operator/status_orderers.py`` and
+"""The status of a run over three orderers (``evb_operator/status/orderers.py`` and
 ``status.observe_orderers``), pure: the run's counters summed, an entry per orderer, ``Ready``
 and ``OrdererReachable`` naming the orderer that does not answer, ``Configured`` the one that
 runs other live parameters, the run ended only when all three say so, each orderer's barrier

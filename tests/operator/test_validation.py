@@ -1,17 +1,20 @@
 """``evb_operator/validation.py``: defaults as the API server applies them, every invalid spec
-refused with the field named, the CR spelling mapped onto OrdererConfig."""
+refused with the field named, the CR spelling mapped onto OrdererConfig, and the valid spec typed
+(``evb_operator/typed_spec.py``), a field for every property of the CRD's spec."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 
-from evb_operator import crd, validation
-from evb_operator.validation import InvalidSpec
-from orderer.config import OrdererConfig
+from evb_operator import crd, typed_spec, validation
+from evb_operator.crd.parameters import orderer_properties
+from evb_operator.validation import InvalidSpec, ValidSpec
+from orderer.config import OrdererConfig, camel_case
 from tests.operator.conftest import (
     example_companions,
     example_files,
@@ -24,13 +27,14 @@ from tests.operator.conftest import (
 def test_an_empty_spec_gets_every_default() -> None:
     valid = validation.validate({})
     assert valid.orderer == OrdererConfig()
-    spec = valid.spec
-    assert spec["state"] == "Running"
-    assert spec["storage"] == {"size": "10Gi", "retainOnDelete": False}
-    assert spec["orderer"]["fsync"] == "batch"
-    assert spec["orderer"]["resources"]["requests"] == {"cpu": "1", "memory": "1Gi"}
-    assert spec["networkPolicy"] == {"enabled": False}
-    assert spec["alerts"] == {"lateBurst": 1000}
+    assert valid.state == "Running"
+    assert (valid.run, valid.orderers, valid.slice_ticks) == (1, 1, None)
+    assert valid.storage == typed_spec.Storage("10Gi", None, retain_on_delete=False)
+    assert valid.orderer_pod.fsync == "batch"
+    assert valid.orderer_pod.resources["requests"] == {"cpu": "1", "memory": "1Gi"}
+    assert valid.network_policy == typed_spec.NetworkPolicy(False, (), ())
+    assert valid.alerts == typed_spec.Alerts(late_burst=1000)
+    assert (valid.tls, valid.auth, valid.upstreams, valid.spark) == (None, None, (), None)
     assert not valid.has_spark
 
 
@@ -42,9 +46,10 @@ def test_defaults_fill_nested_objects_and_keep_given_values() -> None:
     valid = validation.validate(spec)
     assert valid.orderer.flow_control.queue_xoff == 10
     assert valid.orderer.flow_control.global_xoff == 4_000_000
-    spark = valid.spec["spark"]
-    assert spark["executors"] == {"instances": 2, "cores": 1, "memory": "2g"}
-    assert spark["output"] == {"path": "s3a://b/x", "format": "parquet"}
+    spark = valid.spark
+    assert spark is not None
+    assert spark.executors == typed_spec.SparkExecutors(instances=2, cores=1, memory="2g")
+    assert spark.output == typed_spec.SparkOutput("s3a://b/x", "parquet", volume_claim=None)
     assert spec == {
         "flowControl": {"queueXoff": 10, "queueXon": 5},
         "spark": {"dt": 9, "output": {"path": "s3a://b/x"}},
@@ -154,18 +159,23 @@ def test_the_examples_are_valid(path: Path) -> None:
 
 
 def test_no_build_needs_no_dt_and_the_spark_defaults() -> None:
-    spark = validation.validate({"spark": {"noBuild": True, "output": {"path": "s3a://b/x"}}}).spec["spark"]
-    assert "dt" not in spark
-    assert (spark["maxFragments"], spark["triggerInterval"], spark["tickRate"]) == (1000, 0, 1e8)
-    assert "partitions" not in spark  # computed from the executors (specs_spark.spark_partitions)
-    storage = validation.validate(
+    spark = validation.validate({"spark": {"noBuild": True, "output": {"path": "s3a://b/x"}}}).spark
+    assert spark is not None and spark.dt is None
+    assert (spark.max_fragments, spark.trigger_interval, spark.tick_rate) == (1000, 0, 1e8)
+    assert spark.partitions is None  # computed from the executors (specs.spark.spark_partitions)
+    with_storage = validation.validate(
         {"spark": {"dt": 1, "output": {"path": "s3a://b/r"}, "objectStorage": {}}}
-    ).spec["spark"]["objectStorage"]
-    assert storage == {
-        "accessKeyIdKey": "AWS_ACCESS_KEY_ID",
-        "secretAccessKeyKey": "AWS_SECRET_ACCESS_KEY",
-        "pathStyleAccess": False,
-    }
+    ).spark
+    assert with_storage is not None
+    assert with_storage.object_storage == typed_spec.ObjectStorage(
+        credentials_secret=None,
+        access_key_id_key="AWS_ACCESS_KEY_ID",
+        secret_access_key_key="AWS_SECRET_ACCESS_KEY",
+        session_token_key=None,
+        endpoint=None,
+        region=None,
+        path_style_access=False,
+    )
 
 
 def _spark(**fields: Any) -> dict[str, Any]:
@@ -241,9 +251,10 @@ def test_a_local_output_without_a_volume_is_refused(output: dict[str, str], fiel
     ],
 )
 def test_object_storage_or_a_local_output_on_a_claim_is_valid(output: dict[str, str]) -> None:
-    assert validation.validate({"spark": {"dt": 5, "output": output}}).spec["spark"]["output"][
-        "path"
-    ] == output["path"]
+    spark = validation.validate({"spark": {"dt": 5, "output": output}}).spark
+    assert spark is not None
+    assert spark.output.path == output["path"]
+    assert spark.output.volume_claim == output.get("volumeClaim")
 
 
 def test_the_stages_module_may_not_take_a_name_the_job_imports() -> None:
@@ -272,4 +283,96 @@ def test_the_stages_module_may_not_take_a_name_the_job_imports() -> None:
         with pytest.raises(InvalidSpec, match="the name of a module"):
             validation.validate(_spark(stages={"configMap": "a", "key": f"{top}.py"}))
     stages = {"configMap": "my-analysis", "key": "implant_decay.py"}
-    assert validation.validate(_spark(stages=stages)).spec["spark"]["stages"] == stages
+    spark = validation.validate(_spark(stages=stages)).spark
+    assert spark is not None
+    assert spark.stages == typed_spec.Stages(config_map="my-analysis", key="implant_decay.py")
+
+
+TYPED_SECTIONS: dict[tuple[str, ...], type[Any]] = {
+    ("orderer",): typed_spec.OrdererPod,
+    ("storage",): typed_spec.Storage,
+    ("tls",): typed_spec.Tls,
+    ("auth",): typed_spec.Auth,
+    ("auth", "tokenSecretRef"): typed_spec.SecretKeyRef,
+    ("networkPolicy",): typed_spec.NetworkPolicy,
+    ("alerts",): typed_spec.Alerts,
+    ("upstreams", "items"): typed_spec.Upstream,
+    ("spark",): typed_spec.Spark,
+    ("spark", "driver"): typed_spec.SparkDriver,
+    ("spark", "executors"): typed_spec.SparkExecutors,
+    ("spark", "output"): typed_spec.SparkOutput,
+    ("spark", "stages"): typed_spec.Stages,
+    ("spark", "objectStorage"): typed_spec.ObjectStorage,
+}
+"""Each section of the spec with properties, and the dataclass it is read into."""
+
+
+def _schema_of(path: tuple[str, ...]) -> dict[str, Any]:
+    node = crd.SPEC_SCHEMA
+    for name in path:
+        node = node["items"] if name == "items" else node["properties"][name]
+    return node
+
+
+@pytest.mark.parametrize("path", TYPED_SECTIONS, ids=".".join)
+def test_every_property_of_a_section_is_a_field_of_its_dataclass(path: tuple[str, ...]) -> None:
+    """A property the CRD gains is read into the typed spec (or the test names where): the
+    builders read the typed spec only, so one left out would be accepted and ignored."""
+    schema = _schema_of(path)
+    assert {camel_case(f.name) for f in fields(TYPED_SECTIONS[path])} == set(schema["properties"])
+
+
+def test_every_property_of_the_spec_is_a_field_of_the_valid_spec() -> None:
+    """The spec's top level: the orderer's parameters are OrdererConfig's (``valid.orderer``),
+    ``spec.orderer`` is ``valid.orderer_pod``, every other property a field of its name."""
+    own = {camel_case(f.name) for f in fields(ValidSpec)} - {"orderer", "ordererPod"}
+    assert set(crd.SPEC_SCHEMA["properties"]) == {*orderer_properties(), "orderer", *own}
+    assert not own & set(orderer_properties())
+
+
+def test_the_typed_spec_holds_what_the_spec_says() -> None:
+    """Every value of a full spec reaches its typed field, a Kubernetes object verbatim."""
+    peers = [{"podSelector": {"matchLabels": {"role": "tail"}}}]
+    valid = validation.validate(
+        {
+            "run": 3,
+            "state": "Ended",
+            "orderers": 2,
+            "sliceTicks": 50,
+            "storage": {"size": 1000, "storageClassName": "fast"},
+            "orderer": {"image": "evb:2", "retentionBytes": 7, "retentionSeconds": 2},
+            "tls": {"secretName": "t", "mutual": True, "clientSecretName": "c"},
+            "auth": {"tokenSecretRef": {"name": "tok"}},
+            "networkPolicy": {"enabled": True, "allowedClients": peers},
+            "upstreams": [{"target": "up:1", "asSource": 4}, {"target": "up:2", "consumer": "x"}],
+            "spark": {
+                "dt": 7,
+                "ui": 8090,
+                "partitions": 3,
+                "output": {"path": "file:///events", "volumeClaim": "pvc", "format": "nscldaq"},
+                "sparkConf": {"spark.a": "b"},
+            },
+        }
+    )
+    assert (valid.run, valid.state, valid.orderers, valid.slice_ticks) == (3, "Ended", 2, 50)
+    assert valid.storage == typed_spec.Storage(1000, "fast", retain_on_delete=False)
+    pod = valid.orderer_pod
+    assert (pod.image, pod.image_pull_policy) == ("evb:2", None)
+    assert (pod.retention_bytes, pod.retention_seconds) == (7, 2.0)
+    assert valid.tls == typed_spec.Tls("t", mutual=True, client_secret_name="c")
+    assert valid.auth == typed_spec.Auth(typed_spec.SecretKeyRef(name="tok", key="token"))
+    assert valid.network_policy == typed_spec.NetworkPolicy(True, tuple(peers), ())
+    assert valid.upstreams == (
+        typed_spec.Upstream("up:1", as_source=4, consumer=None),
+        typed_spec.Upstream("up:2", as_source=None, consumer="x"),
+    )
+    spark = valid.spark
+    assert spark is not None
+    assert (spark.dt, spark.ui, spark.partitions, spark.max_fragments_per_trigger) == (
+        7,
+        8090,
+        3,
+        None,
+    )
+    assert spark.output == typed_spec.SparkOutput("file:///events", "nscldaq", "pvc")
+    assert (spark.stages, spark.object_storage, spark.spark_conf) == (None, None, {"spark.a": "b"})

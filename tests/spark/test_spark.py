@@ -251,7 +251,8 @@ def test_the_sparkapplication_runs_this_job_with_arguments_it_accepts() -> None:
     formats are the CRD's."""
     import tomllib
 
-    from evb_operator import constants, crd, specs_spark
+    from evb_operator import constants, crd, validation
+    from evb_operator.specs import spark as specs_spark
 
     repo = Path(__file__).resolve().parents[2]
     relative = constants.SPARK_JOB_FILE.removeprefix("local:///opt/evb/")
@@ -262,12 +263,14 @@ def test_the_sparkapplication_runs_this_job_with_arguments_it_accepts() -> None:
     assert "orderer.spark" in packages["packages"]
     spark_spec = {"dt": 250, "timestampPolicy": "average",
                   "output": {"path": "s3a://bucket/run", "format": "json"}}
-    config = specs_spark.spark_job_config("run-42", "daq", spark_spec)
+    typed = validation.validate({"spark": spark_spec}).spark
+    assert typed is not None
+    config = specs_spark.spark_job_config("run-42", "daq", typed)
     args = JobConfig.from_argv(config.to_argv())
     assert args == config
     assert (args.dt, args.timestamp_policy, args.format) == (250, "average", "json")
     assert run_name(args) == "run-42"
-    spark_schema = crd._spec_schema()["properties"]["spark"]
+    spark_schema = crd.definition._spec_schema()["properties"]["spark"]
     formats = spark_schema["properties"]["output"]["properties"]["format"]["enum"]
     assert tuple(formats) == tuple(OutputFormat)
 

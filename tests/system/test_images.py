@@ -27,14 +27,11 @@ from tests.system.pods import REPO, Volumes, podman, run_args
 
 sys.path.append(str(REPO / "operator"))
 
-from evb_operator import (
-    constants,
-    specs_common,
-    specs_forward,
-    specs_orderer,
-    specs_spark,
-    validation,
-)
+from evb_operator import constants, validation
+from evb_operator.specs import common as specs_common
+from evb_operator.specs import forward as specs_forward
+from evb_operator.specs import orderer as specs_orderer
+from evb_operator.specs import spark as specs_spark
 
 NAME, NAMESPACE = "run1", "daq"
 START_TIMEOUT = 120.0

@@ -4,7 +4,7 @@ all three, the release Deployment's ``evb release``, one orderer killed and star
 volume in the middle of the run, and the SparkApplication's driver building the run from the
 three into events that equal ``evb replay``'s from the three arrival logs.
 
-Each container comes from ``evb_operator.specs_*`` through :mod:`tests.system.pods`, as in
+Each container comes from ``evb_operator.specs.*`` through :mod:`tests.system.pods`, as in
 ``test_images.py``; what a cluster gives and podman does not is given here: each pod's ordinal
 (the variable the kubelet takes from the ``apps.kubernetes.io/pod-index`` label) and the
 headless Service's names of the orderers, mapped to a loopback port each (``addresses``).
@@ -22,14 +22,11 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from evb_operator import (
-    constants,
-    specs_common,
-    specs_orderer,
-    specs_release,
-    specs_spark,
-    validation,
-)
+from evb_operator import constants, validation
+from evb_operator.specs import common as specs_common
+from evb_operator.specs import orderer as specs_orderer
+from evb_operator.specs import release as specs_release
+from evb_operator.specs import spark as specs_spark
 from orderer.client import get_stats
 from orderer.errors import ServiceUnavailable
 from orderer.stats import Stats

@@ -15,12 +15,12 @@ Without ``spec.spark.ui`` none of this exists: no flag, no port, no Service, no 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from evb_operator import constants as c
-from evb_operator.specs_common import LIVE, ExtraLabels, labels_for, manifest, selector_labels
+from evb_operator.specs.common import LIVE, ExtraLabels, labels_for, manifest, selector_labels
+from evb_operator.typed_spec import Spark
 from evb_operator.validation import ValidSpec
 
 __all__ = ["PageAddress", "build_live_service_spec", "driver_selector", "page_address"]
@@ -53,12 +53,12 @@ class PageAddress:
         return {"name": c.LIVE_PORT_NAME, "containerPort": self.port, "protocol": "TCP"}
 
 
-def page_address(name: str, namespace: str, spark: Mapping[str, Any] | None) -> PageAddress | None:
+def page_address(name: str, namespace: str, spark: Spark | None) -> PageAddress | None:
     """The live page of the EventBuilder ``name`` with Spark section ``spark``; None without
     ``spark.ui`` (or without a Spark section)."""
-    if spark is None or spark.get("ui") is None:
+    if spark is None or spark.ui is None:
         return None
-    return PageAddress(LIVE.name(name), namespace, int(spark["ui"]))
+    return PageAddress(LIVE.name(name), namespace, spark.ui)
 
 
 def driver_selector(name: str) -> dict[str, str]:
@@ -74,7 +74,7 @@ def build_live_service_spec(
     driver; None without ``spec.spark.ui``. The target is the number, not the port's name: the
     Spark operator puts ``driver.ports`` on the pod through its admission webhook, and a named
     target would leave the Service without endpoints where that webhook is off."""
-    page = page_address(name, namespace, valid.spec.get("spark"))
+    page = page_address(name, namespace, valid.spark)
     if page is None:
         return None
     return manifest(

@@ -1,7 +1,8 @@
 """The status half of the ``EventBuilder`` CRD: the status schema and the printer columns.
 
-Apart from :mod:`evb_operator.crd` (which puts them into the CRD it builds) because they change
-with what the operator observes (:mod:`evb_operator.status`), not with what a user may ask for.
+Apart from :mod:`evb_operator.crd.definition` (which puts them into the CRD it builds) because
+they change with what the operator observes (:mod:`evb_operator.status`), not with what a user
+may ask for.
 
 The schema allows every field :mod:`evb_operator.status` writes (the API server drops the others
 from a status patch, silently): ``observedGeneration`` and conditions as the Kubernetes API
@@ -106,7 +107,7 @@ def _barriers_schema() -> dict[str, Any]:
 
 def _orderer_schema() -> dict[str, Any]:
     """One entry of ``status.orderers`` (a run over several orderers,
-    :mod:`evb_operator.status_orderers`): where the orderer answers, whether it does, and its own
+    :mod:`evb_operator.status.orderers`): where the orderer answers, whether it does, and its own
     counters (the run's fields are their sums). An orderer that does not answer keeps its last
     known counters, with ``ready`` false and ``message`` saying why."""
     counter = _COUNTER

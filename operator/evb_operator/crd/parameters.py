@@ -17,7 +17,7 @@ import typing
 from dataclasses import Field, fields, is_dataclass
 from typing import Any
 
-from evb_operator.crd_schema import MAX_SECONDS, _integer, _number, _object, _string
+from evb_operator.crd.schema import MAX_SECONDS, _integer, _number, _object, _string
 from orderer.config import OrdererConfig, SpecField, camel_case, spec_field
 
 __all__ = ["orderer_properties"]

@@ -1,9 +1,9 @@
 """Pieces of the ``EventBuilder`` CRD's schema: typed property builders and :class:`Rule` (a CEL
 rule with its Python twin).
 
-Apart from :mod:`evb_operator.crd` so that the parts of the spec schema that live in their own
-modules (:mod:`evb_operator.crd_runs`) build their properties and rules the same way, without
-importing the CRD they are part of.
+Apart from :mod:`evb_operator.crd.definition` so that the parts of the spec schema that live
+in their own modules (:mod:`evb_operator.crd.runs`) build their properties and rules the same
+way, without importing the CRD they are part of.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 metadata, the restricted security contexts, and how a client pod of the orderer reaches it
 (the orderer's address, the CA, the client certificate, the token).
 
-The children themselves are built in :mod:`evb_operator.specs` and the modules it names.
+The children themselves are built by the other modules of :mod:`evb_operator.specs`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evb_operator import constants as c
+from evb_operator.typed_spec import Auth
 from evb_operator.validation import ValidSpec
 
 __all__ = [
@@ -166,13 +167,14 @@ def run_targets(name: str, namespace: str, valid: ValidSpec) -> str:
     return ",".join(orderer_peers(name, namespace, valid.orderers))
 
 
-def token_volume(valid: ValidSpec) -> dict[str, Any]:
-    ref = valid.spec["auth"]["tokenSecretRef"]
+def token_volume(auth: Auth) -> dict[str, Any]:
+    """The volume of the bearer token (``spec.auth.tokenSecretRef``), as the file ``token``."""
+    ref = auth.token_secret_ref
     return {
         "name": "auth",
         "secret": {
-            "secretName": ref["name"],
-            "items": [{"key": ref["key"], "path": c.TOKEN_FILE}],
+            "secretName": ref.name,
+            "items": [{"key": ref.key, "path": c.TOKEN_FILE}],
             "defaultMode": 0o440,
         },
     }
@@ -200,14 +202,14 @@ def client_security(valid: ValidSpec) -> ClientSecurity:
     CA (only ``ca.crt`` of the orderer's Secret: its key stays in the orderer pod), the client
     certificate under mutual TLS, the token; found through the ``EVB_TLS_*``/``EVB_TOKEN_FILE``
     variables (the defaults of every client's flags)."""
-    tls, auth = valid.spec.get("tls"), valid.spec.get("auth")
+    tls, auth = valid.tls, valid.auth
     found = ClientSecurity([], [], [])
     if tls is not None:
         found.volumes.append(
             {
                 "name": "orderer-ca",
                 "secret": {
-                    "secretName": tls["secretName"],
+                    "secretName": tls.secret_name,
                     "items": [{"key": "ca.crt", "path": "ca.crt"}],
                     "defaultMode": 0o440,
                 },
@@ -215,11 +217,11 @@ def client_security(valid: ValidSpec) -> ClientSecurity:
         )
         found.mounts.append({"name": "orderer-ca", "mountPath": c.TLS_DIR, "readOnly": True})
         found.env.append({"name": "EVB_TLS_CA", "value": f"{c.TLS_DIR}/ca.crt"})
-        if tls["mutual"]:
+        if tls.mutual:
             found.volumes.append(
                 {
                     "name": "client-tls",
-                    "secret": {"secretName": tls["clientSecretName"], "defaultMode": 0o440},
+                    "secret": {"secretName": tls.client_secret, "defaultMode": 0o440},
                 }
             )
             found.mounts.append(
@@ -232,7 +234,7 @@ def client_security(valid: ValidSpec) -> ClientSecurity:
                 ]
             )
     if auth is not None:
-        found.volumes.append(token_volume(valid))
+        found.volumes.append(token_volume(auth))
         found.mounts.append({"name": "auth", "mountPath": c.AUTH_DIR, "readOnly": True})
         found.env.append({"name": "EVB_TOKEN_FILE", "value": f"{c.AUTH_DIR}/{c.TOKEN_FILE}"})
     return found
@@ -255,8 +257,8 @@ def client_container(
         "terminationMessagePolicy": TERMINATION_MESSAGE_POLICY,
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, *copy.deepcopy(found.mounts)],
     }
-    if "imagePullPolicy" in valid.spec["orderer"]:
-        container["imagePullPolicy"] = valid.spec["orderer"]["imagePullPolicy"]
+    if valid.orderer_pod.image_pull_policy is not None:
+        container["imagePullPolicy"] = valid.orderer_pod.image_pull_policy
     return container
 
 

@@ -2,7 +2,7 @@
 ``resetOnBeginRun``, ``run`` and ``upstreams``, with their CEL rules.
 
 - ``resetOnBeginRun`` is an orderer parameter (``OrdererConfig.reset_on_begin_run``, its property
-  generated with the others by :mod:`evb_operator.crd_parameters`; its rule is here) that is not
+  generated with the others by :mod:`evb_operator.crd.parameters`; its rule is here) that is not
   live: it is refused once set, like ``sources`` and ``flowControl``, rather than rolling the
   pod. The orderer replays its arrival log from the configuration it started with (the ConfigMap,
   written once), so a restarted orderer with another reset rule would order the replayed
@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from evb_operator.crd_schema import Rule, _integer, _object, _string
+from evb_operator.crd.schema import Rule, _integer, _object, _string
 
 __all__ = [
     "MAX_UPSTREAMS",

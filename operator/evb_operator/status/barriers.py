@@ -1,9 +1,9 @@
 """The Events and status fields an orderer's barrier log calls for: each incomplete or
 heterogeneous barrier resolved since the last status update, a few per update, then a summary.
 
-Apart from :mod:`evb_operator.status` because it is one concern with a memory of its own
+Apart from :mod:`evb_operator.status.report` because it is one concern with a memory of its own
 (``barriers.lastReportedOffset``, kept in the status), and because a run over several orderers
-(:mod:`evb_operator.status_orderers`) reports each orderer's log through it, each from that
+(:mod:`evb_operator.status.orderers`) reports each orderer's log through it, each from that
 orderer's entry of ``status.orderers``. Pure, as the rest of the status.
 """
 
@@ -13,7 +13,7 @@ import datetime
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from evb_operator.conditions import Notice
+from evb_operator.status.conditions import Notice
 from orderer.stats import BarrierRecord, Stats
 
 __all__ = ["BARRIER_EVENTS_PER_UPDATE", "barrier_report", "count"]
@@ -53,9 +53,9 @@ def barrier_report(
 
     At most :data:`BARRIER_EVENTS_PER_UPDATE` barriers get an Event of their own, the oldest
     first; one more sums up the rest. The answer holds only the newest barriers (the operator
-    asks for ``handlers.BARRIER_LOG_LIMIT``): when more resolved since the last update, the ones
-    before the oldest returned are counted from the totals (this answer's counters less the
-    previous status's) and the summary says so, without their offsets or sources."""
+    asks for ``handlers.timer.BARRIER_LOG_LIMIT``): when more resolved since the last update,
+    the ones before the oldest returned are counted from the totals (this answer's counters less
+    the previous status's) and the summary says so, without their offsets or sources."""
     before: Mapping[str, Any] = previous.get("barriers") or {}
     cursor = before.get("lastReportedOffset")
     out: dict[str, Any] = {}

@@ -2,10 +2,11 @@
 docs/scale-out.md): what each orderer answered, summed for the run, and one entry per orderer
 under ``status.orderers``.
 
-Called by :func:`evb_operator.status.observe_orderers` with each orderer's ``GetStats`` answer
-(:class:`OrdererAnswer`, made by the status timer in :mod:`evb_operator.handlers`); the run's
-conditions, the Spark job and the phase's last word stay :mod:`evb_operator.status`'s. Pure,
-as the rest of the status: the previous status comes in, the new fields go out.
+Called by :func:`evb_operator.status.report.observe_orderers` with each orderer's ``GetStats``
+answer (:class:`OrdererAnswer`, made by the status timer in :mod:`evb_operator.handlers.timer`);
+the run's conditions, the Spark job and the phase's last word stay
+:mod:`evb_operator.status.report`'s. Pure, as the rest of the status: the previous status comes
+in, the new fields go out.
 
 How the run's fields are made from N orderers (docs/scale-out.md, "What equals a single-orderer
 run"):
@@ -25,7 +26,7 @@ run"):
   at every orderer), the slowest consumer's; in seconds, the oldest over all.
 
 Each orderer's barrier log is reported from its own entry (``status.orderers[k].barriers``:
-its counters and where the operator is in its log, :func:`~evb_operator.status_barriers.
+its counters and where the operator is in its log, :func:`~evb_operator.status.barriers.
 barrier_report`), its Events prefixed with the orderer: every orderer resolves its copy of each
 barrier, and they can resolve differently.
 """
@@ -36,9 +37,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from evb_operator.conditions import Notice, Verdict
 from evb_operator.phases import RunPhase
-from evb_operator.status_barriers import barrier_report, count
+from evb_operator.status.barriers import barrier_report, count
+from evb_operator.status.conditions import Notice, Verdict
 from evb_operator.validation import ValidSpec
 from orderer.config import LIVE_PARAMETERS, OrdererConfig
 from orderer.stats import Stats
@@ -67,8 +68,8 @@ class OrdererAnswer:
 
 @dataclass(frozen=True)
 class OrderersView:
-    """What the orderers say, for :func:`evb_operator.status.observe_orderers` to put beside the
-    Spark job's state and the StatefulSet's."""
+    """What the orderers say, for :func:`evb_operator.status.report.observe_orderers` to put
+    beside the Spark job's state and the StatefulSet's."""
 
     fields: dict[str, Any]
     """The run's status fields: the summed counters and ``orderers``, the entries."""

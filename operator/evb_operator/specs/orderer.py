@@ -6,13 +6,14 @@ headless Service that names each orderer).
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from evb_operator import constants as c
-from evb_operator.specs_common import (
+from evb_operator.specs.common import (
     CONFIGMAP,
     HEADLESS,
     RESTRICTED_CONTAINER,
@@ -65,7 +66,7 @@ def serve_config(valid: ValidSpec) -> dict[str, Any]:
     return {
         **ordering,
         **slicing,
-        "run": valid.spec["run"],
+        "run": valid.run,
         "listen": f"[::]:{c.GRPC_PORT}",
         "dataDir": c.DATA_DIR,
         "metricsPort": c.METRICS_PORT,
@@ -83,7 +84,7 @@ def serve_args(valid: ValidSpec, peers: tuple[str, ...] = ()) -> list[str]:
     (flags win over the file; a change rolls the pod), as a
     :class:`~orderer.flags.serve.ServeCommand` writes them.
 
-    ``peers``: the orderers of a run over several (:func:`~evb_operator.specs_common.
+    ``peers``: the orderers of a run over several (:func:`~evb_operator.specs.common.
     orderer_peers`), given as ``--peers`` (``GetStats`` shows them: a source or the Spark job
     given one orderer's address finds the others) and followed by ``--orderer-index
     $(EVB_ORDERER_INDEX)``. Why a variable reference: the StatefulSet has one pod template for
@@ -91,20 +92,18 @@ def serve_args(valid: ValidSpec, peers: tuple[str, ...] = ()) -> list[str]:
     variables, here the pod's ordinal (:func:`_ordinal_variable`); no shell, no wrapper, no
     parsing of the pod's name. The flag is written by ``evb serve``'s own parser, as
     ServeCommand writes the others (its field is an integer, this value a reference to one)."""
-    orderer = valid.spec["orderer"]
-    tls = valid.spec.get("tls")
-    size_kept, age_kept = orderer.get("retentionBytes"), orderer.get("retentionSeconds")
+    pod, tls = valid.orderer_pod, valid.tls
     command = ServeCommand(
         config=Path(c.CONFIG_DIR, c.CONFIG_FILE),
-        fsync=orderer["fsync"],
-        max_payload_bytes=int(orderer["maxPayloadBytes"]),
-        strict_sources=bool(orderer["strictSources"]),
-        retention_bytes=None if size_kept is None else int(size_kept),
-        retention_seconds=None if age_kept is None else float(age_kept),
+        fsync=pod.fsync,
+        max_payload_bytes=pod.max_payload_bytes,
+        strict_sources=pod.strict_sources,
+        retention_bytes=pod.retention_bytes,
+        retention_seconds=pod.retention_seconds,
         tls_cert=None if tls is None else Path(c.TLS_DIR, "tls.crt"),
         tls_key=None if tls is None else Path(c.TLS_DIR, "tls.key"),
-        tls_client_ca=Path(c.TLS_DIR, "ca.crt") if tls is not None and tls["mutual"] else None,
-        token_file=Path(c.AUTH_DIR, c.TOKEN_FILE) if "auth" in valid.spec else None,
+        tls_client_ca=Path(c.TLS_DIR, "ca.crt") if tls is not None and tls.mutual else None,
+        token_file=Path(c.AUTH_DIR, c.TOKEN_FILE) if valid.auth is not None else None,
         peers=peers or None,
     )
     if not peers:
@@ -189,9 +188,7 @@ def build_statefulset_spec(
     being created at all. Rolling updates still go one pod at a time. (``serviceName`` and the
     policy cannot change on a StatefulSet; N cannot either.) With one orderer the StatefulSet
     is what it always was."""
-    spec = valid.spec
-    orderer_spec = spec["orderer"]
-    storage = spec["storage"]
+    orderer_pod, storage, tls = valid.orderer_pod, valid.storage, valid.tls
     pod_labels = labels_for(name, "orderer", labels)
     sliced = valid.orderers > 1
     peers = orderer_peers(name, namespace, valid.orderers) if sliced else ()
@@ -200,7 +197,7 @@ def build_statefulset_spec(
         env.append(_ordinal_variable())
     container: dict[str, Any] = {
         "name": "orderer",
-        "image": orderer_spec.get("image", default_image),
+        "image": default_image if orderer_pod.image is None else orderer_pod.image,
         "command": ["evb"],
         "args": serve_args(valid, peers),
         "ports": [
@@ -208,15 +205,15 @@ def build_statefulset_spec(
             {"name": "metrics", "containerPort": c.METRICS_PORT, "protocol": "TCP"},
         ],
         "env": env,
-        "readinessProbe": _probe("tls" in spec, periodSeconds=5),
+        "readinessProbe": _probe(tls is not None, periodSeconds=5),
         "livenessProbe": _probe(
-            "tls" in spec,
+            tls is not None,
             c.LIVENESS_SERVICE,
             initialDelaySeconds=10,
             periodSeconds=10,
             failureThreshold=6,
         ),
-        "resources": orderer_spec["resources"],
+        "resources": copy.deepcopy(dict(orderer_pod.resources)),
         "securityContext": dict(RESTRICTED_CONTAINER),
         "terminationMessagePolicy": TERMINATION_MESSAGE_POLICY,
         "volumeMounts": [
@@ -225,34 +222,34 @@ def build_statefulset_spec(
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
-    if "imagePullPolicy" in orderer_spec:
-        container["imagePullPolicy"] = orderer_spec["imagePullPolicy"]
+    if orderer_pod.image_pull_policy is not None:
+        container["imagePullPolicy"] = orderer_pod.image_pull_policy
     volumes: list[dict[str, Any]] = [
         {"name": "config", "configMap": {"name": c.CONFIG_NAME.format(name=name)}},
         {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
     ]
-    if "tls" in spec:
+    if tls is not None:
         container["volumeMounts"].append({"name": "tls", "mountPath": c.TLS_DIR, "readOnly": True})
         volumes.append(
             {
                 "name": "tls",
-                "secret": {"secretName": spec["tls"]["secretName"], "defaultMode": 0o440},
+                "secret": {"secretName": tls.secret_name, "defaultMode": 0o440},
             }
         )
-    if "auth" in spec:
+    if valid.auth is not None:
         container["volumeMounts"].append(
             {"name": "auth", "mountPath": c.AUTH_DIR, "readOnly": True}
         )
-        volumes.append(token_volume(valid))
+        volumes.append(token_volume(valid.auth))
     claim: dict[str, Any] = {
         "metadata": {"name": "data", "labels": pod_labels},
         "spec": {
             "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": storage["size"]}},
+            "resources": {"requests": {"storage": storage.size}},
         },
     }
-    if "storageClassName" in storage:
-        claim["spec"]["storageClassName"] = storage["storageClassName"]
+    if storage.storage_class_name is not None:
+        claim["spec"]["storageClassName"] = storage.storage_class_name
     pod: dict[str, Any] = {
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
@@ -275,7 +272,7 @@ def build_statefulset_spec(
             "podManagementPolicy": "Parallel" if sliced else "OrderedReady",
             "updateStrategy": {"type": "RollingUpdate"},
             "persistentVolumeClaimRetentionPolicy": {
-                "whenDeleted": "Retain" if storage["retainOnDelete"] else "Delete",
+                "whenDeleted": "Retain" if storage.retain_on_delete else "Delete",
                 "whenScaled": "Retain",
             },
             "template": {"metadata": {"labels": pod_labels}, "spec": pod},
@@ -295,7 +292,7 @@ def _orderer_check_skips(valid: ValidSpec) -> dict[str, str]:
         "CKV_K8S_43=the image is named by its version tag (spec.orderer.image may give a digest)",
         "CKV_K8S_15=a versioned tag never changes (spec.orderer.imagePullPolicy may say Always)",
     ]
-    if not valid.spec["networkPolicy"]["enabled"]:
+    if not valid.network_policy.enabled:
         reasons.append(
             "CKV2_K8S_6=this EventBuilder turned its NetworkPolicy off (spec.networkPolicy.enabled)"
         )

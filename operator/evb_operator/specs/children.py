@@ -1,8 +1,10 @@
 """Every child of an EventBuilder (:func:`build_children`): the whole manifest of each, from the
-pure ``build_<kind>_spec`` functions of ``specs_orderer`` (ConfigMap, StatefulSet, Service),
-``specs_network`` (NetworkPolicy), ``specs_forward`` (the forwarders), ``specs_spark`` (the
-SparkApplication) and ``specs_live`` (the live page's Service); what they share (kinds, labels,
-security contexts) is ``specs_common``.
+pure ``build_<kind>_spec`` functions of :mod:`~evb_operator.specs.orderer` (ConfigMap,
+StatefulSet, Services), :mod:`~evb_operator.specs.network` (NetworkPolicy),
+:mod:`~evb_operator.specs.forward` (the forwarders), :mod:`~evb_operator.specs.release` (the
+release), :mod:`~evb_operator.specs.spark` (the SparkApplication) and
+:mod:`~evb_operator.specs.live` (the live page's Service); what they share (kinds, labels,
+security contexts) is :mod:`~evb_operator.specs.common`'s.
 
 Called by :mod:`evb_operator.handlers` (which then adopts and creates them) and by the tests,
 which validate every object built here against the Kubernetes 1.32 schemas and the
@@ -32,11 +34,11 @@ differs in these, and with N = 1 every object is what it was before N existed:
 
 - the ConfigMap holds N and T too;
 - the StatefulSet has N pods, pod k orderer k, each with its own claim, one per node
-  (:func:`~evb_operator.specs_orderer.build_statefulset_spec`);
+  (:func:`~evb_operator.specs.orderer.build_statefulset_spec`);
 - Service ``<name>-orderer-headless`` (headless) governs it: orderer k is
   ``<name>-orderer-k.<name>-orderer-headless.<namespace>.svc:50051``;
 - Deployment ``<name>-release``: ``evb release`` over every orderer
-  (:func:`~evb_operator.specs_release.build_release_spec`);
+  (:func:`~evb_operator.specs.release.build_release_spec`);
 - the SparkApplication's ``--target`` names every orderer, in index order;
 - the NetworkPolicy lets the release in too.
 
@@ -54,18 +56,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from evb_operator.specs_common import ExtraLabels
-from evb_operator.specs_forward import build_forward_spec
-from evb_operator.specs_live import build_live_service_spec
-from evb_operator.specs_network import build_networkpolicy_spec
-from evb_operator.specs_orderer import (
+from evb_operator.specs.common import ExtraLabels
+from evb_operator.specs.forward import build_forward_spec
+from evb_operator.specs.live import build_live_service_spec
+from evb_operator.specs.network import build_networkpolicy_spec
+from evb_operator.specs.orderer import (
     build_configmap_spec,
     build_headless_service_spec,
     build_service_spec,
     build_statefulset_spec,
 )
-from evb_operator.specs_release import build_release_spec
-from evb_operator.specs_spark import build_sparkapplication_spec
+from evb_operator.specs.release import build_release_spec
+from evb_operator.specs.spark import build_sparkapplication_spec
 from evb_operator.validation import ValidSpec
 
 __all__ = ["build_children"]
@@ -93,7 +95,7 @@ def build_children(
     children.append(
         build_statefulset_spec(name, namespace, valid, default_image=orderer_image, labels=labels)
     )
-    if valid.spec["networkPolicy"]["enabled"]:
+    if valid.network_policy.enabled:
         children.append(
             build_networkpolicy_spec(
                 name,
@@ -104,7 +106,7 @@ def build_children(
                 labels=labels,
             )
         )
-    if valid.spec.get("upstreams"):
+    if valid.upstreams:
         children.append(
             build_forward_spec(name, namespace, valid, default_image=orderer_image, labels=labels)
         )

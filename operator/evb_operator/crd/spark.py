@@ -1,18 +1,19 @@
 """The Spark job's section of the ``EventBuilder`` spec (``spec.spark``): its image, how it builds
-events, its size, where the events go and its live page (:mod:`evb_operator.crd_live`).
+events, its size, where the events go and its live page (:mod:`evb_operator.crd.live`).
 
-Apart from :mod:`evb_operator.crd` because it is the largest section and changes with the job
-(``orderer/spark/job.py``), not with the orderer. The fields marked "Building" say how a run's
-events are built: the CRD's rule over them (``crd.BUILDING_FIELDS``) stays with the other rules.
+Apart from :mod:`evb_operator.crd.definition` because it is the largest section and changes
+with the job (``orderer/spark/job.py``), not with the orderer. The fields marked "Building" say
+how a run's events are built: the CRD's rule over them (``crd.BUILDING_FIELDS``) stays with the
+other rules.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from evb_operator.crd_live import ui_schema
-from evb_operator.crd_output import output_schema
-from evb_operator.crd_schema import _image, _integer, _number, _object, _spark_pod, _string
+from evb_operator.crd.live import ui_schema
+from evb_operator.crd.output import output_schema
+from evb_operator.crd.schema import _image, _integer, _number, _object, _spark_pod, _string
 
 __all__ = [
     "MAX_FRAGMENTS_PER_TRIGGER",

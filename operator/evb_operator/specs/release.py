@@ -15,7 +15,7 @@ from typing import Any
 
 from evb_operator import constants as c
 from evb_operator.phases import RunPhase
-from evb_operator.specs_common import (
+from evb_operator.specs.common import (
     RELEASE,
     ExtraLabels,
     client_container,
@@ -55,7 +55,7 @@ def release_args(name: str, namespace: str, valid: ValidSpec) -> list[str]:
 def release_replicas(valid: ValidSpec) -> int:
     """1 while the EventBuilder may still run; 0 once ``spec.state`` is Ended (no run begins
     again: :func:`build_release_spec` says why it matters)."""
-    return 0 if valid.spec["state"] == RunPhase.ENDED else 1
+    return 0 if valid.state == RunPhase.ENDED else 1
 
 
 def build_release_spec(
@@ -77,7 +77,7 @@ def build_release_spec(
     (``evb end-run``) while ``spec.state`` stays Running leaves it exiting at each start, at
     most once every 5 min (one ``GetStats`` per orderer each time): the cost of not knowing
     whether another run will begin. ``Recreate``: two releases never run at once."""
-    image = valid.spec["orderer"].get("image", default_image)
+    image = default_image if valid.orderer_pod.image is None else valid.orderer_pod.image
     found = client_security(valid)
     pod_labels = labels_for(name, "release", labels)
     container = client_container(

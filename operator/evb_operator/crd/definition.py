@@ -12,12 +12,12 @@ Transition rules (those that read ``oldSelf``) have no twin: only the API server
 object.
 
 The orderer's parameters are generated from the fields of :class:`orderer.config.OrdererConfig`
-(:mod:`evb_operator.crd_parameters`): their defaults, bounds and descriptions are written there
-once. The status schema and the printer columns come from :mod:`evb_operator.crd_status`; the
-fields of runs and upstreams from :mod:`evb_operator.crd_runs`; those of one run over several
-orderers (``orderers``, ``sliceTicks``) from :mod:`evb_operator.crd_slicing`; the Spark job's
-section from :mod:`evb_operator.crd_spark` (its live page from :mod:`evb_operator.crd_live`);
-the property builders and :class:`Rule` from :mod:`evb_operator.crd_schema`.
+(:mod:`evb_operator.crd.parameters`): their defaults, bounds and descriptions are written there
+once. The status schema and the printer columns come from :mod:`evb_operator.crd.status`; the
+fields of runs and upstreams from :mod:`evb_operator.crd.runs`; those of one run over several
+orderers (``orderers``, ``sliceTicks``) from :mod:`evb_operator.crd.slicing`; the Spark job's
+section from :mod:`evb_operator.crd.spark` (its live page from :mod:`evb_operator.crd.live`);
+the property builders and :class:`Rule` from :mod:`evb_operator.crd.schema`.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from evb_operator.crd_live import LIVE_RULES
-from evb_operator.crd_output import OUTPUT_RULES
-from evb_operator.crd_parameters import orderer_properties
-from evb_operator.crd_runs import RUN_RULES, run_properties
-from evb_operator.crd_schema import (
+from evb_operator.crd.live import LIVE_RULES
+from evb_operator.crd.output import OUTPUT_RULES
+from evb_operator.crd.parameters import orderer_properties
+from evb_operator.crd.runs import RUN_RULES, run_properties
+from evb_operator.crd.schema import (
     MAX_SECONDS,
     Rule,
     _image,
@@ -41,9 +41,9 @@ from evb_operator.crd_schema import (
     _resources,
     _string,
 )
-from evb_operator.crd_slicing import SLICING_RULES, slicing_properties
-from evb_operator.crd_spark import spark_schema
-from evb_operator.crd_status import PRINTER_COLUMNS, STATUS_SCHEMA
+from evb_operator.crd.slicing import SLICING_RULES, slicing_properties
+from evb_operator.crd.spark import spark_schema
+from evb_operator.crd.status import PRINTER_COLUMNS, STATUS_SCHEMA
 from evb_operator.phases import REQUESTED_STATES, RunPhase
 
 __all__ = [

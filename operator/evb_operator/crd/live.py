@@ -5,7 +5,7 @@ rule holds it).
 
 Why a port and nothing else: the page is read-only (GET and HEAD, the run's figures and
 histograms: ``orderer/spark/live/page.py``) and the operator decides the rest, the interface the
-driver listens on and the Service in front of it (:mod:`evb_operator.specs_live`). Why not below
+driver listens on and the Service in front of it (:mod:`evb_operator.specs.live`). Why not below
 1024: the driver runs as a non-root user without capabilities, which cannot bind there. Why not
 Spark's ports: the job binds the page before Spark starts, so a page on 7078 or 7079 would take
 the driver's RPC or block-manager port from Spark (its executors connect there), and one on 4040
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from evb_operator.crd_schema import Rule, _integer
+from evb_operator.crd.schema import Rule, _integer
 
 __all__ = ["LIVE_RULES", "MAX_UI_PORT", "MIN_UI_PORT", "SPARK_DRIVER_PORTS", "ui_schema"]
 

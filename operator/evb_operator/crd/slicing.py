@@ -2,7 +2,7 @@
 timestamp (docs/scale-out.md), with their CEL rules.
 
 Generated from the fields that carry them to the orderer, as the parameters are
-(:mod:`evb_operator.crd_parameters`): each property is named and typed by its field of
+(:mod:`evb_operator.crd.parameters`): each property is named and typed by its field of
 :class:`orderer.flags.serve.ServeCommand` (``orderers``, ``slice_ticks``: what the operator writes
 into the orderer pods' configuration) and rendered by the parameters' own renderer from a
 :class:`~orderer.config.SpecField`, its description and bounds. Those are written here, not on the
@@ -36,8 +36,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from evb_operator.crd_parameters import _kind, _scalar
-from evb_operator.crd_schema import Rule
+from evb_operator.crd.parameters import _kind, _scalar
+from evb_operator.crd.schema import Rule
 from orderer.config import SpecField, camel_case
 from orderer.flags.serve import ServeCommand
 

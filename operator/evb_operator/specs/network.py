@@ -4,11 +4,12 @@ metrics ports.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
 from evb_operator import constants as c
-from evb_operator.specs_common import (
+from evb_operator.specs.common import (
     NETWORKPOLICY,
     ExtraLabels,
     labels_for,
@@ -53,8 +54,8 @@ def build_networkpolicy_spec(
     Spark job's pods (by label), the release's (a run over several orderers) and the operator's
     pods; to its metrics port only from
     ``metricsFrom``. A policy with no rule for a port closes it."""
-    policy = valid.spec["networkPolicy"]
-    clients: list[dict[str, Any]] = [dict(peer) for peer in policy.get("allowedClients", [])]
+    policy = valid.network_policy
+    clients: list[dict[str, Any]] = [copy.deepcopy(dict(peer)) for peer in policy.allowed_clients]
     if valid.has_spark:
         clients.append({"podSelector": {"matchLabels": selector_labels(name, "spark")}})
     if valid.orderers > 1:  # evb release reads and ends sources at every orderer
@@ -65,10 +66,10 @@ def build_networkpolicy_spec(
     rules: list[dict[str, Any]] = []
     if clients:
         rules.append({"from": clients, "ports": [{"protocol": "TCP", "port": c.GRPC_PORT}]})
-    if policy.get("metricsFrom"):
+    if policy.metrics_from:
         rules.append(
             {
-                "from": [dict(peer) for peer in policy["metricsFrom"]],
+                "from": [copy.deepcopy(dict(peer)) for peer in policy.metrics_from],
                 "ports": [{"protocol": "TCP", "port": c.METRICS_PORT}],
             }
         )

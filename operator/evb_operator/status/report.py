@@ -1,14 +1,16 @@
 """An EventBuilder's status, and the Events worth posting, from what the operator observed.
 
-Called by the status timer in :mod:`evb_operator.handlers` with the orderer's ``GetStats`` answer
-(:func:`orderer.client.get_stats_async`, a :class:`orderer.stats.Stats`), the orderer's
-StatefulSet and the SparkApplication. Pure: the previous status comes in (counters from one update
-to the next are compared through it, so the operator keeps no memory of its own and survives
-restarts), the new status fields and the :class:`Notice` list go out; the caller patches and posts.
+Called by the status timer (:mod:`evb_operator.handlers.timer`) with the orderer's ``GetStats``
+answer (:func:`orderer.client.get_stats_async`, a :class:`orderer.stats.Stats`), the orderer's
+StatefulSet and the SparkApplication, and by the handlers with what their calls did
+(:func:`accepted`, :func:`invalid`, :func:`begun`, :func:`ended`). Pure: the previous status
+comes in (counters from one update to the next are compared through it, so the operator keeps
+no memory of its own and survives restarts), the new status fields and the :class:`Notice` list
+go out; the caller patches and posts.
 A run over several orderers: :func:`observe_orderers`, with every orderer's answer
-(:mod:`evb_operator.status_orderers` sums them and writes an entry per orderer); the barrier
-Events are :mod:`evb_operator.status_barriers`'s, the conditions' pieces
-:mod:`evb_operator.conditions`'.
+(:mod:`evb_operator.status.orderers` sums them and writes an entry per orderer); the barrier
+Events are :mod:`evb_operator.status.barriers`'s, the conditions' pieces
+:mod:`evb_operator.status.conditions`'.
 
 Generations, as Kubernetes users read them (a Deployment's status works the same way):
 ``status.observedGeneration`` is the ``metadata.generation`` the operator last acted on (accepted
@@ -23,11 +25,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from evb_operator.conditions import Notice, Verdict, find, set_condition
 from evb_operator.phases import FINAL_PHASES, ConditionType, RunPhase
-from evb_operator.specs_live import PageAddress
-from evb_operator.status_barriers import BARRIER_EVENTS_PER_UPDATE, barrier_report, count
-from evb_operator.status_orderers import OrdererAnswer, drift, observe_each
+from evb_operator.specs.live import PageAddress
+from evb_operator.status.barriers import BARRIER_EVENTS_PER_UPDATE, barrier_report, count
+from evb_operator.status.conditions import Notice, Verdict, find, set_condition
+from evb_operator.status.orderers import OrdererAnswer, drift, observe_each
+from evb_operator.typed_spec import Tls
 from evb_operator.validation import ValidSpec
 from orderer.stats import Stats
 
@@ -275,7 +278,7 @@ def observe_orderers(
     page: PageAddress | None = None,
 ) -> tuple[dict[str, Any], list[Notice]]:
     """:func:`observe` for a run over several orderers: ``answers`` holds every orderer's, in
-    index order (:mod:`evb_operator.status_orderers` says how they are summed); ``endpoint``
+    index order (:mod:`evb_operator.status.orderers` says how they are summed); ``endpoint``
     is the run's address (its Service, which answers for any one orderer and names the others);
     ``page`` as :func:`observe`'s (one live page for the run: the job's).
 
@@ -373,8 +376,9 @@ def _with_spark_and_ready(
                 )
             )
     _page(previous, new, page)
-    if "tls" in valid.spec:
-        verdicts[ConditionType.TLS] = _tls_condition(valid, unreachable is None)
+    if valid.tls is not None:
+        served = unreachable is None
+        verdicts[ConditionType.TLS] = _tls_condition(valid.tls, valid.auth is not None, served)
     verdicts[ConditionType.READY] = ready(
         acted=_generation_of(previous),
         generation=generation,
@@ -435,18 +439,18 @@ def _counters(stats: Stats) -> dict[str, Any]:
     return new
 
 
-def _tls_condition(valid: ValidSpec, served: bool) -> Verdict:
+def _tls_condition(tls: Tls, token: bool, served: bool) -> Verdict:
     """TLS=True once the orderer answered the operator over TLS (the operator never falls back
-    to plaintext, so an answer proves the endpoint serves TLS); False until then."""
-    tls = valid.spec["tls"]
-    how = "mutual TLS" if tls["mutual"] else "TLS"
-    if "auth" in valid.spec:
+    to plaintext, so an answer proves the endpoint serves TLS); False until then. ``token``:
+    the spec has ``spec.auth`` too."""
+    how = "mutual TLS" if tls.mutual else "TLS"
+    if token:
         how += " with a bearer token"
     if served:
         return Verdict(
             True,
             "Served",
-            f"the orderer serves {how} with the certificate of Secret {tls['secretName']}",
+            f"the orderer serves {how} with the certificate of Secret {tls.secret_name}",
         )
     return Verdict(False, "NotVerified", f"the orderer has not answered over {how} yet")
 
@@ -457,7 +461,7 @@ def _late_burst(
     """A Warning when more late fragments than ``alerts.lateBurst`` came since the last update."""
     notices = []
     late = new["late"] - count(previous, "late")
-    if late >= valid.spec["alerts"]["lateBurst"]:
+    if late >= valid.alerts.late_burst:
         notices.append(
             Notice(
                 "Warning",

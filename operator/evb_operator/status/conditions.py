@@ -1,9 +1,9 @@
 """The pieces an EventBuilder's status is written with: a condition's value (:class:`Verdict`),
 the conditions list (:func:`set_condition`) and an Event to post (:class:`Notice`).
 
-Apart from :mod:`evb_operator.status` because its parts (the barrier Events of
-:mod:`evb_operator.status_barriers`, the orderers of a run over several in
-:mod:`evb_operator.status_orderers`) write them too, and ``status`` imports those parts.
+Apart from :mod:`evb_operator.status.report` because its parts (the barrier Events of
+:mod:`evb_operator.status.barriers`, the orderers of a run over several in
+:mod:`evb_operator.status.orderers`) write them too, and ``report`` imports those parts.
 """
 
 from __future__ import annotations

@@ -8,17 +8,18 @@ partitions into its own pod. A user who writes ``file://`` expects the events to
 afterwards, so such a spec is refused unless it names a PersistentVolumeClaim, which the
 operator mounts at the output path in the driver and every executor (several nodes need a
 ReadWriteMany claim). Object storage (``s3a://``) and the other Hadoop file systems need none.
+The SparkApplication gets the volume and its mounts at :func:`mount_path`
+(:func:`evb_operator.specs.spark.output_volume`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import Any
 
-from evb_operator.crd_schema import Rule, _object, _string
+from evb_operator.crd.schema import Rule, _object, _string
 
-__all__ = ["OUTPUT_RULES", "is_local", "mount_path", "output_schema", "output_volume"]
+__all__ = ["OUTPUT_RULES", "is_local", "mount_path", "output_schema"]
 
 _SCHEME = r"^[a-zA-Z][a-zA-Z0-9+.-]*:"
 """A Hadoop path with a scheme (``s3a:``, ``hdfs:``, ``file:``)."""
@@ -89,11 +90,3 @@ OUTPUT_RULES: tuple[Rule, ...] = (
 )
 """The rules of ``spec.spark.output`` (``crd.RULES`` holds them with the others)."""
 
-
-def output_volume(output: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """The volume and the mount of ``output.volumeClaim``; None without one."""
-    claim = output.get("volumeClaim")
-    if claim is None:
-        return None
-    volume = {"name": "output", "persistentVolumeClaim": {"claimName": claim}}
-    return volume, {"name": "output", "mountPath": mount_path(str(output["path"]))}

@@ -4,10 +4,9 @@ upstream (:func:`build_forward_spec` says why not in the orderer's pod).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from evb_operator.specs_common import (
+from evb_operator.specs.common import (
     FORWARD,
     ExtraLabels,
     client_container,
@@ -16,6 +15,7 @@ from evb_operator.specs_common import (
     labels_for,
     run_targets,
 )
+from evb_operator.typed_spec import Upstream
 from evb_operator.validation import ValidSpec
 from orderer.flags.forward import ForwardCommand
 
@@ -32,18 +32,17 @@ FORWARD_RESOURCES: dict[str, Any] = {
 """A forwarder's container: it holds at most a few replies of the upstream in memory."""
 
 
-def forward_args(upstream: Mapping[str, Any], orderer: str) -> list[str]:
+def forward_args(upstream: Upstream, orderer: str) -> list[str]:
     """``evb forward`` arguments for one of ``spec.upstreams`` into ``orderer`` (this
     EventBuilder's gRPC address; a run over several orderers: each one's, comma-separated, which
     ``evb forward`` routes over as every source does), as a
     :class:`~orderer.flags.forward.ForwardCommand` writes them (its credentials are the pod's
     variables: :func:`build_forward_spec`)."""
-    as_source = upstream.get("asSource")
     return ForwardCommand(
-        upstream=upstream["target"],
+        upstream=upstream.target,
         downstream=orderer,
-        as_source=None if as_source is None else int(as_source),
-        consumer=upstream.get("consumer"),
+        as_source=upstream.as_source,
+        consumer=upstream.consumer,
     ).to_argv()
 
 
@@ -66,7 +65,7 @@ def build_forward_spec(
 
     The forwarders present this EventBuilder's credentials (``spec.tls``, ``spec.auth``) to
     both ends: ``evb forward`` has one set of them, so each upstream must accept them."""
-    image = valid.spec["orderer"].get("image", default_image)
+    image = default_image if valid.orderer_pod.image is None else valid.orderer_pod.image
     target = run_targets(name, namespace, valid)  # several orderers: each, in index order
     found = client_security(valid)
     pod_labels = labels_for(name, "forward", labels)
@@ -75,6 +74,6 @@ def build_forward_spec(
             f"forward-{index}", valid, image, forward_args(upstream, target), found,
             FORWARD_RESOURCES,
         )
-        for index, upstream in enumerate(valid.spec["upstreams"])
+        for index, upstream in enumerate(valid.upstreams)
     ]
     return client_deployment(FORWARD, name, namespace, "forward", pod_labels, 1, containers, found)

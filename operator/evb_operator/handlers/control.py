@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from evb_operator.status_orderers import OrdererAnswer
+from evb_operator.status.orderers import OrdererAnswer
 from orderer import client as orderer_client
 from orderer.client.each import (
     Outcome,
