@@ -6,7 +6,7 @@ Why here and not beside the simulation (:mod:`orderer.replay.sliced`): the repla
 results (:class:`~orderer.replay.sliced.SlicedRun`) and writes ``--stats`` from them; how they are
 drawn for a reader is the command's, as :mod:`orderer.apps.demo` draws its replay's counters.
 
-Called by ``evb replay --orderers`` (:mod:`orderer.cli`).
+Called by ``evb replay --orderers`` (:mod:`orderer.apps.replay`).
 """
 
 from __future__ import annotations

@@ -17,7 +17,6 @@ import dataclasses
 import json
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import IO, Any
 
 from orderer.cli.arguments import renamed, sweep_from_flags
@@ -43,185 +42,23 @@ __all__ = [
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from orderer.formats.result_files import check_results
-    from orderer.replay.stream import input_files, recorded_parameters
-    from orderer.replay.sweep import (
-        Setting,
-        output_for,
-        print_summary,
-        replay_sweep,
-        write_sweep_stats,
-    )
+    """``evb replay`` (:mod:`orderer.apps.replay`). The ordering flags go over a base that the
+    replay reads from INPUT (a data directory's recorded parameters): they are passed as a
+    function of it."""
+    from orderer.apps.replay import run_replay
 
-    if args.input is not None and "," in str(args.input) and not args.input.exists():
-        return _replay_orderers(args)  # d0,d1,d2: N orderers' own arrival logs
-    # a data directory's own parameters under the flags: replayed as it was recovered
-    base = None if args.input is None else recorded_parameters(args.input)
-    grid = [Setting(params, config) for params, config in sweep_from_flags(args, base)]
-    if args.orderers is not None or args.slice_ticks is not None or args.dt is not None:
-        return _replay_sliced(args, grid)
-    if (args.input is None) == (args.nscldaq is None):
-        raise ConfigError("INPUT", None, "give either INPUT or --nscldaq FILE...")
-    if args.nscldaq is not None and (args.output is None or len(grid) > 1):
-        raise ConfigError("--nscldaq", None, "needs --output OUT.jsonl and one setting")
-    targets = [] if args.output is None else [
-        ("--output", output_for(args.output, setting, len(grid) > 1)) for setting in grid
-    ]
-    if args.stats is not None:
-        targets.append(("--stats", args.stats))
-    inputs = (
-        [Path(name) for name in args.nscldaq if name != "-"]
-        if args.nscldaq is not None else input_files(args.input)
-    )
-    check_results(targets, inputs, overwrite=args.overwrite)
-    if args.nscldaq is not None:
-        return _replay_nscldaq(args, grid[0].config)
-    table = len(grid) > 1 or (args.output is None and args.stats is None)
-    results = replay_sweep(args.input, grid, args.output, delays=table)
-    if args.stats is not None:
-        write_sweep_stats(args.stats, grid, results)
-    if table:
-        print_summary(grid, results)
-    return 0
-
-
-def _replay_sliced(args: argparse.Namespace, grid: list[Any]) -> int:
-    """``evb replay --orderers N --slice-ticks T``: INPUT as N time-sliced orderers order it,
-    against one orderer (:mod:`orderer.replay.sliced`); a table
-    (:mod:`orderer.apps.sliced_table`), or ``--stats``."""
-    from orderer.apps.sliced_table import print_summary
-    from orderer.formats.result_files import check_results, staged
-    from orderer.replay.sliced import replay_sliced
-    from orderer.replay.slicing import parse_slicings
-    from orderer.replay.stream import input_batches, input_files
-
-    if args.orderers is None and args.slice_ticks is None:
-        raise ConfigError("--dt", args.dt, "counts events only with --orderers and --slice-ticks")
-    if args.slice_ticks is None:
-        raise ConfigError("--slice-ticks", None, "is needed with --orderers (the slice length)")
-    if args.orderers is None:
-        raise ConfigError("--orderers", None, "is needed with --slice-ticks (how many orderers)")
-    if args.input is None:
-        raise ConfigError("INPUT", None, "--orderers replays INPUT (not --nscldaq)")
-    if args.output is not None:
-        raise ConfigError(
-            "--output", str(args.output), "--orderers compares outputs and writes none; "
-            "--stats STATS.json writes the comparison",
-        )
-    if len(grid) > 1:
-        raise ConfigError(
-            "--orderers", args.orderers, "compares one setting of the ordering flags; "
-            "sweep --build-window and the like without it",
-        )
-    slicings = parse_slicings(args.orderers, args.slice_ticks)
-    check_results(
-        [] if args.stats is None else [("--stats", args.stats)], input_files(args.input),
+    run_replay(
+        args.input,
+        settings=lambda base: sweep_from_flags(args, base),
+        nscldaq=args.nscldaq,
+        skip_unstamped=args.skip_unstamped,
+        output=args.output,
+        stats=args.stats,
         overwrite=args.overwrite,
+        orderers=args.orderers,
+        slice_ticks=args.slice_ticks,
+        dt=args.dt,
     )
-    run = replay_sliced(_rereadable(input_batches, args.input), grid[0].config, slicings, args.dt)
-    if args.stats is not None:
-        with staged(args.stats) as written:
-            written.write_text(json.dumps(run.to_json(), indent=1) + "\n", encoding="utf-8")
-    if args.stats is None or len(slicings) > 1:
-        print_summary(run, args.dt)
-    return 0
-
-
-def _replay_orderers(args: argparse.Namespace) -> int:
-    """``evb replay d0,d1,d2``: the data directories of a run over N orderers, in their order,
-    each arrival log through an orderer of its own (its recorded parameters, flags over them),
-    merged and, with ``--dt``, built as the simulation does (:mod:`orderer.replay.sliced_logs`):
-    the merged stream and the events the Spark job over those orderers must make. Prints a
-    summary as JSON; ``--output`` writes the events (without ``--dt``: the merged stream's
-    rows), ``--stats`` the summary."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from orderer.building.config import GlomConfig
-    from orderer.cli.arguments import config_from_flags
-    from orderer.formats.result_files import check_results, staged
-    from orderer.replay.sliced_logs import replay_orderers, slicing_of
-    from orderer.replay.stream import input_files, recorded_parameters
-
-    dirs = [Path(part) for part in str(args.input).split(",")]
-    for directory in dirs:
-        if not directory.is_dir():
-            raise ConfigError("INPUT", str(directory), "is not a data directory (a list of "
-                              "several is a run's orderers' data directories, in their order)")
-    if args.nscldaq is not None:
-        raise ConfigError("--nscldaq", None, "replays ring items, not a run's orderers")
-    slicing = slicing_of(dirs)
-    for flag, given, value in (("--orderers", args.orderers, slicing.orderers),
-                               ("--slice-ticks", args.slice_ticks, slicing.slice_ticks)):
-        if given is not None and given != str(value):
-            raise ConfigError(flag, given, f"the data directories are a run of {slicing.label}")
-    if len(sweep_from_flags(args, None)) > 1:
-        raise ConfigError("INPUT", str(args.input), "replays the run's orderers with one "
-                          "setting of the ordering flags; a sweep is not taken here")
-    configs = [config_from_flags(args, recorded_parameters(d)) for d in dirs]
-    if args.output is not None and args.output.suffix not in (".parquet", ".arrow"):
-        raise ConfigError("--output", str(args.output), "must be OUT.parquet or OUT.arrow")
-    results = [(flag, path) for flag, path in (("--output", args.output), ("--stats", args.stats))
-               if path is not None]
-    check_results(results, [f for d in dirs for f in input_files(d)], overwrite=args.overwrite)
-    run = replay_orderers(dirs, None if args.dt is None else GlomConfig(args.dt), configs)
-    summary = json.dumps(run.to_json(), indent=1) + "\n"
-    if args.output is not None:
-        table = run.fragments if run.events is None else run.events
-        with staged(args.output) as written:
-            if args.output.suffix == ".parquet":
-                pq.write_table(table, written)
-            else:
-                with pa.OSFile(str(written), "wb") as sink, pa.ipc.new_stream(
-                    sink, table.schema
-                ) as stream_writer:
-                    stream_writer.write_table(table)
-    if args.stats is not None:
-        with staged(args.stats) as written:
-            written.write_text(summary, encoding="utf-8")
-    sys.stdout.write(summary)
-    return 0
-
-
-def _rereadable(read: Any, path: Path, keep: int = 1 << 22) -> Any:
-    """``read(path)`` as a function each pass calls: the first pass keeps what it read when that
-    is at most ``keep`` records (a JSON Lines run, read slowly, is not parsed again), else every
-    pass reads again (a long columnar run streams)."""
-    kept: list[Any] = []
-    whole = [False]
-
-    def batches() -> Iterator[Any]:
-        if whole[0]:
-            yield from kept
-            return
-        rows = 0
-        for batch in read(path):
-            rows += len(batch)
-            if rows <= keep:
-                kept.append(batch)
-            else:
-                kept.clear()
-            yield batch
-        whole[0] = rows <= keep
-
-    return batches
-
-
-def _replay_nscldaq(args: argparse.Namespace, config: Any) -> int:
-    """``evb replay --nscldaq``: the ring items' fragments as records, all at t = 0, through
-    the same replay (and output) as a JSON Lines run."""
-    from orderer.formats.json_lines import write_emitted
-    from orderer.formats.result_files import staged
-    from orderer.nscldaq.reader import read_records
-    from orderer.replay.simulate import replay
-    from orderer.replay.stream import write_stats
-
-    records = read_records(args.nscldaq, skip_unstamped=args.skip_unstamped)
-    emitted, counters = replay(records, config)
-    with staged(args.output) as written, written.open("w", encoding="utf-8") as out:
-        write_emitted(emitted, out)
-    if args.stats is not None:
-        write_stats(args.stats, counters)
     return 0
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "recorded_parameters",
     "replay_into",
     "replay_path",
+    "rereadable_batches",
     "write_stats",
 ]
 
@@ -209,6 +210,31 @@ def input_batches(path: Path) -> Iterator[ArrivalRecords]:
             yield records
     except (pa.ArrowInvalid, OSError) as error:
         raise ConfigError(str(path), None, f"not a readable Arrow IPC file ({error})") from None
+
+
+def rereadable_batches(path: Path, keep: int = 1 << 22) -> Callable[[], Iterator[ArrivalRecords]]:
+    """:func:`input_batches` of ``path`` as a function each pass of a simulation calls (the
+    sliced replay makes one pass a setting): the first pass keeps what it read when that is at
+    most ``keep`` records (a JSON Lines run, read slowly, is not parsed again), else every pass
+    reads again (a long columnar run streams)."""
+    kept: list[ArrivalRecords] = []
+    whole = [False]
+
+    def batches() -> Iterator[ArrivalRecords]:
+        if whole[0]:
+            yield from kept
+            return
+        rows = 0
+        for batch in input_batches(path):
+            rows += len(batch)
+            if rows <= keep:
+                kept.append(batch)
+            else:
+                kept.clear()
+            yield batch
+        whole[0] = rows <= keep
+
+    return batches
 
 
 class Sink(Protocol):

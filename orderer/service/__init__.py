@@ -4,6 +4,9 @@ Modules, from the edge inwards: :mod:`~orderer.service.server` (start and serve:
 checking, reflection, ``serve()``), :mod:`~orderer.service.servicer` (the grpc.aio servicer:
 messages in and out, errors to status codes), :mod:`~orderer.service.orderer_service` (the
 ``OrdererService`` domain class: input, deadlines, the run's lifetime),
+:mod:`~orderer.service.opening` (what opening it on its data directory takes: the run
+recovered, the slice index rebuilt, the restart's live changes), :mod:`~orderer.service.deadlines`
+(its one timer, on the orderer's next deadline),
 :mod:`~orderer.service.inspection` (what it shows of itself: ``GetStats``, the metrics snapshot),
 :mod:`~orderer.service.submit_stream` (one ``Submit`` call's acks and flow signals),
 :mod:`~orderer.service.intake` (input taken in one pass), :mod:`~orderer.service.group_commit`

@@ -20,44 +20,45 @@ every earlier time, so that the arrival log replays to the same output) as one i
 ``Ack`` (:meth:`OrdererService._apply`). A write round (group commit) makes the logs durable and
 then releases the acks and the new output to subscribers, which only ever see durable output.
 Deadlines are served by one ``loop.call_later`` on the orderer's next deadline, re-armed after
-every call: no polling.
+every call (:mod:`~orderer.service.deadlines`): no polling.
 
 Which thread does what: the loop's receives messages, sends replies and keeps the books; the
 orderer's thread decodes, orders and takes the output; one thread per log writes and syncs
 (:mod:`~orderer.service.group_commit`). Nothing per fragment runs on the loop's thread.
 
 The run lives in its data directory (:mod:`~orderer.service.data_dir`), locked while a service
-runs on it: :meth:`OrdererService.open` recovers the run the logs hold,
-:meth:`OrdererService.close` makes everything durable and releases the lock.
+runs on it: :meth:`OrdererService.open` recovers the run the logs hold
+(:mod:`~orderer.service.opening`), :meth:`OrdererService.close` makes everything durable and
+releases the lock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
 from orderer.api import Orderer
 from orderer.batch import ArrivalRecords, EmittedBatch
-from orderer.config import OrdererConfig, parameter_value
+from orderer.config import OrdererConfig
 from orderer.errors import InterfaceError, ServiceUnavailable
-from orderer.replay.slicing import Slicing
-from orderer.service import data_dir, restart
+from orderer.service import restart
 from orderer.service.consumers import ConsumerOffsets
+from orderer.service.deadlines import DeadlineTimer
 from orderer.service.diagnostics import BarrierLog
 from orderer.service.group_commit import GroupCommit
 from orderer.service.ingest import Ingest
 from orderer.service.inspection import Inspection
 from orderer.service.logs import ArrivalLog, OrderedLog
 from orderer.service.metrics import ArrivalLatency, BarrierTally, MetricsSnapshot
+from orderer.service.opening import open_directory, slice_owner, wanted_changes
 from orderer.service.orderer_thread import Step
 from orderer.service.recovery import Recovered
 from orderer.service.runs import RunTable
-from orderer.service.settings import GivenParameter, ServiceConfig, every_parameter
-from orderer.service.slices import PieceCutter, PieceIndex, SliceOwner
+from orderer.service.settings import GivenParameter, ServiceConfig
+from orderer.service.slices import PieceCutter, PieceIndex
 from orderer.service.submit_stream import END_OF_STREAM, SubmitStream
 from orderer.service.subscriptions import Retention, Subscriptions
 from orderer.stats import SliceIndex, SliceRole, Stats
@@ -66,23 +67,6 @@ from orderer.wire.limits import REPLY_MAX_BYTES, BatchLimits
 __all__ = ["OrdererService"]
 
 log = logging.getLogger("evb.service")
-
-
-def _owner(role: SliceRole) -> SliceOwner | None:
-    """What refuses other orderers' fragments: none for a plain orderer (nothing to check,
-    nothing paid), nor for N = 1 (it owns every slice)."""
-    if not role.sliced or role.slice_ticks is None:
-        return None
-    return SliceOwner(Slicing(role.orderers, role.slice_ticks), role.index)
-
-
-def _rebuilding(index: PieceIndex, cutter: PieceCutter) -> Callable[[EmittedBatch], None]:
-    """What recovery hands each batch its replay emits: cut, and folded in at once."""
-
-    def cut(emitted: EmittedBatch) -> None:
-        index.fold(cutter.cut(emitted))
-
-    return cut
 
 
 class OrdererService:
@@ -122,8 +106,11 @@ class OrdererService:
         self._runs = RunTable(run, recovered.runs, ended=recovered.run_ended)
         self._streams: set[SubmitStream] = set()
         self._paused: dict[int, bool] = {}
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: float | None = None
+        self._deadlines = DeadlineTimer(
+            clock=lambda: self._ingest.clock(),
+            due=lambda deadline: self._ingest.advance_soon(deadline),
+            stopped=lambda: self._closed or self.failed is not None,
+        )
         self._closed = False
         self.failed: BaseException | None = None
         """A storage error the service cannot get over: it takes no more input (exit, restart)."""
@@ -172,7 +159,7 @@ class OrdererService:
             refusal=self._storage_refusal,
             deliver=self._apply,
             on_error=self._fail,
-            owner=_owner(self.role),
+            owner=slice_owner(self.role),
             cutter=cutter,
         )
         self._inspection = Inspection(
@@ -189,7 +176,7 @@ class OrdererService:
             ordered=ordered,
             role=self.role,
         )
-        self._rearm(self._orderer.next_deadline())
+        self._deadlines.rearm(self._orderer.next_deadline())
 
     @classmethod
     def open(
@@ -202,25 +189,10 @@ class OrdererService:
         the parameters it recorded; of ``config``, only the parameters ``given`` count (None:
         all of them), each weighed against the run's (:mod:`~orderer.service.restart`): the
         live changes they ask for wait for :meth:`apply_restart_changes`. The directory is
-        locked: a second server on it (two pods on one volume) is refused."""
-        slicing = service.slicing
-        index: PieceIndex | None = None
-        cutter: PieceCutter | None = None
-        rebuild: Callable[[EmittedBatch], None] | None = None
-        if slicing is not None:
-            index, cutter = PieceIndex(), PieceCutter(slicing, service.orderer_index)
-            # the recovery's replay emits the whole output again: the slice index is rebuilt
-            # from it (everything it emits is durable once it returns)
-            rebuild = _rebuilding(index, cutter)
-        run = data_dir.open_run(
-            config,
-            service.data_dir,
-            given=every_parameter() if given is None else given,
-            fsync=service.fsync,
-            segment_bytes=service.segment_bytes,
-            role=service.slice_role,
-            emitted=rebuild,
-        )
+        locked: a second server on it (two pods on one volume) is refused
+        (:mod:`~orderer.service.opening`)."""
+        directory = open_directory(config, service, given)
+        run = directory.run
         sources = run.recovered.orderer.config.sources  # the run's, whatever was given
         opened = cls(
             recovered=run.recovered,
@@ -238,8 +210,8 @@ class OrdererService:
             consumers=ConsumerOffsets(service.data_dir / "consumers.json"),
             run=service.run,
             role=service.slice_role,
-            slice_index=index,
-            cutter=cutter,
+            slice_index=directory.slice_index,
+            cutter=directory.cutter,
         )
         opened._restart_changes = run.changes
         return opened
@@ -250,25 +222,7 @@ class OrdererService:
         logged with both values; one already in force (a live change before the restart) is
         left as it is."""
         changes, self._restart_changes = self._restart_changes, ()
-        wanted: dict[str, Any] = {}
-        for change in changes:
-            before = parameter_value(self._orderer.config, change.name)
-            if before == change.value:
-                log.info(
-                    "%s: %s (%s) is in force already",
-                    change.name,
-                    restart.shown(change.name, change.value),
-                    change.written,
-                )
-                continue
-            wanted[change.name] = change.value
-            log.info(
-                "%s: %s -> %s (%s differs from the run's), a live change after recovery",
-                change.name,
-                restart.shown(change.name, before),
-                restart.shown(change.name, change.value),
-                change.written,
-            )
+        wanted = wanted_changes(self._orderer.config, changes)
         if wanted:
             await self.configure(wanted)
 
@@ -284,31 +238,6 @@ class OrdererService:
     def durable_offset(self) -> int:
         """Offset of the next ordered fragment that is not durable yet; subscribers see below."""
         return self._commit.durable_offset
-
-    # ------------------------------------------------------------------ time
-
-    def _rearm(self, deadline: float | None) -> None:
-        """One timer, on the orderer's next deadline (as the last step said)."""
-        if self._closed or self.failed:
-            deadline = None
-        if deadline is not None and deadline == self._timer_at and self._timer is not None:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = self._timer_at = None
-        if deadline is None:
-            return
-        loop = asyncio.get_running_loop()
-        delay = max(0.0, deadline - self._ingest.clock())
-        self._timer = loop.call_later(delay, self._on_deadline)
-        self._timer_at = deadline
-
-    def _on_deadline(self) -> None:
-        deadline = self._timer_at if self._timer_at is not None else -math.inf
-        self._timer = self._timer_at = None
-        if self._closed or self.failed:
-            return
-        self._ingest.advance_soon(deadline)
 
     # ------------------------------------------------------------------ input
 
@@ -383,7 +312,7 @@ class OrdererService:
         their acks owed to that generation, flow signals relayed, the timer re-armed, a
         command's caller answered."""
         commit = self._commit
-        deadline: float | None = self._timer_at
+        deadline: float | None = self._deadlines.at
         rearm = False
         for step in steps:
             for stream, source in step.sources:
@@ -431,7 +360,7 @@ class OrdererService:
                 else:
                     future.set_result((step.value, generation))
         if rearm:
-            self._rearm(deadline)
+            self._deadlines.rearm(deadline)
         commit.start()
 
     async def _call(self, run: Callable[[], Step]) -> tuple[Any, int]:
@@ -551,7 +480,7 @@ class OrdererService:
         self._commit.fail(error)
         self._ingest.written()  # what it held back is refused now
         self.health_changed.set()
-        self._rearm(None)
+        self._deadlines.rearm(None)
         for stream in self._streams:
             stream.abandon()
         for call in self._commands:
@@ -626,7 +555,7 @@ class OrdererService:
             return
         self._closed = True
         self._commit.shut()
-        self._rearm(None)
+        self._deadlines.rearm(None)
         self._output.close()
         closed: asyncio.Future[tuple[Any, int]] = asyncio.get_running_loop().create_future()
         closed.add_done_callback(self._finish_streams)
