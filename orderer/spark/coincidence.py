@@ -60,6 +60,10 @@ axis, bins above it) -> fragments; (source i, source j, 0) -> events."""
 
 _CELLS = 1 << 20
 """Cells of one block of the event x source incidence matrix (8 MiB of float64)."""
+_DENSE_CELLS = 1 << 16
+"""Key triples counted with ``bincount`` at most (or as many as the rows): 512 KiB."""
+_SET_BITS = 62
+"""Sources of a batch whose events' sets are counted as integers (bits of an int64)."""
 
 
 def spectrum_axis(dt: int | None) -> bh.axis.Regular:
@@ -130,43 +134,74 @@ def counted(kind: int, *keys: np.ndarray) -> tuple[np.ndarray, ...]:
     """Rows ``kind, a, b, c, count`` of the distinct key triples.
 
     Why codes and not ``numpy.unique(axis=0)``: that one sorts the rows as opaque records, ten
-    times slower than sorting integers; each key's values are numbered instead (a sort of each
-    column), the three numbers made one integer, and those counted."""
+    times slower than sorting integers. The three keys are made one integer: from their value
+    ranges where the ranges' product is small (sources, bins, flags: one pass, counted with
+    ``bincount``, no sort at all), else from each key's values numbered (a sort of each column);
+    those integers are counted."""
     if keys[0].size == 0:
         empty = np.zeros(0, np.int64)
         return (empty, empty, empty, empty, empty)
-    uniques, codes = [], []
-    for key in keys:
-        values, code = np.unique(np.asarray(key, np.int64), return_inverse=True)
-        uniques.append(values)
-        codes.append(code.astype(np.int64).reshape(-1))
-    combined = np.zeros(keys[0].size, np.int64)
-    for values, code in zip(uniques, codes, strict=True):
-        combined = combined * values.size + code  # < the number of rows cubed: no overflow
-    cells, count = np.unique(combined, return_counts=True)
-    columns = []
-    for values in reversed(uniques):
-        columns.append(values[cells % values.size])
-        cells = cells // values.size
-    a, b, c = reversed(columns)
+    columns = [np.asarray(key, np.int64).reshape(-1) for key in keys]
+    lows = [int(column.min()) for column in columns]
+    spans = [int(column.max()) - low + 1 for column, low in zip(columns, lows, strict=True)]
+    cells_in_all = spans[0] * spans[1] * spans[2]
+    if cells_in_all <= max(_DENSE_CELLS, columns[0].size):
+        combined = np.zeros(columns[0].size, np.int64)
+        for column, low, span in zip(columns, lows, spans, strict=True):
+            combined = combined * span + (column - low)
+        tally = np.bincount(combined, minlength=cells_in_all)
+        cells = np.flatnonzero(tally)
+        count = tally[cells]
+        values = [
+            np.arange(low, low + span, dtype=np.int64)
+            for low, span in zip(lows, spans, strict=True)
+        ]
+    else:
+        values, codes = [], []
+        for column in columns:
+            unique, code = np.unique(column, return_inverse=True)
+            values.append(unique)
+            codes.append(code.astype(np.int64).reshape(-1))
+        combined = np.zeros(columns[0].size, np.int64)
+        for unique, code in zip(values, codes, strict=True):
+            combined = combined * unique.size + code  # < the number of rows cubed: no overflow
+        cells, count = np.unique(combined, return_counts=True)
+    out = []
+    for unique in reversed(values):
+        out.append(unique[cells % unique.size])
+        cells = cells // unique.size
+    a, b, c = reversed(out)
     return (np.full(count.size, kind, np.int64), a, b, c, count.astype(np.int64))
 
 
 def _coincidences(parent: np.ndarray, source: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Events per (source i, source j) of one batch, as the product of its event x source
-    incidence matrix with itself, in blocks of events so that memory stays bounded."""
+    """Events per (source i, source j) of one batch.
+
+    Why by source sets: an event's sources are few, and the sets that occur fewer still. Each
+    event's set is one integer (a bit per source of the batch, up to 62 sources), the events
+    are counted per set, and each set adds its count to every pair it holds: a pass over the
+    fragments and a small loop over the sets. With more sources: the product of the batch's
+    event x source incidence matrix with itself, in blocks of events (memory bounded)."""
     ids, column = np.unique(source, return_inverse=True)
+    column = column.reshape(-1)
     total = np.zeros((ids.size, ids.size), np.int64)
-    events = int(parent[-1]) + 1
-    block = max(1, _CELLS // ids.size)
-    bounds = np.searchsorted(parent, np.arange(0, events + block, block))
-    for k in range(bounds.size - 1):
-        lo, hi = int(bounds[k]), int(bounds[k + 1])
-        if lo == hi:
-            continue
-        incidence = np.zeros((block, ids.size), np.float64)
-        incidence[parent[lo:hi] - k * block, column[lo:hi]] = 1.0
-        total += np.rint(incidence.T @ incidence).astype(np.int64)  # exact: counts <= block
+    if ids.size <= _SET_BITS:
+        starts = np.flatnonzero(np.r_[True, parent[1:] != parent[:-1]])
+        sets = np.bitwise_or.reduceat(np.left_shift(1, column, dtype=np.int64), starts)
+        unique, count = np.unique(sets, return_counts=True)
+        bits = (unique[:, None] >> np.arange(ids.size, dtype=np.int64)) & 1  # sets x sources
+        total = (bits.T * count) @ bits
+    else:
+        events = int(parent[-1]) + 1
+        block = max(1, _CELLS // ids.size)
+        bounds = np.searchsorted(parent, np.arange(0, events + block, block))
+        for k in range(bounds.size - 1):
+            lo, hi = int(bounds[k]), int(bounds[k + 1])
+            if lo == hi:
+                continue
+            incidence = np.zeros((block, ids.size), np.float64)
+            incidence[parent[lo:hi] - k * block, column[lo:hi]] = 1.0
+            total += np.rint(incidence.T @ incidence).astype(np.int64)  # exact: counts <= block
     i, j = np.nonzero(total)
     return (
         np.full(i.size, COINCIDENCE, np.int64),
