@@ -10,7 +10,6 @@ goes on from them.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -70,6 +69,7 @@ class LiveRun:
         blobs = [bytes(blob) for blob in self._watched[1].get["counts"]]
         self._watched = None
         totals = self._before(batch_id)
+        self._last = None  # until this batch's totals are whole and written
         totals.add(batch_id, count_batch(blobs, results, self._plan))
         if self._files is not None:
             self._files.write(f"{_PREFIX}{batch_id:012d}{_SUFFIX}", [totals.to_json().encode()])
@@ -79,12 +79,15 @@ class LiveRun:
         self._board.publish(totals)
 
     def _before(self, batch_id: int) -> RunTotals:
-        """A copy of the totals of the last micro-batch before ``batch_id`` (none: zero)."""
+        """The totals of the last micro-batch before ``batch_id`` (none: zero), for the caller
+        to add to: those in memory when they are that batch's (not copied: the caller forgets
+        them until its own are written, so that a failure in between reads them again from the
+        checkpoint), else the checkpoint's."""
         earlier = [b for b in self._kept() if b < batch_id]
         if not earlier:
             return RunTotals(self._run, self._dt)
         if self._last is not None and self._last.batch == earlier[-1]:
-            return copy.deepcopy(self._last)
+            return self._last
         return self._read(earlier[-1])
 
     def _kept(self) -> list[int]:

@@ -101,8 +101,11 @@ def _with_column(batch: pa.RecordBatch, blob: bytes | None) -> pa.RecordBatch:
 
 
 def _encoded(table: pa.Table) -> bytes:
+    """The counts as an Arrow IPC stream, compressed: what reaches the driver passes through
+    py4j, which decodes bytes one by one in Python (zstd: about 13 times fewer)."""
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
+    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
 
