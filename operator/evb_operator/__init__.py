@@ -6,8 +6,9 @@ Run it with ``kopf run -m evb_operator.handlers``. Layout, one concern a package
 - :mod:`evb_operator.crd`: the CustomResourceDefinition as Python data, the source of truth of the
   chart's ``crds/`` file, with the Python twins of its CEL rules;
 - :mod:`evb_operator.validation`: a spec checked and completed with its defaults, typed
-  (:class:`~evb_operator.validation.ValidSpec`), or :class:`~evb_operator.validation.InvalidSpec`;
-- :mod:`evb_operator.typed_spec`: the parts of a valid spec as frozen dataclasses;
+  (:class:`~evb_operator.typed_spec.ValidSpec`), or :class:`~evb_operator.validation.InvalidSpec`;
+- :mod:`evb_operator.typed_spec`: a valid spec and its parts as frozen dataclasses, whose fields'
+  docstrings describe the spec's fields (the CRD's descriptions, the README's tables);
 - :mod:`evb_operator.specs`: every child, built from a valid spec by pure functions (labels
   merged, no API calls);
 - :mod:`evb_operator.status`: the status and the Events of what the operator did and observed,

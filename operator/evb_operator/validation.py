@@ -7,7 +7,9 @@ schema and CEL rules); the operator checks again because it cannot know that one
 emulator, an older cluster, a schema edited by hand), and because the orderer's own rules
 (:class:`~orderer.config.OrdererConfig`) are the final word on the orderer's parameters.
 
-Pure: no I/O. The schema and the rules come from :mod:`evb_operator.crd`.
+Pure: no I/O. The schema and the rules come from :mod:`evb_operator.crd`; the typed spec it
+makes, :class:`~evb_operator.typed_spec.ValidSpec`, from :mod:`evb_operator.typed_spec` (named
+here too, ``validation.ValidSpec``, as its readers import it).
 """
 
 from __future__ import annotations
@@ -15,24 +17,14 @@ from __future__ import annotations
 import copy
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any
 
 import jsonschema
 
 from evb_operator import crd
 from evb_operator.crd.runs import target_problem
-from evb_operator.phases import RunPhase
-from evb_operator.typed_spec import (
-    Alerts,
-    Auth,
-    NetworkPolicy,
-    OrdererPod,
-    Spark,
-    Storage,
-    Tls,
-    Upstream,
-)
+from evb_operator.typed_spec import ValidSpec
 from orderer.config import OrdererConfig, camel_case
 from orderer.errors import ConfigError
 
@@ -89,70 +81,6 @@ class InvalidSpec(ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
-
-
-@dataclass(frozen=True)
-class ValidSpec:
-    """A spec checked and completed with every default, typed: its parts as
-    :mod:`evb_operator.typed_spec`'s dataclasses, made once here (:func:`validate`), read by
-    attribute by whoever builds from it. No field holds the raw spec: nothing echoes the whole
-    of it back to Kubernetes (the few Kubernetes objects passed on verbatim are the parts'
-    mappings, :mod:`evb_operator.typed_spec` says which)."""
-
-    orderer: OrdererConfig
-    """The orderer's parameters (``evb serve --config``): ``buildWindow``, ``sources``,
-    ``flowControl``, ``resetOnBeginRun`` and the others, typed by the orderer's own class."""
-    state: RunPhase
-    """``spec.state``: Running, or Ended (the end of run was asked for)."""
-    run: int
-    """``spec.run``: the number of the current run."""
-    orderers: int
-    """N, the orderers of the run (``spec.orderers``; 1: the run is not sliced)."""
-    slice_ticks: int | None
-    """T, the slice length in ticks (``spec.sliceTicks``); None with one orderer."""
-    orderer_pod: OrdererPod
-    """``spec.orderer``: the orderer's pod (image, resources, service settings)."""
-    storage: Storage
-    """``spec.storage``: the volume of the orderer's logs."""
-    network_policy: NetworkPolicy
-    """``spec.networkPolicy``."""
-    alerts: Alerts
-    """``spec.alerts``."""
-    tls: Tls | None = None
-    """``spec.tls``; None: plaintext."""
-    auth: Auth | None = None
-    """``spec.auth``; None: no token."""
-    upstreams: tuple[Upstream, ...] = ()
-    """``spec.upstreams``, in the spec's order; () when unset."""
-    spark: Spark | None = None
-    """``spec.spark``; None: no Spark job."""
-
-    @property
-    def has_spark(self) -> bool:
-        """Whether the spec has a Spark job (``spec.spark``)."""
-        return self.spark is not None
-
-    @classmethod
-    def of(cls, full: Mapping[str, Any]) -> ValidSpec:
-        """The typed spec of ``full``, a spec completed with the CRD's defaults and checked
-        (only :func:`validate` calls it, after its checks)."""
-        tls, auth, spark = full.get("tls"), full.get("auth"), full.get("spark")
-        ticks = full.get("sliceTicks")
-        return cls(
-            orderer=orderer_config(full),
-            state=RunPhase(full["state"]),
-            run=int(full["run"]),
-            orderers=int(full["orderers"]),
-            slice_ticks=None if ticks is None else int(ticks),
-            orderer_pod=OrdererPod.of(full["orderer"]),
-            storage=Storage.of(full["storage"]),
-            network_policy=NetworkPolicy.of(full["networkPolicy"]),
-            alerts=Alerts.of(full["alerts"]),
-            tls=None if tls is None else Tls.of(tls),
-            auth=None if auth is None else Auth.of(auth),
-            upstreams=tuple(Upstream.of(u) for u in full.get("upstreams", ())),
-            spark=None if spark is None else Spark.of(spark),
-        )
 
 
 def with_defaults(schema: Mapping[str, Any], value: Any) -> Any:
@@ -222,7 +150,7 @@ def validate(spec: Mapping[str, Any] | None) -> ValidSpec:
             raise InvalidSpec(rule.field, rule.message)
     _check_spark_conf(full.get("spark", {}).get("sparkConf", {}))
     _check_stages(full.get("spark", {}).get("stages"))
-    return ValidSpec.of(full)
+    return ValidSpec.of(full, orderer_config(full))
 
 
 def _check_spark_conf(conf: Mapping[str, str]) -> None:

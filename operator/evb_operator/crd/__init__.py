@@ -10,6 +10,8 @@ The modules:
   CEL rule (:data:`RULES`);
 - :mod:`~evb_operator.crd.schema`: the typed property builders and :class:`Rule` (a CEL rule
   with its Python twin), which every other module builds with;
+- :mod:`~evb_operator.crd.texts`: every field's description, its text written once beside the
+  field (a command's setting, or the typed spec's field), which every builder takes;
 - :mod:`~evb_operator.crd.parameters`: the orderer's parameters, generated from the fields of
   :class:`orderer.config.OrdererConfig`;
 - :mod:`~evb_operator.crd.runs`: ``resetOnBeginRun``'s, ``run``'s and ``upstreams``' rules and
@@ -18,11 +20,14 @@ The modules:
 - :mod:`~evb_operator.crd.spark`: the Spark job's section (``spec.spark``);
 - :mod:`~evb_operator.crd.output`: its output (``spec.spark.output``), where a local one goes;
 - :mod:`~evb_operator.crd.live`: its live page's port (``spec.spark.ui``);
-- :mod:`~evb_operator.crd.status`: the status schema and the printer columns.
+- :mod:`~evb_operator.crd.status`: the status schema and the printer columns;
+- :mod:`~evb_operator.crd.tables`: the README's tables of the spec's fields, from the CRD and
+  the same texts.
 
 The names of :mod:`~evb_operator.crd.definition` are this package's too (``crd.GROUP``,
-``crd.build_crd()``). Pure data: it imports only the phases (:mod:`evb_operator.phases`) and the
-orderer's configuration and flags it is generated from.
+``crd.build_crd()``). Pure data: it imports only the phases (:mod:`evb_operator.phases`), the
+typed spec whose fields describe it (:mod:`evb_operator.typed_spec`) and the orderer's
+configuration and flags it is generated from.
 """
 
 from evb_operator.crd.definition import (

@@ -17,7 +17,10 @@ once. The status schema and the printer columns come from :mod:`evb_operator.crd
 fields of runs and upstreams from :mod:`evb_operator.crd.runs`; those of one run over several
 orderers (``orderers``, ``sliceTicks``) from :mod:`evb_operator.crd.slicing`; the Spark job's
 section from :mod:`evb_operator.crd.spark` (its live page from :mod:`evb_operator.crd.live`);
-the property builders and :class:`Rule` from :mod:`evb_operator.crd.schema`.
+the property builders and :class:`Rule` from :mod:`evb_operator.crd.schema`. Every field's
+description is its text, written once beside the field (:mod:`evb_operator.crd.texts` says
+where); what no field holds (the spec itself, the insides of the Kubernetes objects it passes on)
+is described where it is built.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from evb_operator.crd.schema import (
 from evb_operator.crd.slicing import SLICING_RULES, slicing_properties
 from evb_operator.crd.spark import spark_schema
 from evb_operator.crd.status import PRINTER_COLUMNS, STATUS_SCHEMA
+from evb_operator.crd.texts import described
 from evb_operator.phases import REQUESTED_STATES, RunPhase
 
 __all__ = [
@@ -221,6 +225,8 @@ RULES: tuple[Rule, ...] = (
 
 
 def _label_selector(description: str) -> dict[str, Any]:
+    """A Kubernetes LabelSelector; its parts are described here (Kubernetes' object, passed on
+    verbatim: no field of the typed spec holds them)."""
     return {
         "type": "object",
         "description": description,
@@ -270,38 +276,30 @@ def _peer_schema() -> dict[str, Any]:
 def _orderer_pod() -> dict[str, Any]:
     """``spec.orderer``: the orderer's pod."""
     return _object(
-        "The orderer's pod: image, resources and service settings. A change rolls the pod (the"
-        " orderer recovers its run from its logs).",
+        described("orderer"),
         {
-            **_image("Orderer image; default: the operator's own image (one image holds both)."),
+            **_image("orderer"),
             "resources": _resources(
-                "Orderer container resources.",
+                described("orderer.resources"),
                 default={"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
             ),
             "fsync": _string(
-                "When the logs are forced to disk: always, batch (group commit before acks),"
-                " never.",
-                enum=["always", "batch", "never"],
-                default="batch",
+                described("orderer.fsync"), enum=["always", "batch", "never"], default="batch"
             ),
             "maxPayloadBytes": _integer(
-                "Largest payload of one fragment; larger ones are refused. At most 4 MiB less"
-                " a reply's framing, so that a reader with gRPC's default 4 MiB message limit"
-                " can read any fragment.",
+                described("orderer.maxPayloadBytes"),
                 minimum=1,
                 maximum=4_194_188,  # orderer.wire.limits.MAX_PAYLOAD_BYTES (a test checks)
                 default=1 << 20,
             ),
             "strictSources": {
                 "type": "boolean",
-                "description": "Refuse data from sources not listed in spec.sources.",
+                "description": described("orderer.strictSources"),
                 "default": False,
             },
-            "retentionBytes": _integer(
-                "Ordered-log retention by size, in bytes; unset keeps everything.", minimum=1
-            ),
+            "retentionBytes": _integer(described("orderer.retentionBytes"), minimum=1),
             "retentionSeconds": _number(
-                "Ordered-log retention by age, in seconds; unset keeps everything.",
+                described("orderer.retentionSeconds"),
                 minimum=0,
                 exclusive=True,
                 maximum=365 * MAX_SECONDS,
@@ -314,16 +312,13 @@ def _orderer_pod() -> dict[str, Any]:
 def _storage() -> dict[str, Any]:
     """``spec.storage``: the volume of the logs."""
     return _object(
-        "The volume of the orderer's arrival and ordered logs (immutable).",
+        described("storage"),
         {
-            "size": _quantity("Size of the volume claim.", default="10Gi"),
-            "storageClassName": _string(
-                "Storage class of the claim; unset: the cluster's default.", minLength=1
-            ),
+            "size": _quantity(described("storage.size"), default="10Gi"),
+            "storageClassName": _string(described("storage.storageClassName"), minLength=1),
             "retainOnDelete": {
                 "type": "boolean",
-                "description": "Keep the volume claim (and the logs) when the EventBuilder is"
-                " deleted.",
+                "description": described("storage.retainOnDelete"),
                 "default": False,
             },
         },
@@ -334,29 +329,15 @@ def _storage() -> dict[str, Any]:
 def _tls() -> dict[str, Any]:
     """``spec.tls``."""
     return _object(
-        "TLS of the orderer's gRPC endpoint: evb serve speaks TLS only (plaintext clients"
-        " fail the handshake). The Secret is mounted read-only at /etc/evb/tls; its"
-        " certificate must name the Service (NAME-orderer.NAMESPACE.svc) and, with orderers"
-        " above 1, each orderer (*.NAME-orderer-headless.NAMESPACE.svc). A change rolls"
-        " the pods.",
+        described("tls"),
         {
-            "secretName": _string(
-                "A kubernetes.io/tls Secret: tls.crt and tls.key of the orderer, and ca.crt,"
-                " the CA clients verify it with (and, with mutual, the CA of the client"
-                " certificates). cert-manager's Certificates hold all three.",
-                minLength=1,
-            ),
+            "secretName": _string(described("tls.secretName"), minLength=1),
             "mutual": {
                 "type": "boolean",
-                "description": "Mutual TLS: every client must present a certificate signed"
-                " by ca.crt.",
+                "description": described("tls.mutual"),
                 "default": False,
             },
-            "clientSecretName": _string(
-                "A kubernetes.io/tls Secret with the client certificate (tls.crt, tls.key)"
-                " the operator and the Spark job present under mutual TLS.",
-                minLength=1,
-            ),
+            "clientSecretName": _string(described("tls.clientSecretName"), minLength=1),
         },
         required=["secretName"],
     )
@@ -365,15 +346,15 @@ def _tls() -> dict[str, Any]:
 def _auth() -> dict[str, Any]:
     """``spec.auth``."""
     return _object(
-        "Bearer-token authentication (needs tls): every call but health checking must"
-        " carry the token, else UNAUTHENTICATED. Data sources get the token from whoever"
-        " manages the Secret. A change rolls the pod.",
+        described("auth"),
         {
             "tokenSecretRef": _object(
-                "The Secret key holding the token.",
+                described("auth.tokenSecretRef"),
                 {
-                    "name": _string("Name of the Secret.", minLength=1),
-                    "key": _string("Key in the Secret.", minLength=1, default="token"),
+                    "name": _string(described("auth.tokenSecretRef.name"), minLength=1),
+                    "key": _string(
+                        described("auth.tokenSecretRef.key"), minLength=1, default="token"
+                    ),
                 },
                 required=["name"],
             ),
@@ -383,28 +364,24 @@ def _auth() -> dict[str, Any]:
 
 
 def _network_policy() -> dict[str, Any]:
-    """``spec.networkPolicy``."""
+    """``spec.networkPolicy``; its peers are Kubernetes' NetworkPolicyPeers, described by
+    :func:`_peer_schema`."""
     return _object(
-        "A NetworkPolicy on the orderer: gRPC only from the allowed clients, the Spark"
-        " job's pods and the operator; metrics only from metricsFrom. Everything else is"
-        " refused, this namespace's other pods included.",
+        described("networkPolicy"),
         {
             "enabled": {
                 "type": "boolean",
-                "description": "Create the NetworkPolicy.",
+                "description": described("networkPolicy.enabled"),
                 "default": False,
             },
             "allowedClients": {
                 "type": "array",
-                "description": "Who may send and read (the data sources, evb tail): each a"
-                " podSelector (pods of this namespace), a namespaceSelector (every pod of"
-                " those namespaces) or both (those pods of those namespaces).",
+                "description": described("networkPolicy.allowedClients"),
                 "items": _peer_schema(),
             },
             "metricsFrom": {
                 "type": "array",
-                "description": "Who may scrape the metrics port (e.g. Prometheus's"
-                " namespace); unset: nobody.",
+                "description": described("networkPolicy.metricsFrom"),
                 "items": _peer_schema(),
             },
         },
@@ -415,13 +392,9 @@ def _network_policy() -> dict[str, Any]:
 def _alerts() -> dict[str, Any]:
     """``spec.alerts``."""
     return _object(
-        "When the operator posts Warning Events.",
+        described("alerts"),
         {
-            "lateBurst": _integer(
-                "Late fragments between two status updates that make a LateDataBurst Event.",
-                minimum=1,
-                default=1000,
-            ),
+            "lateBurst": _integer(described("alerts.lateBurst"), minimum=1, default=1000),
         },
         default={},
     )
@@ -430,8 +403,7 @@ def _alerts() -> dict[str, Any]:
 def _spec_schema() -> dict[str, Any]:
     properties: dict[str, Any] = {
         "state": _string(
-            f"{RunPhase.RUNNING}, or {RunPhase.ENDED}: the orderer ends the run (drains every"
-            " queue, EndRun) and the Spark job finishes reading. An ended run cannot be resumed.",
+            described("state"),
             enum=[state.value for state in REQUESTED_STATES],
             default=RunPhase.RUNNING.value,
         ),

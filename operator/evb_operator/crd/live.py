@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from evb_operator.crd.schema import Rule, _integer
+from evb_operator.crd.texts import described
 
 __all__ = ["LIVE_RULES", "MAX_UI_PORT", "MIN_UI_PORT", "SPARK_DRIVER_PORTS", "ui_schema"]
 
@@ -34,20 +35,10 @@ client), with what each is for."""
 
 
 def ui_schema() -> dict[str, Any]:
-    """``spec.spark.ui``: unset, there is no page."""
-    return _integer(
-        "Port of the live page (evb spark-job --ui): the Spark driver serves, read-only, the"
-        " run's rates, late fraction, micro-batches and every histogram the job draws, updated"
-        " after each micro-batch, and the operator puts a ClusterIP Service, NAME-live, in"
-        " front of it (status.spark.ui names the URL). 1024 to 65535 (the driver runs as"
-        " non-root), none of Spark's own ports in the driver ("
-        + ", ".join(str(port) for port in SPARK_DRIVER_PORTS)
-        + "). Unset: no page and no Service. Set or unset: Building (the page's running totals"
-        " are kept in the run's checkpoint from its start); the port may change, which"
-        " resubmits the Spark job as every change of spec.spark does.",
-        minimum=MIN_UI_PORT,
-        maximum=MAX_UI_PORT,
-    )
+    """``spec.spark.ui``: unset, there is no page. Its description is its field's text
+    (:attr:`evb_operator.typed_spec.Spark.ui`), which names the bounds and the ports here (a
+    test holds them together)."""
+    return _integer(described("spark.ui"), minimum=MIN_UI_PORT, maximum=MAX_UI_PORT)
 
 
 _TAKEN = ", ".join(f"{port} ({what})" for port, what in SPARK_DRIVER_PORTS.items())

@@ -18,6 +18,7 @@ import re
 from typing import Any
 
 from evb_operator.crd.schema import Rule, _object, _string
+from evb_operator.crd.texts import described
 
 __all__ = ["OUTPUT_RULES", "is_local", "mount_path", "output_schema"]
 
@@ -40,27 +41,17 @@ def mount_path(path: str) -> str:
 
 
 def output_schema() -> dict[str, Any]:
+    """``spec.spark.output``, its descriptions its fields' texts (:mod:`evb_operator.crd.texts`)."""
     return _object(
-        "Where the built events go.",
+        described("spark.output"),
         {
-            "path": _string(
-                "Output location (a Hadoop path: s3a://bucket/run1, or file:///events with"
-                " volumeClaim).",
-                minLength=1,
-            ),
+            "path": _string(described("spark.output.path"), minLength=1),
             "format": _string(
-                "Output format: parquet or json event rows, or nscldaq (one PHYSICS_EVENT ring"
-                " item per event, as NSCLDAQ's glom writes them). Building.",
+                described("spark.output.format"),
                 enum=["parquet", "json", "nscldaq"],
                 default="parquet",
             ),
-            "volumeClaim": _string(
-                "PersistentVolumeClaim mounted at a local path (file:///events) in the driver"
-                " and every executor, where the events, the summary and the checkpoint go"
-                " (ReadWriteMany when the pods may run on several nodes). Required for a local"
-                " path: without it the events would stay in the pods and be lost with them.",
-                minLength=1,
-            ),
+            "volumeClaim": _string(described("spark.output.volumeClaim"), minLength=1),
         },
         required=["path"],
     )

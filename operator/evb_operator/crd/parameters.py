@@ -1,13 +1,14 @@
 """The orderer's parameters in the ``EventBuilder`` spec, generated from the fields of
 :class:`orderer.config.OrdererConfig`.
 
-Why generated: each field holds its default, and its :class:`~orderer.config.SpecField` (its
-``metadata``) the short description, the bounds and whether it is live, so a parameter is written
-once, where the orderer reads it, and the CRD cannot drift from it. A property is named as
-:meth:`~orderer.config.OrdererConfig.to_mapping` spells it with ``camel=True``; its type is the
-field's annotation (``None`` allowed means unset, no default); a nested group
-(:class:`~orderer.config.FlowControl`) is an object of its fields, defaulted to ``{}`` so its own
-defaults apply.
+Why generated: each field holds its default, its text (the docstring under it, whose summary is
+the description: :func:`~orderer.config.spec_field`), and in its
+:class:`~orderer.config.SpecField` (its ``metadata``) the bounds and whether it is live, so a
+parameter is written once, where the orderer reads it, and the CRD cannot drift from it. A
+property is named as :meth:`~orderer.config.OrdererConfig.to_mapping` spells it with
+``camel=True``; its type is the field's annotation (``None`` allowed means unset, no default); a
+nested group (:class:`~orderer.config.FlowControl`) is an object of its fields, defaulted to
+``{}`` so its own defaults apply.
 """
 
 from __future__ import annotations

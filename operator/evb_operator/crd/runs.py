@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from evb_operator.crd.schema import Rule, _integer, _object, _string
+from evb_operator.crd.texts import described
 
 __all__ = [
     "MAX_UPSTREAMS",
@@ -61,7 +62,8 @@ def target_problem(target: Any) -> str | None:
 
 
 def run_properties() -> dict[str, Any]:
-    """The spec's properties ``run`` and ``upstreams``."""
+    """The spec's properties ``run`` and ``upstreams``, their descriptions their fields' texts
+    (:mod:`evb_operator.crd.texts`); an upstream (a list's item, no field) is described here."""
     upstream = _object(
         "An orderer whose ordered output this EventBuilder takes in, forwarded by evb forward"
         " in a Deployment of its own (NAME-forward). It must accept this EventBuilder's"
@@ -69,21 +71,11 @@ def run_properties() -> dict[str, Any]:
         " certificate and the token of spec.tls and spec.auth.",
         {
             "target": _string(
-                "host:port of the upstream orderer (another EventBuilder's Service:"
-                " NAME-orderer.NAMESPACE.svc:50051).",
-                minLength=1,
-                maxLength=MAX_TARGET_LENGTH,
+                described("upstreams.target"), minLength=1, maxLength=MAX_TARGET_LENGTH
             ),
-            "asSource": _integer(
-                "Forward everything as this one source id (a group of barriers becomes one"
-                " barrier); unset: each upstream source keeps its id.",
-                minimum=0,
-                maximum=2**32 - 1,
-            ),
+            "asSource": _integer(described("upstreams.asSource"), minimum=0, maximum=2**32 - 1),
             "consumer": _string(
-                "Consumer name at the upstream (its committed offset is where a restarted"
-                " forwarder resumes); unset: forward-to-<this orderer's address>. Not '--',"
-                " which no command line passes on (argparse drops it).",
+                described("upstreams.consumer"),
                 minLength=1,
                 maxLength=253,
                 pattern=r"^([^-].*|-|-[^-].*|--.+)$",
@@ -92,18 +84,10 @@ def run_properties() -> dict[str, Any]:
         required=["target"],
     )
     return {
-        "run": _integer(
-            "Number of the current run. The orderer starts with it; raising it ends the current"
-            " run (if it has not ended) and begins this one. It cannot be lowered.",
-            minimum=1,
-            maximum=2**63 - 1,
-            default=1,
-        ),
+        "run": _integer(described("run"), minimum=1, maximum=2**63 - 1, default=1),
         "upstreams": {
             "type": "array",
-            "description": "Hierarchical building: orderers whose ordered output comes in as"
-            " sources of this one, each through evb forward (restart-safe: it resumes from the"
-            " offset its consumer committed upstream).",
+            "description": described("upstreams"),
             "items": upstream,
             "maxItems": MAX_UPSTREAMS,
         },

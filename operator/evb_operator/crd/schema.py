@@ -1,5 +1,6 @@
 """Pieces of the ``EventBuilder`` CRD's schema: typed property builders and :class:`Rule` (a CEL
-rule with its Python twin).
+rule with its Python twin). A builder takes its property's description (the field's text:
+:func:`~evb_operator.crd.texts.described`), or the spec path it describes.
 
 Apart from :mod:`evb_operator.crd.definition` so that the parts of the spec schema that live
 in their own modules (:mod:`evb_operator.crd.runs`) build their properties and rules the same
@@ -11,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from evb_operator.crd.texts import described
 
 __all__ = ["MAX_SECONDS", "Rule"]
 
@@ -91,23 +94,31 @@ def _quantity(description: str, **more: Any) -> dict[str, Any]:
     }
 
 
-def _image(description: str) -> dict[str, Any]:
-    """The ``image`` and ``imagePullPolicy`` properties of a section that runs pods."""
+def _image(section: str) -> dict[str, Any]:
+    """The ``image`` and ``imagePullPolicy`` properties of a section that runs pods
+    (``section``: its spec path, ``spark``)."""
     return {
-        "image": _string(description, minLength=1),
-        "imagePullPolicy": _string("Image pull policy.", enum=["Always", "IfNotPresent", "Never"]),
+        "image": _string(described(f"{section}.image"), minLength=1),
+        "imagePullPolicy": _string(
+            described(f"{section}.imagePullPolicy"), enum=["Always", "IfNotPresent", "Never"]
+        ),
     }
 
 
-def _spark_pod(cores: str, memory: str, default_memory: str) -> dict[str, Any]:
-    """The size of a Spark driver or executor: ``cores`` and ``memory`` (Spark's notation)."""
+def _spark_pod(section: str, default_memory: str) -> dict[str, Any]:
+    """The size of a Spark driver or executor (``section``: its spec path): ``cores`` and
+    ``memory`` (Spark's notation)."""
     return {
-        "cores": _integer(cores, minimum=1, maximum=64, default=1),
-        "memory": _string(memory, pattern=_SPARK_MEMORY_PATTERN, default=default_memory),
+        "cores": _integer(described(f"{section}.cores"), minimum=1, maximum=64, default=1),
+        "memory": _string(
+            described(f"{section}.memory"), pattern=_SPARK_MEMORY_PATTERN, default=default_memory
+        ),
     }
 
 
 def _resources(description: str, default: dict[str, Any]) -> dict[str, Any]:
+    """A container's ``resources``, Kubernetes' object: its parts are described here, no field
+    of the typed spec holding them (it passes the object on verbatim)."""
     quantities = {"type": "object", "additionalProperties": _quantity("A quantity.")}
     return _object(
         description,

@@ -4,8 +4,9 @@ timestamp (docs/scale-out.md), with their CEL rules.
 Generated from the fields that carry them to the orderer, as the parameters are
 (:mod:`evb_operator.crd.parameters`): each property is named and typed by its field of
 :class:`orderer.flags.serve.ServeCommand` (``orderers``, ``slice_ticks``: what the operator writes
-into the orderer pods' configuration) and rendered by the parameters' own renderer from a
-:class:`~orderer.config.SpecField`, its description and bounds. Those are written here, not on the
+into the orderer pods' configuration), described by that field's text (then what the CRD adds,
+``Immutable.``: :data:`evb_operator.crd.texts.BORROWED`) and rendered by the parameters' own
+renderer from a :class:`~orderer.config.SpecField`. The bounds are written here, not on the
 field: the fields that check N and T are the service's (``ServiceConfig``, ``Slicing``), which the
 operator may not import (``.importlinter``), and ServeCommand's fields carry no metadata. A test
 holds the bounds to the orderer's (1 to ``MAX_ORDERERS`` orderers, T from 1; T at most int64's
@@ -33,11 +34,12 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from evb_operator.crd.parameters import _kind, _scalar
 from evb_operator.crd.schema import Rule
+from evb_operator.crd.texts import described
 from orderer.config import SpecField, camel_case
 from orderer.flags.serve import ServeCommand
 
@@ -65,49 +67,29 @@ class _Setting:
     name: str
     """The field's name (``slice_ticks``); the property is its camelCase (``sliceTicks``)."""
     spec: SpecField
-    """The description and the bounds."""
+    """The bounds (the description is the field's text: :func:`slicing_properties`)."""
     default: int | None
     """The spec's default; None: unset."""
 
 
 _SETTINGS = (
-    _Setting(
-        "orderers",
-        SpecField(
-            "N, the orderers one run is spread over by slices of timestamp (docs/scale-out.md):"
-            " a StatefulSet of N orderer pods, one per node, each with its own volume; each"
-            " source sends an ordinary fragment to the owner of its slice only. Above 1,"
-            " sliceTicks is required. Immutable.",
-            minimum=1,
-            maximum=MAX_ORDERERS,
-        ),
-        DEFAULT_ORDERERS,
-    ),
-    _Setting(
-        "slice_ticks",
-        SpecField(
-            "T, the slice length in timestamp ticks: slice floor(ts / T) belongs to orderer"
-            " (slice mod orderers). Required when orderers > 1, refused with one orderer."
-            " Choose it to hold many fragments of every source and many times spark.dt"
-            " (docs/scale-out.md, Parameters). Immutable.",
-            minimum=1,
-            maximum=MAX_SLICE_TICKS,
-        ),
-        None,
-    ),
+    _Setting("orderers", SpecField(minimum=1, maximum=MAX_ORDERERS), DEFAULT_ORDERERS),
+    _Setting("slice_ticks", SpecField(minimum=1, maximum=MAX_SLICE_TICKS), None),
 )
 
 
 def slicing_properties() -> dict[str, Any]:
     """The spec's properties ``orderers`` and ``sliceTicks``: each named and typed by its field
-    of ServeCommand (a setting without one fails here, at import)."""
+    of ServeCommand (a setting without one fails here, at import) and described by its text."""
     hints = typing.get_type_hints(ServeCommand)
     known = {f.name for f in fields(ServeCommand)}
     properties: dict[str, Any] = {}
     for setting in _SETTINGS:
         assert setting.name in known, f"ServeCommand has no field {setting.name}"
         kind = _kind(hints[setting.name])
-        properties[camel_case(setting.name)] = _scalar(setting.spec, kind, setting.default)
+        name = camel_case(setting.name)
+        spec = replace(setting.spec, description=described(name))
+        properties[name] = _scalar(spec, kind, setting.default)
     return properties
 
 
