@@ -16,7 +16,7 @@ from typing import Any
 from orderer.spark.files import Directory
 from orderer.spark.live.board import Board
 from orderer.spark.live.counts import count_batch
-from orderer.spark.live.partials import collect
+from orderer.spark.live.partials import collect, gathered
 from orderer.spark.live.totals import RunTotals
 from orderer.stages.plan import Plan
 
@@ -66,7 +66,7 @@ class LiveRun:
 
     def __call__(self, batch_id: int, results: Mapping[str, Any]) -> None:
         assert self._watched is not None and self._watched[0] == batch_id, "watch() first"
-        blobs = [bytes(blob) for blob in self._watched[1].get["counts"]]
+        blobs = gathered(self._watched[1])
         self._watched = None
         totals = self._before(batch_id)
         self._last = None  # until this batch's totals are whole and written

@@ -7,17 +7,25 @@ streamed job's time (README, "The live page"). The events are in a Python worker
 in Arrow batches, when the source builds them; counted there, nothing is read twice.
 
 How they travel: with the data source's option ``liveCounts``, its rows carry one more column,
-:data:`COLUMN` (binary), null but in the last row of each partition, where it holds that
-partition's counts (an Arrow IPC stream of rows ``kind, a, b, c, sum, min, max``, already summed
-over the partition). The stages sink takes the column out of the events with Spark's
-``observe`` (:func:`collect`), which gathers it in the job that writes the events: no second
-job. The counting is the end of run's (:func:`orderer.spark.coincidence.counted` and
-:func:`~orderer.spark.coincidence.pair_rows`); :mod:`orderer.spark.live.counts` sums the parts on
-the driver.
+:data:`COLUMN`, null but in the last row of each partition, where it holds that partition's
+counts (a zstd-compressed Arrow IPC stream of rows ``kind, a, b, c, sum, min, max``, already
+summed over the partition), as base64 text cut in pieces of :data:`PIECE` characters, the first
+marked. The stages sink takes the column out of the events with Spark's ``observe``
+(:func:`collect`), which gathers it in the job that writes the events: no second job.
+
+Why pieces of text: the driver's Python reads them from the JVM through py4j, where an answer
+longer than about 8 KB waits some 40 ms for a delayed TCP acknowledgement (measured: 2 ms for
+5 KB, 42-47 ms for 6 KB to 80 KB), and bytes are decoded one by one in Python; each piece is
+one short answer (:func:`gathered`).
+
+The counting is the end of run's (:func:`orderer.spark.coincidence.counted` and
+:func:`~orderer.spark.coincidence.pair_rows`); :mod:`orderer.spark.live.counts` sums the parts
+on the driver.
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,14 +35,30 @@ import pyarrow.compute as pc
 
 from orderer.spark.coincidence import counted, pair_rows, rows_batch, spectrum_axis
 
-__all__ = ["COLUMN", "OPTION", "SHAPE", "SOURCE", "SPARK_COLUMN", "TIME", "collect", "with_counts"]
+__all__ = [
+    "COLUMN",
+    "OPTION",
+    "SHAPE",
+    "SOURCE",
+    "SPARK_COLUMN",
+    "TIME",
+    "collect",
+    "decoded",
+    "gathered",
+    "with_counts",
+]
 
 OPTION = "liveCounts"
 """The data source's option ("true") that adds :data:`COLUMN` to its event rows."""
 COLUMN = "_evb_live_counts"
 """The column of the partition's counts (its last row's; null in every other)."""
-SPARK_COLUMN = f"{COLUMN} binary"
+SPARK_COLUMN = f"{COLUMN} array<string>"
 """:data:`COLUMN` in Spark's DDL, after the event columns."""
+
+PIECE = 4000
+"""Characters of one piece of a partition's counts (one py4j answer each, under 8 KB)."""
+_FIRST = "#"
+"""The mark of a partition's first piece (not a base64 character)."""
 
 SHAPE, SOURCE, TIME = 2, 3, 4
 """Kinds beside the spectrum's and the matrix's: (multiplicity, barrier type, late or not) ->
@@ -92,17 +116,19 @@ def with_counts(batches: Iterator[pa.RecordBatch], dt: int | None) -> Iterator[p
 
 
 def _with_column(batch: pa.RecordBatch, blob: bytes | None) -> pa.RecordBatch:
-    values: list[bytes | None] = [None] * batch.num_rows
+    values: list[list[str] | None] = [None] * batch.num_rows
     if blob is not None:
-        values[-1] = blob
+        text = _FIRST + base64.b64encode(blob).decode("ascii")
+        values[-1] = [text[k : k + PIECE] for k in range(0, len(text), PIECE)]
     return pa.RecordBatch.from_arrays(
-        [*batch.columns, pa.array(values, pa.binary())], names=[*batch.schema.names, COLUMN]
+        [*batch.columns, pa.array(values, pa.list_(pa.string()))],
+        names=[*batch.schema.names, COLUMN],
     )
 
 
 def _encoded(table: pa.Table) -> bytes:
-    """The counts as an Arrow IPC stream, compressed: what reaches the driver passes through
-    py4j, which decodes bytes one by one in Python (zstd: about 13 times fewer)."""
+    """The counts as an Arrow IPC stream, compressed (zstd: about 13 times smaller, so fewer
+    pieces to read through py4j)."""
     sink = pa.BufferOutputStream()
     options = pa.ipc.IpcWriteOptions(compression="zstd")
     with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
@@ -127,11 +153,33 @@ def decoded(blobs: list[bytes]) -> pa.Table:
 
 def collect(events: Any, name: str) -> tuple[Any, Any]:
     """``events`` without :data:`COLUMN`, observed so that the first action over them (the
-    events' write) gathers its values; and the :class:`pyspark.sql.Observation` to read them
-    from (``.get["counts"]``) once that action ran."""
+    events' write) gathers its pieces; and the :class:`pyspark.sql.Observation` to read them
+    from (:func:`gathered`) once that action ran."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     observation = Observation(name)
-    observed = events.observe(observation, F.collect_list(COLUMN).alias("counts"))
+    observed = events.observe(observation, F.flatten(F.collect_list(COLUMN)).alias("counts"))
     return observed.drop(COLUMN), observation
+
+
+def gathered(observation: Any) -> list[bytes]:
+    """Every partition's counts that ``observation`` (of :func:`collect`) gathered.
+
+    The pieces are read one py4j call each from the JVM's row of the observation
+    (``Observation._jo``, not public: the public ``get`` answers in one message, which costs
+    the 40 ms wait the module docstring measures); without it, through ``get``."""
+    handle = getattr(observation, "_jo", None)
+    if handle is not None:
+        row = handle.getRow()
+        listed = row.getList(0)
+        pieces = [str(listed.get(k)) for k in range(int(listed.size()))]
+    else:
+        pieces = list(observation.get["counts"])
+    blobs: list[str] = []
+    for piece in pieces:
+        if piece.startswith(_FIRST):
+            blobs.append(piece[len(_FIRST) :])
+        else:
+            blobs[-1] += piece
+    return [base64.b64decode(text) for text in blobs]
