@@ -182,8 +182,7 @@ def _coincidences(parent: np.ndarray, source: np.ndarray) -> tuple[np.ndarray, .
     are counted per set, and each set adds its count to every pair it holds: a pass over the
     fragments and a small loop over the sets. With more sources: the product of the batch's
     event x source incidence matrix with itself, in blocks of events (memory bounded)."""
-    ids, column = np.unique(source, return_inverse=True)
-    column = column.reshape(-1)
+    ids, column = _numbered(source)
     total = np.zeros((ids.size, ids.size), np.int64)
     if ids.size <= _SET_BITS:
         starts = np.flatnonzero(np.r_[True, parent[1:] != parent[:-1]])
@@ -210,6 +209,18 @@ def _coincidences(parent: np.ndarray, source: np.ndarray) -> tuple[np.ndarray, .
         np.zeros(i.size, np.int64),
         total[i, j],
     )
+
+
+def _numbered(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct ``values`` (sorted) and each value's index among them, as ``numpy.unique``
+    with ``return_inverse`` gives them; without a sort where the values' range is narrow."""
+    low, high = int(values.min()), int(values.max())
+    if high - low >= max(_DENSE_CELLS, values.size):
+        ids, index = np.unique(values, return_inverse=True)
+        return ids, index.reshape(-1)
+    present = np.bincount(values - low, minlength=high - low + 1) > 0
+    number = np.cumsum(present) - 1
+    return np.flatnonzero(present) + low, number[values - low]
 
 
 def to_histograms(

@@ -38,9 +38,10 @@ def test_counted_equals_a_plain_count(rows: int, width: int, negative: bool, see
 
 
 @pytest.mark.parametrize("sources", [1, 3, 62, 63, 150])
-def test_coincidences_equal_a_plain_count_of_source_sets(sources: int) -> None:
+@pytest.mark.parametrize("span", [1, 10**6])
+def test_coincidences_equal_a_plain_count_of_source_sets(sources: int, span: int) -> None:
     rng = np.random.default_rng(sources)
-    ids = rng.choice(10**6, sources, replace=False)
+    ids = rng.choice(max(span, sources), sources, replace=False)  # narrow ids, or far apart
     events = [
         [int(s) for s in ids[rng.integers(0, sources, rng.integers(1, 6))]] for _ in range(2000)
     ]
