@@ -106,3 +106,23 @@ def test_gathered_counts_equal_a_count_of_all_events(partitions: int, public: bo
         assert np.array_equal(*(t.column(column).to_numpy()[time] for t in (got, expected)))
     if not public:
         assert observation._jo.row.calls == len(pieces)  # one short py4j answer a piece
+
+
+def test_totals_survive_their_checkpoint_file_and_read_the_older_rows_too() -> None:
+    """A run's totals written to the checkpoint and read back are equal; a totals file of the
+    earlier shape (the pairs as rows) is read the same."""
+    import json
+
+    from orderer.spark.live.counts import count_batch
+    from orderer.spark.live.totals import RunTotals
+
+    events = _events(30_000, 11)
+    totals = RunTotals("r", 50_000)
+    for batch_id, k in enumerate(range(0, len(events), 3)):
+        blobs = partials.gathered(_Public(_pieces(events[k : k + 3], 2, 50_000)))
+        totals.add(batch_id, count_batch(blobs, {}, None))
+    back = RunTotals.from_json(totals.to_json())
+    assert back == totals and back.pairs and back.fragment_count == totals.fragment_count
+    older = json.loads(totals.to_json())
+    older["pairs"] = [[*key, n] for key, n in sorted(totals.pairs.items())]
+    assert RunTotals.from_json(json.dumps(older)) == totals

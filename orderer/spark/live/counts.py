@@ -65,10 +65,9 @@ def count_batch(blobs: list[bytes], results: Mapping[str, Any], plan: Plan | Non
         (int(a[k]), int(b[k]), bool(c[k])): int(total[k]) for k in np.flatnonzero(kind == SHAPE)
     }
     fragments = {(int(a[k]), bool(b[k])): int(total[k]) for k in np.flatnonzero(kind == SOURCE)}
-    pairs = {
-        (int(kind[k]), int(a[k]), int(b[k]), int(c[k])): int(total[k])
-        for k in np.flatnonzero((kind == SPECTRUM) | (kind == COINCIDENCE))
-    }
+    mine = (kind == SPECTRUM) | (kind == COINCIDENCE)
+    keys = zip(*(column[mine].tolist() for column in (kind, a, b, c)), strict=True)
+    pairs = dict(zip(keys, total[mine].tolist(), strict=True))
     times = np.flatnonzero(kind == TIME)
     first = int(table.column("min").to_numpy()[times].min()) if times.size else None
     last = int(table.column("max").to_numpy()[times].max()) if times.size else None
