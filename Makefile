@@ -79,7 +79,7 @@ bench: $(STAMP)
 # (EVB_LOAD_FRAGMENTS per source and EVB_LOAD_RATE fragments/s per source change it).
 soak: $(STAMP)
 	EVB_SOAK=1 $(PY) -m pytest -q -s tests/orderer/test_property.py \
-		tests/service/test_fuzz_submit.py tests/orderer/test_fuzz_replay.py \
+		tests/service/test_fuzz_submit.py tests/formats/test_fuzz_replay.py \
 		tests/operator/test_fuzz_spec.py tests/e2e/test_load.py
 
 # The generated CRD (from operator/evb_operator/crd/) and manifests/ (the chart, rendered).

@@ -10,7 +10,7 @@ not know or a value it would read otherwise.
 
 Why here and not in :mod:`orderer.spark`: the operator may not import the Spark job, and nothing
 here imports pyspark. What the flags mean once Spark runs (the checks that need the file system,
-the event building, the layout of the output) is :mod:`orderer.spark.job`'s. The timestamp
+the event building, the layout of the output) is :mod:`orderer.spark.driver.job`'s. The timestamp
 policy is event building's own (:class:`orderer.building.config.TimestampPolicy`, beside the rule
 that applies it); it is named here too, with the configuration whose field it types, so the
 operator takes both from the one module it may use.
@@ -45,7 +45,7 @@ DEFAULT_GLOM_SOURCE_ID = 0
 
 class OutputFormat(enum.StrEnum):
     """Output formats, as the EventBuilder CRD allows (spec.spark.output.format); nscldaq: ring
-    items as NSCLDAQ's glom writes them (:mod:`orderer.spark.nscldaq`)."""
+    items as NSCLDAQ's glom writes them (:mod:`orderer.spark.output.nscldaq`)."""
 
     PARQUET = "parquet"
     JSON = "json"

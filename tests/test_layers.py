@@ -58,6 +58,8 @@ def test_a_client_importing_the_service_or_a_cycle_breaks_the_contracts(tmp_path
     readers.write_text(readers.read_text() + "\nimport orderer.service.server  # noqa\n")
     options = tmp_path / "orderer" / "wire" / "options.py"
     options.write_text(options.read_text() + "\nimport orderer.cli  # noqa\n")
+    layout = tmp_path / "orderer" / "spark" / "output" / "layout.py"  # the bottom of Spark's
+    layout.write_text(layout.read_text() + "\nimport orderer.spark.driver.runs  # noqa\n")
 
     result = _lint_imports(tmp_path)
 
@@ -67,7 +69,9 @@ def test_a_client_importing_the_service_or_a_cycle_breaks_the_contracts(tmp_path
         "command line BROKEN" in out
     assert "orderer is layered: each layer imports only the layers below it BROKEN" in out
     assert "no import cycle between the modules of a package BROKEN" in out
+    assert "the Spark job is layered: driver, source, live page, stages, output BROKEN" in out
     assert "orderer.client.readers -> orderer.service.server" in out
+    assert "orderer.spark.output.layout -> orderer.spark.driver.runs" in out
 
 
 UNLAYERED = "orderer"
@@ -124,6 +128,20 @@ def test_every_product_module_falls_in_a_layer() -> None:
     assert {"orderer.api", "orderer.replay.sweep", "orderer._core.core", "evb_operator.specs",
             "orderer.cli.__main__"} <= set(modules), modules
     assert _outside_layers(REPO) == []
+
+
+def test_every_spark_module_falls_in_a_layer_of_spark() -> None:
+    """``orderer.spark``'s sub-packages are layered among themselves (the ``spark-layers``
+    contract): a module straight under ``orderer/spark/``, or a sub-package the contract does
+    not name, would be in none of its layers."""
+    layers = _names(_contracts(REPO)["importlinter:contract:spark-layers"]["layers"])
+    spark = [m for m in _product_modules(REPO) if m.startswith("orderer.spark.")]
+    assert {"orderer.spark.driver.job", "orderer.spark.source.datasource"} <= set(spark), spark
+    outside = [
+        module for module in spark
+        if not any(module == layer or module.startswith(layer + ".") for layer in layers)
+    ]
+    assert outside == []
 
 
 def test_a_module_in_no_layer_is_caught(tmp_path: Path) -> None:

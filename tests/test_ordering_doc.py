@@ -2,7 +2,7 @@
 flow-control settings match :mod:`orderer.config`, its ``evb replay`` usage matches the parser,
 and it names every worked example kept in ``tests/data/ordering-examples/``.
 
-The rules themselves are checked by running the examples (``tests/orderer/test_replay_cli.py``,
+The rules themselves are checked by running the examples (``tests/replay/test_replay_cli.py``,
 ``tests/orderer/test_oracle_examples.py``); this keeps the page's facts from drifting."""
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ STAGES_DIR = "/etc/evb/stages"
 """The Spark driver's mount of the ConfigMap of spec.spark.stages: the file is
 ``STAGES_DIR/<key>`` (``evb spark-job --stages``); the executors get the stages' functions
 pickled by value, not the file."""
-SPARK_JOB_FILE = "local:///opt/evb/orderer/spark/job.py"
+SPARK_JOB_FILE = "local:///opt/evb/orderer/spark/driver/job.py"
 """The Spark job inside the Spark image (``Dockerfile.spark``); the job is issue 4's."""
 SPARK_CONNECT_TIMEOUT_SECONDS = 300
 """How long the Spark job waits for the orderer at its start: the operator creates both at once,

@@ -12,7 +12,7 @@
 # bytes, a tag or a length of more than five, field number 0 (but inside a skipped group, where
 # the runtime takes it as any unknown field), a stray end of group, wire types 6
 # and 7, a length past the end and nesting deeper than the runtime's limit are malformed
-# (tests/orderer/_core/test_submit_wire.py holds it to the runtime on random and hostile data).
+# (tests/core/test_submit_wire.py holds it to the runtime on random and hostile data).
 
 DEF WIRE_DEPTH_LIMIT = 100   # the protobuf runtime's default nesting limit (upb, C++)
 

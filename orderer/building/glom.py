@@ -26,17 +26,18 @@ the only order-sensitive step of the whole consumer is *where an event starts*
 (:func:`event_starts`). Once a position is known to be an event start, everything after it is
 glommed the same whatever came before, so the stream can be cut there into pieces that are built
 independently and in parallel (:func:`glom_batches`, :func:`build_events`). The Spark source
-(:mod:`orderer.spark.source`) runs :func:`event_starts` over the small timestamp and barrier
-columns to end micro-batches and partitions only at event starts, and the executors run
+(:mod:`orderer.spark.source.planning`) runs :func:`event_starts` over the small timestamp and
+barrier columns to end micro-batches and partitions only at event starts, and the executors run
 :func:`glom_batches` over their own piece, payloads and all; the sliced replay
 (:mod:`orderer.replay.sliced_merge`) runs :func:`event_starts` from each slice's first sure start.
 All call the same function, so the events are identical to a sequential, single-threaded glom of
 the whole stream for any number of partitions, wherever micro-batches end, and however many
 orderers ordered the run.
 
-Callers: :mod:`orderer.spark.source` (the boundaries on the driver, the building in each
-partition's ``read()``), :mod:`orderer.replay.sliced_merge` (the events of one orderer and of N
-sliced ones), the benchmarks' baselines.
+Callers: :mod:`orderer.spark.source` (the boundaries on the driver,
+:mod:`~orderer.spark.source.planning`; the building in each partition's ``read()``,
+:mod:`~orderer.spark.source.options`), :mod:`orderer.replay.sliced_merge` (the events of one
+orderer and of N sliced ones), the benchmarks' baselines.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ FRAGMENT_SCHEMA = pa.schema(
 )
 """The fragments events are built of, in offset order: the rows of the ``evb`` data source (Spark
 has no unsigned types: ids and timestamps are longs; in Spark's words
-:data:`orderer.spark.glom.FRAGMENT_SPARK_SCHEMA`)."""
+:data:`orderer.spark.source.glom.FRAGMENT_SPARK_SCHEMA`)."""
 
 _FRAGMENT_IN_EVENT = pa.struct([field for field in FRAGMENT_SCHEMA if field.name != "barrier"])
 """A fragment inside an event: a row of the data source less its barrier (the event row has it)."""
@@ -90,9 +91,9 @@ EVENT_SCHEMA = pa.schema(
         ("fragments", pa.list_(_FRAGMENT_IN_EVENT)),
     ]
 )
-"""Built events, one row each (in Spark's words :data:`orderer.spark.glom.EVENT_SPARK_SCHEMA`);
-what the Spark job writes, the analysis stages read and :mod:`orderer.spark.nscldaq` turns into
-ring items."""
+"""Built events, one row each (in Spark's words
+:data:`orderer.spark.source.glom.EVENT_SPARK_SCHEMA`); what the Spark job writes, the analysis
+stages read and :mod:`orderer.spark.output.nscldaq` turns into ring items."""
 
 
 def fragment_rows(

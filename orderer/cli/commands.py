@@ -1,7 +1,7 @@
 """What each ``evb`` command does with its parsed flags: one ``cmd_*`` function a command, which
 builds the library's arguments from the flags and calls the library; the work is elsewhere
 (:mod:`orderer.replay`, :mod:`orderer.apps`, :mod:`orderer.client`, :mod:`orderer.service`,
-:mod:`orderer.spark.job`, the demos).
+:mod:`orderer.spark.driver.job`, the demos).
 
 Each returns the command's exit status; an error a user can cause is raised as the library's
 exception, which :func:`orderer.cli.main` turns into one line and an exit status. Libraries are
@@ -81,7 +81,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             "the live demo needs the spark extra (pip install 'evb[spark]'); "
             "evb demo --replay-only runs without it",
         )
-    from orderer.spark.demo import run_live_demo
+    from orderer.spark.driver.demo import run_live_demo
 
     return run_live_demo(
         output_dir=args.output_dir,
@@ -116,7 +116,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_spark_job(args: argparse.Namespace) -> int:
-    from orderer.spark.job import main as spark_job
+    from orderer.spark.driver.job import main as spark_job
 
     return spark_job(args.job_args)
 

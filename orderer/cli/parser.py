@@ -472,7 +472,7 @@ def _add_forward(commands: Any) -> None:
 
 
 def _add_spark_job(commands: Any) -> None:
-    """``evb spark-job``: its arguments go to the job (:mod:`orderer.spark.job`, also the
+    """``evb spark-job``: its arguments go to the job (:mod:`orderer.spark.driver.job`, also the
     SparkApplication's main file), whose parser (:func:`orderer.job_config.build_parser`) prints
     its help."""
     spark_job = commands.add_parser(

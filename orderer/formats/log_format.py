@@ -2,8 +2,8 @@
 
 Why one module: the service writes the logs (:mod:`orderer.service.logs`), and they are read
 back outside it too: recovery and ``export_replay`` read the arrival log, and the Spark job's
-file reader (:mod:`orderer.spark.source`) reads a finished run's ordered log straight from disk.
-Were the format written in one place and read again by hand in another, a change to one would
+file reader (:mod:`orderer.spark.source.readers`) reads a finished run's ordered log straight from
+disk. Were the format written in one place and read again by hand in another, a change to one would
 break the other silently. Here are the schemas (and so the column names), the segment naming,
 the torn-tail rule and the conversions between the logs' record batches and the orderer's
 columnar types; this module imports nothing above :mod:`orderer.batch`.

@@ -6,10 +6,10 @@ stream with the high-water mark carried in (:func:`late_flags`), the sure starts
 
 Why a module of its own: two readers apply them. The simulation (:mod:`orderer.replay.
 sliced_merge`) holds the whole merged stream and applies each rule to all of it at once; the Spark
-job over N orderers (:mod:`orderer.replay.unit_plan`, :mod:`orderer.spark.sliced_source`) holds one
-stretch at a time, a piece's head on the driver, a unit on an executor, and carries in what the
-stretch needs of the stream before it: the high-water mark (from the slice index) and, for the
-sure-start rule, the row just before (:class:`Before`). Each rule here takes that carried state,
+job over N orderers (:mod:`orderer.replay.unit_plan`, :mod:`orderer.spark.source.sliced_source`)
+holds one stretch at a time, a piece's head on the driver, a unit on an executor, and carries in
+what the stretch needs of the stream before it: the high-water mark (from the slice index) and, for
+the sure-start rule, the row just before (:class:`Before`). Each rule here takes that carried state,
 and applied to the whole stream without it (None) it is the simulation's; the tests hold the two
 readers to each other.
 

@@ -2,8 +2,8 @@
 orderers in slice order"): the planning from the orderers' slice indexes and the pieces' heads
 (:class:`UnitPlanner`), and the rows of one unit from its offset ranges (:func:`unit_rows`), both
 without Spark, so that the simulation's tests hold them to the simulation's merge and the Spark
-job (:mod:`orderer.spark.sliced_source`) runs them as they are: the driver plans, each executor
-builds its units.
+job (:mod:`orderer.spark.source.sliced_source`) runs them as they are: the driver plans, each
+executor builds its units.
 
 **Planning.** The merged stream is the pieces of all orderers in slice order
 (:class:`MergedPieces`, from the slice indexes). A *unit* runs from a piece's first sure start to

@@ -7,7 +7,7 @@ written, so a histogram agrees with the results whatever micro-batches were retr
 driver only ever receives counts. One binning for every use: equal bins from ``low`` to
 ``high``, each closed on the left, values below ``low`` in the underflow, those at or above
 ``high`` (and NaN) in the overflow, nulls left out (boost-histogram's regular axis,
-:func:`orderer.spark.stage_histograms.bin_index`).
+:func:`orderer.spark.stages.stage_histograms.bin_index`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ The module is a plain Python file: its :class:`~orderer.stages.api.Stage` object
 level are its stages, in the order they are defined (or, when it has one, the ``STAGES`` list
 alone). Why a file and not an importable package: the operator mounts it from a ConfigMap into
 the driver, where nothing installs it; the executors get the stages' functions pickled by value
-(:mod:`orderer.spark.stages` registers the module with cloudpickle), so they need no copy.
+(:mod:`orderer.spark.stages.runner` registers the module with cloudpickle), so they need no
+copy.
 """
 
 from __future__ import annotations

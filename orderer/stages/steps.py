@@ -5,8 +5,8 @@ Why apart from Spark: the stage's contract (its output cast to its schema, an or
 stage's events sorted and split by key, its state carried, a failure named) is the same
 wherever it runs, and is tested here without a JVM. A step of an order-sensitive stage is given
 the states of the keys it may meet and returns every state it touched; the caller keeps them
-(:mod:`orderer.spark.stages` in the query's checkpoint). An aggregation's steps are three: each
-piece of its input added to an accumulator (:func:`accumulate`, where the piece is), the
+(:mod:`orderer.spark.stages.sink` in the query's checkpoint). An aggregation's steps are three:
+each piece of its input added to an accumulator (:func:`accumulate`, where the piece is), the
 accumulators combined (:func:`combine`, on the driver) and the result finished
 (:func:`finish`); the caller keeps the run's accumulator as it keeps states.
 """

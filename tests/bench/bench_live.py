@@ -3,7 +3,7 @@ them on the same run, and the share of the job's time the totals take.
 
 Not a pytest test: ``python tests/bench/bench_live.py [--fragments N] [--micro-batches M]``. One
 run (bench_spark.py's data: six sources, 16-byte payloads, a late backlog, sync barriers, through
-a real ``evb serve``), one SparkSession, then the whole job (``orderer.spark.job.run``: the
+a real ``evb serve``), one SparkSession, then the whole job (``orderer.spark.driver.job.run``: the
 stream, the events written, the summary and the report) over it ``--repeats`` times each way,
 alternating (with, without, with, ...), each with its own output and consumer, ``M``
 micro-batches (``--max-fragments-per-trigger``). Printed per way: the best time per fragment
@@ -37,7 +37,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from orderer.job_config import JobConfig  # noqa: E402
-from orderer.spark import job  # noqa: E402
+from orderer.spark.driver import job  # noqa: E402
 from orderer.spark.live import observer  # noqa: E402
 from orderer.spark.live.board import Board  # noqa: E402
 from tests.bench.bench_spark import DT, _make_data  # noqa: E402
@@ -114,7 +114,7 @@ def _job(spark: Any, target: str, out: Path, n: int, micro_batches: int, ui: boo
 
 
 def run(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
-    from orderer.spark.source import register
+    from orderer.spark.source.datasource import register
 
     register(spark)
     work = Path(tempfile.mkdtemp(prefix="evb-bench-live-"))

@@ -27,9 +27,9 @@ c. the server stopped, the ``--path`` read as a Spark executor does it: every or
    Each batch's payload is touched, one byte per 4 KiB page, as a consumer that uses the bytes
    would (without it, a reader that hands out views of a memory map never reads the pages);
    ``c0`` is the same read without touching them; ``c1`` the executor's own code for a
-   partition of the whole run (``orderer.spark.source._read_segments``: those batches as Spark
-   rows, :func:`~orderer.spark.source.fragment_rows`), each record batch then serialised in the
-   Arrow IPC format (``RecordBatch.serialize``, a copy of every buffer, as pyspark's stream to
+   partition of the whole run (``orderer.spark.source.readers.read_segments``: those batches as
+   Spark rows, :func:`~orderer.building.glom.fragment_rows`), each record batch then serialised in
+   the Arrow IPC format (``RecordBatch.serialize``, a copy of every buffer, as pyspark's stream to
    the JVM makes one); what Spark does beyond that is not here.
 
 ``--json PATH`` writes the figures. ``--check`` also runs one untimed read of (c) that checks the
@@ -205,7 +205,8 @@ def read_executor(data_dir: Path, until: int) -> dict[str, Any]:
     import pyarrow as pa
 
     from orderer.formats.log_format import ordered_segments
-    from orderer.spark.source import OffsetRange, _read_segments
+    from orderer.spark.source.planning import OffsetRange
+    from orderer.spark.source.readers import read_segments
 
     pa.array(np.zeros(1, np.int64))  # its first call imports pandas: a worker has done it before
     fragments = payload_bytes = wire = 0
@@ -214,7 +215,7 @@ def read_executor(data_dir: Path, until: int) -> dict[str, Any]:
     start = time.perf_counter()
     segments = ordered_segments(data_dir)
     partition = OffsetRange(0, until, None, tuple(map(str, segments)))
-    for rows in _read_segments(partition):
+    for rows in read_segments(partition):
         fragments += rows.num_rows
         column = rows.column(rows.num_columns - 1)  # payload: binary, int32 offsets
         offsets = np.frombuffer(column.buffers()[1], np.int32, count=len(column) + 1,
@@ -224,7 +225,7 @@ def read_executor(data_dir: Path, until: int) -> dict[str, Any]:
     seconds = time.perf_counter() - start
     cpu = _cpu_self() - cpu0
     return _figures(fragments, payload_bytes, seconds, cpu) | {
-        "reader": "orderer.spark.source._read_segments + RecordBatch.serialize",
+        "reader": "orderer.spark.source.readers.read_segments + RecordBatch.serialize",
         "segments": len(segments),
         "ipc_bytes": wire,
         "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -352,7 +353,7 @@ def report(figures: dict[str, Any], console: Console) -> None:
         _row(table, "b. Subscribe, omit_payload", b, "server", mb=False)
         _row(table, "c. --path read, payload pages touched", c, "reader")
         _row(table, "c0. --path read, views only", c0, "reader")
-        _row(table, "c1. executor: _read_segments + serialize", c1, "reader")
+        _row(table, "c1. executor: read_segments + serialize", c1, "reader")
         table.add_row("data dir: arrival / ordered log",
                       "", "", f"{point['arrival_log_bytes'] / 1e6:,.0f} / "
                       f"{point['ordered_log_bytes'] / 1e6:,.0f} MB", "")

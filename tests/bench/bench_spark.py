@@ -9,8 +9,8 @@ repository on ``PYTHONPATH``, or from the checkout). One run, one data set, one 
    ends the run; its ordered log is the input of every phase;
 1. evb, streaming: ``spark.readStream.format("evb")`` from the live orderer over gRPC, the events
    built where the executors read them (``output`` = ``events``, as the job reads), Spark's
-   Parquet file sink with the job's options (:func:`orderer.spark.writer.writer_options`) and a
-   checkpoint, at most ``--micro-batches`` micro-batches (``maxFragmentsPerTrigger``: the share
+   Parquet file sink with the job's options (:func:`orderer.spark.output.writer.writer_options`) and
+   a checkpoint, at most ``--micro-batches`` micro-batches (``maxFragmentsPerTrigger``: the share
    of one, plus the longest event, since a micro-batch ends at the last event start within its
    limit); timed from the start of its first micro-batch to the last batch committed, the time
    from ``start()`` to the first micro-batch printed beside it (:func:`run_query`);
@@ -62,13 +62,13 @@ if str(ROOT) not in sys.path:
 
 from orderer.apps.send import send_synthetic  # noqa: E402
 from orderer.building.config import GlomConfig  # noqa: E402
-from orderer.building.glom import build_events, event_starts  # noqa: E402
+from orderer.building.glom import build_events, event_starts, fragment_rows  # noqa: E402
 from orderer.client import SourceClient, end_run  # noqa: E402
 from orderer.formats.payloads import ordered_batches  # noqa: E402
 from orderer.replay.synthetic import Stall, SyntheticRun  # noqa: E402
-from orderer.spark.demo import _Server  # noqa: E402
-from orderer.spark.glom import glom_options  # noqa: E402
-from orderer.spark.source import fragment_rows, segment_files  # noqa: E402
+from orderer.spark.driver.demo import _Server  # noqa: E402
+from orderer.spark.source.access import segment_files  # noqa: E402
+from orderer.spark.source.glom import glom_options  # noqa: E402
 
 DT = 100_000
 TICK_RATE = 1e8
@@ -125,7 +125,7 @@ def _evb_stream(
     spark: Any, target: str, out: Path, n: int, micro_batches: int, until: int | None = None,
     partitions: int = 2, label: str = "evb streaming (gRPC -> Parquet)",
 ) -> dict[str, Any]:
-    from orderer.spark.writer import writer_options
+    from orderer.spark.output.writer import writer_options
 
     config = GlomConfig(DT)
     reader = (
@@ -321,7 +321,7 @@ def run_query(query: Any, label: str, n: int, **more: Any) -> dict[str, Any]:
 
 
 def run(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
-    from orderer.spark.source import register
+    from orderer.spark.source.datasource import register
 
     register(spark)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="evb-bench-spark-"))
@@ -378,7 +378,7 @@ def _write_json(path: Path | None, figures: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from orderer.spark.job import create_session
+    from orderer.spark.driver.job import create_session
 
     args = _parser().parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -25,8 +25,8 @@ one data set written once:
      Parquet sink: one Python stage in a streaming query with no evb code at all;
    - the same floor with the job's Parquet options: no dictionary for the columns that hold a
      different value in almost every row (offset, timestamp, payload; the job's
-     :data:`~orderer.spark.writer.UNIQUE_COLUMNS`), printed so that what the job gains from its
-     own settings is not mistaken for what it gains on Spark;
+     :data:`~orderer.spark.output.writer.UNIQUE_COLUMNS`), printed so that what the job gains from
+     its own settings is not mistaken for what it gains on Spark;
    - Spark's JVM-only floor: the same file stream straight to the Parquet sink, no Python;
 
    each timed from the start of its first micro-batch to the last batch committed (the rate;
@@ -112,7 +112,7 @@ def _evb_identity(spark: Any, target: str, out: Path, n: int, micro_batches: int
                   partitions: int) -> dict[str, Any]:
     """The evb source read as the job reads it, the rows passed through unchanged."""
     from orderer.building.config import GlomConfig
-    from orderer.spark.glom import FRAGMENT_SPARK_SCHEMA, glom_options
+    from orderer.spark.source.glom import FRAGMENT_SPARK_SCHEMA, glom_options
 
     config = GlomConfig(base.DT)
     reader = (
@@ -127,7 +127,7 @@ def _evb_identity(spark: Any, target: str, out: Path, n: int, micro_batches: int
 
 FLOOR_UNIQUE_COLUMNS = ("offset", "timestamp", "payload")
 """The floor's rows' columns that hold a different value in almost every row, as the job's
-:data:`~orderer.spark.writer.UNIQUE_COLUMNS` are of its events."""
+:data:`~orderer.spark.output.writer.UNIQUE_COLUMNS` are of its events."""
 
 
 def _spark_identity(spark: Any, fragments: Path, out: Path, n: int,
@@ -304,7 +304,7 @@ def _measure(spark: Any, master: str, server: Any, work: Path, n: int,
              args: argparse.Namespace, floors_first: bool = False) -> dict[str, Any]:
     """One master: warm-up, then the streams (the floors first when ``floors_first``);
     ``work`` is this round's directory."""
-    from orderer.spark.source import register
+    from orderer.spark.source.datasource import register
 
     register(spark)
     parts = cores_of(master)
@@ -476,7 +476,7 @@ def run(sessions: Sessions, args: argparse.Namespace) -> dict[str, Any]:
 @contextmanager
 def _own_session(master: str) -> Iterator[Any]:
     """A fresh SparkSession for ``master``, stopped afterwards (the next master needs its own)."""
-    from orderer.spark.job import create_session
+    from orderer.spark.driver.job import create_session
 
     spark = create_session(master, app=f"evb-bench-scaling-{master}")
     spark.sparkContext.setLogLevel("ERROR")

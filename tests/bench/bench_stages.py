@@ -21,8 +21,8 @@ Not a pytest test: run it as ``python tests/bench/bench_stages.py [--fragments N
    one row each):
 
    (a) evb, order-sensitive keyed stage: the example's plan (``pixel_hits`` then ``decays``,
-       keyed by ``pixel``) run by :func:`orderer.spark.stages.run_plan` in ``foreachBatch``, as
-       the job's :class:`~orderer.spark.stages.StagesSink` runs it: a shuffle by pixel into
+       keyed by ``pixel``) run by :func:`orderer.spark.stages.runner.run_plan` in ``foreachBatch``,
+       as the job's :class:`~orderer.spark.stages.sink.StagesSink` runs it: a shuffle by pixel into
        ``--partitions`` partitions, a sort by (pixel, offset) in each, one call per pixel, the
        pixels' states carried from one micro-batch to the next (broadcast to the tasks,
        collected back, pickled into a file of the query's checkpoint every micro-batch);
@@ -268,7 +268,7 @@ def run_evb(spark: Any, stages: Plan, files: Path, out: Path, counts: dict[str, 
             partitions: int, label: str) -> dict[str, Any]:
     """(a) or (b): ``run_plan`` in ``foreachBatch``, its last stage's result written, the
     states (by stage, by key) carried and pickled into the checkpoint every micro-batch."""
-    from orderer.spark.stages import run_plan
+    from orderer.spark.stages.runner import run_plan
 
     states: dict[str, dict[Hashable, Any]] = {}
     last = stages.stages[-1].stage.name
@@ -491,7 +491,7 @@ def _report(figures: dict[str, Any], rounds: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from orderer.spark.job import create_session
+    from orderer.spark.driver.job import create_session
 
     args = _parser().parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -53,7 +53,7 @@ CHUNK = 1 << 20
 
 _LAUNCHER = """
 import json, resource, sys
-from orderer.spark.job import main
+from orderer.spark.driver.job import main
 status = 1
 try:
     status = main(sys.argv[2:])

@@ -311,7 +311,7 @@ def _window(target: str, security: ChannelSecurity, window: float) -> bool:
 
 
 def _ordered_log(target: str, security: ChannelSecurity, until_offset: int) -> pa.Table:
-    from orderer.spark.source import fragment_rows
+    from orderer.building.glom import fragment_rows
 
     reader = OrderedStreamReader(target, 0, until=until_offset, security=security)
     return pa.Table.from_batches([fragment_rows(batch) for batch in reader])

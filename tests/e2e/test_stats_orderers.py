@@ -3,7 +3,7 @@
 three in order, a line for the run, the counters summed, and one per orderer; the orderers
 given out of order are refused in one line (exit 2); an orderer that does not answer is named
 (exit 3). One orderer of a run of one is drawn by the code it always was
-(``tests/e2e/test_top.py``, ``tests/orderer/test_console.py``)."""
+(``tests/e2e/test_top.py``, ``tests/apps/test_console.py``)."""
 
 from __future__ import annotations
 

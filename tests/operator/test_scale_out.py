@@ -8,7 +8,7 @@ pieces fitting together (the headless Service governing the StatefulSet, the pee
 anti-affinity, the release's targets), each orderer pod's command line read by ``evb serve``
 itself as the kubelet would start pod k (orderer k of 3, its peers, N and T from the ConfigMap),
 and ``evb release``'s by ``evb``'s parser. With one orderer nothing changes
-(``tests/operator/test_specs.py`` pins those objects)."""
+(``tests/operator/specs/test_specs.py`` pins those objects)."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ from tests.operator.conftest import (
     pod_of,
     validate_builtin,
 )
+from tests.operator.specs.test_specs import FULL_SPEC
 from tests.operator.test_fuzz_spec import SPEC_SCHEMA, _cel, _rules, _schema_at, api_server_accepts
-from tests.operator.test_specs import FULL_SPEC
 
 SLICED = {"orderers": 3, "sliceTicks": 1_000_000}
 

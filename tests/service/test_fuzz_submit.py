@@ -31,7 +31,7 @@ from orderer.errors import InterfaceError
 from orderer.service.server import RunningServer, start_server
 from orderer.service.settings import ServiceConfig
 from orderer.wire import convert, submit
-from tests.orderer._core.test_submit_wire import damaged
+from tests.core.test_submit_wire import damaged
 from tests.soak import fuzz_settings
 
 LIMITS = convert.BatchLimits(max_payload_bytes=64, sources=None)

@@ -82,11 +82,12 @@ def test_evb_serve_refuses_to_continue_it_and_changes_nothing(tmp_path: Path) ->
 
 def test_the_spark_path_reader_takes_it() -> None:
     """The executors' read of a partition (payloads of the partition's part only)."""
-    from orderer.spark.source import OffsetRange, _read_segments
+    from orderer.spark.source.planning import OffsetRange
+    from orderer.spark.source.readers import read_segments
 
     segments = tuple(str(s) for s in log_format.ordered_segments(OLD))
     part = OffsetRange(10, 100, None, segments)
-    rows = [r for batch in _read_segments(part) for r in batch.to_pylist()]
+    rows = [r for batch in read_segments(part) for r in batch.to_pylist()]
     want = _expected()[10:100]
     assert [r["offset"] for r in rows] == [w[0] for w in want]
     assert [bytes(r["payload"]) for r in rows] == [bytes.fromhex(str(w[5])) for w in want]

@@ -246,7 +246,7 @@ def test_a_path_read_without_the_arrival_log_is_refused_naming_it(tmp_path: Path
     """Only ``ordered/`` copied somewhere: the Spark job's driver says where the payloads are
     before any executor looks for them."""
     from orderer.errors import ConfigError
-    from orderer.spark.source import segment_files
+    from orderer.spark.source.access import segment_files
 
     runs_ = [SourceRun(1, [1, 2, 3], [10, 20, 30], [0, 0, 0], [3])]
 

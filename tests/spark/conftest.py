@@ -52,7 +52,7 @@ def spark_session(app: str = "evb-tests") -> object:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from orderer.spark.source import register
+    from orderer.spark.source.datasource import register
 
     spark = (
         SparkSession.builder.master("local[2]")
@@ -78,7 +78,7 @@ def spark() -> Iterator[object]:
 
 def source_rows(target: str, until: int) -> pa.Table:
     """What the orderer emitted, read with the client library, as the source's rows."""
-    from orderer.spark.source import fragment_rows
+    from orderer.building.glom import fragment_rows
 
     batches = [fragment_rows(b) for b in OrderedStreamReader(target, 0, until=until)]
     return pa.Table.from_batches(batches)

@@ -24,13 +24,9 @@ import pytest
 from orderer.building.config import GlomConfig
 from orderer.building.glom import EVENT_SCHEMA, build_events
 from orderer.job_config import JobConfig, OutputFormat
-from orderer.spark import job
-from orderer.spark.stages import (
-    StagesSink,
-    run_plan,
-    stage_directory,
-    stage_failure,
-)
+from orderer.spark.driver import job
+from orderer.spark.stages.runner import run_plan, stage_failure
+from orderer.spark.stages.sink import StagesSink, stage_directory
 from orderer.stages.api import Order, Stage
 from orderer.stages.load import load_stages
 from orderer.stages.plan import Plan, plan
@@ -205,7 +201,7 @@ def test_a_killed_job_resumes_with_its_accumulators_counting_each_batch_once(
 def test_the_live_page_gets_each_aggregations_finished_table_after_a_micro_batch(
     spark: Any, events: pa.Table, expected: dict[str, pa.Table]
 ) -> None:
-    """What a :class:`~orderer.spark.stages.BatchObserver` is given holds, under an
+    """What a :class:`~orderer.spark.stages.sink.BatchObserver` is given holds, under an
     aggregation's name, the finished table so far."""
     planned = _plan()
     kept: list[Any] = []

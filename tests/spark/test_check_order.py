@@ -18,7 +18,7 @@ from orderer.client import end_run
 from orderer.job_config import JobConfig
 from orderer.replay.physics import Physics
 from orderer.replay.synthetic import SyntheticRun
-from orderer.spark import job
+from orderer.spark.driver import job
 from orderer.stages.load import load_stages
 from tests.e2e.conftest import ServerProcess
 from tests.spark.conftest import DT, FinishedRun

@@ -1,8 +1,8 @@
 """The counting under the spectrum, the coincidence matrix and the live totals
-(:func:`orderer.spark.coincidence.counted` and the coincidences of :func:`~orderer.spark.
-coincidence.pair_rows`) against a plain Python count, on both of their paths: narrow key
-ranges (counted by ``bincount``) and wide ones (numbered by sorting), few sources (events
-counted by source sets) and more than 62 (the incidence matrix)."""
+(:func:`orderer.spark.output.coincidence.counted` and the coincidences of
+:func:`~orderer.spark.output.coincidence.pair_rows`) against a plain Python count, on both of their
+paths: narrow key ranges (counted by ``bincount``) and wide ones (numbered by sorting), few sources
+(events counted by source sets) and more than 62 (the incidence matrix)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orderer.spark.coincidence import COINCIDENCE, counted, pair_rows, spectrum_axis
+from orderer.spark.output.coincidence import COINCIDENCE, counted, pair_rows, spectrum_axis
 
 
 def _rows(parts: tuple[np.ndarray, ...]) -> Counter[tuple[int, ...]]:

@@ -1,7 +1,7 @@
-"""Tests of the live demo (:mod:`orderer.spark.demo`, ``evb demo``, ``make demo``): a run with
-physics through the orderer, gRPC and the Spark job, whose report shows the coincidence peak and
-whose example stages find what the run was generated with; and the pieces that read them
-(:mod:`orderer.spark.demo_physics`).
+"""Tests of the live demo (:mod:`orderer.spark.driver.demo`, ``evb demo``, ``make demo``): a run
+with physics through the orderer, gRPC and the Spark job, whose report shows the coincidence peak
+and whose example stages find what the run was generated with; and the pieces that read them
+(:mod:`orderer.spark.driver.demo_physics`).
 
 The demo runs as ``evb demo`` does, in a process of its own: it starts and stops its own
 SparkSession, which must not be the tests' shared one."""
@@ -19,8 +19,8 @@ import boost_histogram as bh
 import numpy as np
 import pytest
 
-from orderer.spark import demo, demo_physics
-from orderer.spark.coincidence import spectrum_axis
+from orderer.spark.driver import demo, demo_physics
+from orderer.spark.output.coincidence import spectrum_axis
 
 REPO = Path(__file__).resolve().parents[2]
 STAGE_NAMES = (

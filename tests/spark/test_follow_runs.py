@@ -4,7 +4,8 @@ the second with its clocks restarted at 0, without and with ``--reset-on-begin-r
 builds run 8 once it begins, each run's events in its own partition (``events/run=<number>/``)
 and none spanning two runs, a summary per run with the late fragments the contract gives, and
 stops after ``--until-run``; a job started once both runs are in (its first micro-batch could
-hold both) splits them all the same. Also the run-to-run decisions of :mod:`orderer.spark.runs`."""
+hold both) splits them all the same. Also the run-to-run decisions of
+:mod:`orderer.spark.driver.runs`."""
 
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from orderer.building.glom import fragment_rows
 from orderer.client import OrderedStreamReader, begin_run, end_run
 from orderer.errors import ConfigError
 from orderer.job_config import JobConfig
-from orderer.spark import job, runs
+from orderer.spark.driver import job, runs
 from orderer.spark.live.board import Board
-from orderer.spark.source import fragment_rows
+from orderer.spark.source import access
 from tests.e2e.conftest import ServerProcess
 from tests.e2e.test_runs import DATA, _run_file, _send
 from tests.spark.oracle import Event, events_of, fragments_of, glom
@@ -138,9 +140,9 @@ def test_the_run_to_run_decisions() -> None:
     assert runs.finished(table, done.__contains__, 8)
     assert not runs.finished(table[:1], done.__contains__, 8)  # run 8 may still begin
     assert not runs.finished(table, done.__contains__, None)  # without --until-run: never
-    assert runs.run_end([runs.RunSpan(7, 0, 14)], 7) == 14
+    assert access.run_end([runs.RunSpan(7, 0, 14)], 7) == 14
     with pytest.raises(ConfigError, match=r"run: is not in the orderer's run table \(runs: 7\)"):
-        runs.run_end([runs.RunSpan(7, 0, None)], 9)
+        access.run_end([runs.RunSpan(7, 0, None)], 9)
 
 
 def test_follow_stops_when_told_and_builds_only_whole_runs() -> None:

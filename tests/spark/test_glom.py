@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from orderer.building.config import GlomConfig
 from orderer.building.glom import build_events, event_starts, glom_batches
 from orderer.errors import ConfigError
-from orderer.spark.glom import glom_from_options
+from orderer.spark.source.glom import glom_from_options
 from tests.soak import fuzz_settings
 from tests.spark.oracle import events_of, fragments_of, glom, glom_main, random_stream
 
@@ -175,8 +175,8 @@ def test_the_window_does_not_wrap_at_2_64_where_globs_does() -> None:
     than 2**63 apart, and the data source refuses every timestamp from 2**63 up, naming its
     offset, so no event the job writes differs."""
     from orderer.batch import EmittedBatch
+    from orderer.building.glom import fragment_rows
     from orderer.errors import InterfaceError
-    from orderer.spark.source import fragment_rows
 
     ts = [2**64 - 10, 5]
     assert glom_main(ts, [0, 0], 100) == [[0, 1]]

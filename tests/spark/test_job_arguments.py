@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from orderer.spark import checks, job
+from orderer.spark.driver import checks, job
 from tests.spark.logdata import write_ordered_log
 from tests.spark.oracle import random_stream
 
@@ -144,8 +144,9 @@ def test_help_says_what_the_timestamp_policies_and_the_layout_are(
 
 def test_a_table_of_the_oracle_writes_as_a_log(tmp_path: Path) -> None:
     """The helper the tests use for ``--path`` writes what the job's source reads back."""
+    from orderer.building.glom import fragment_rows
     from orderer.formats.payloads import ordered_batches
-    from orderer.spark.source import fragment_rows, segment_files
+    from orderer.spark.source.access import segment_files
     from tests.spark.oracle import fragments_of
 
     stream = random_stream(4, 1000)

@@ -14,7 +14,8 @@ import pytest
 
 from orderer.errors import ConfigError
 from orderer.job_config import JobConfig
-from orderer.spark import job, writer
+from orderer.spark.driver import job
+from orderer.spark.output import writer
 from tests.spark.conftest import DT, FinishedRun
 from tests.spark.logdata import write_ordered_log
 from tests.spark.oracle import Event, events_of, fragments_of, glom, random_stream

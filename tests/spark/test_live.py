@@ -19,10 +19,10 @@ import pytest
 
 from orderer.building.glom import EVENT_SCHEMA
 from orderer.job_config import JobConfig
-from orderer.spark import job
+from orderer.spark.driver import job
 from orderer.spark.live.board import Board
 from orderer.spark.live.totals import RunTotals
-from orderer.spark.stages import stage_directory
+from orderer.spark.stages.sink import stage_directory
 from orderer.stages.load import load_stages
 from orderer.stages.plan import plan
 from tests.spark.conftest import DT, FinishedRun
@@ -196,8 +196,8 @@ def test_a_run_resumes_only_as_it_began_with_or_without_the_live_page(
     it (or the other way round) is refused in words naming ``--ui``, before anything is read."""
     from orderer.building.config import GlomConfig
     from orderer.errors import ConfigError
-    from orderer.spark.layout import Layout
-    from orderer.spark.resume import building, check_resumed_building
+    from orderer.spark.driver.resume import building, check_resumed_building
+    from orderer.spark.output.layout import Layout
 
     for began, again, said in (([], ["--ui", "0"], "without"), (["--ui", "0"], [], "with")):
         base = ["--target", "h:1", "--dt", "10", "--output", str(tmp_path / said), "--run", "r"]

@@ -13,8 +13,8 @@ import pytest
 
 from orderer.building.config import GlomConfig
 from orderer.building.glom import glom_batches
-from orderer.spark.coincidence import rows_batch, spectrum_axis
 from orderer.spark.live import partials
+from orderer.spark.output.coincidence import rows_batch, spectrum_axis
 
 
 def _events(n: int, seed: int) -> list[pa.RecordBatch]:

@@ -1,5 +1,5 @@
-"""``evb spark-job --format nscldaq`` (orderer/spark/nscldaq.py): built events come out as the
-ring items NSCLDAQ's glom writes, byte for byte equal to what this file's own small writer
+"""``evb spark-job --format nscldaq`` (orderer/spark/output/nscldaq.py): built events come out as
+the ring items NSCLDAQ's glom writes, byte for byte equal to what this file's own small writer
 assembles from the sequential oracle's events; fragments whose payloads are ring items come back
 unchanged inside them; a barrier passes through as its state-change item (or wrapped in
 EVB_UNKNOWN_PAYLOAD when its payload is not a ring item); a streaming run stopped mid-way and
@@ -23,9 +23,9 @@ import pytest
 from orderer.building.config import GlomConfig
 from orderer.building.glom import build_events, glom_batches
 from orderer.job_config import JobConfig, TimestampPolicy
-from orderer.spark import job
-from orderer.spark.glom import EVENT_SPARK_SCHEMA, glom_options
-from orderer.spark.nscldaq import NscldaqSink, ring_items
+from orderer.spark.driver import job
+from orderer.spark.output.nscldaq import NscldaqSink, ring_items
+from orderer.spark.source.glom import EVENT_SPARK_SCHEMA, glom_options
 from tests.spark.conftest import DT, FinishedRun
 from tests.spark.logdata import write_ordered_log
 from tests.spark.oracle import Event, fragments_of, glom, glom_main

@@ -13,7 +13,8 @@ import pytest
 
 from orderer.building.glom import event_starts
 from orderer.errors import ConfigError
-from orderer.spark import source
+from orderer.spark.source import planning
+from orderer.spark.source.options import Options
 from tests.spark.oracle import random_stream
 
 STREAM = random_stream(11, 2000, late_share=0.1)
@@ -22,18 +23,18 @@ BARRIER = STREAM.column("barrier").to_numpy()
 
 
 @pytest.fixture
-def planner(monkeypatch: pytest.MonkeyPatch) -> source._Planner:
+def planner(monkeypatch: pytest.MonkeyPatch) -> planning.Planner:
     def scan(options: Any, first: int, until: int) -> tuple[np.ndarray, np.ndarray]:
         return TS[first:until], BARRIER[first:until]
 
-    monkeypatch.setattr(source, "_scan_target", scan)
-    options = source._Options.parse(
+    monkeypatch.setattr(planning, "_scan_target", scan)
+    options = Options.parse(
         {"target": "unused:1", "dt": "60", "maxFragments": "5", "numPartitions": "3"}
     )
-    return source._Planner(options)
+    return planning.Planner(options)
 
 
-def test_reads_end_at_event_starts_within_their_limit(planner: source._Planner) -> None:
+def test_reads_end_at_event_starts_within_their_limit(planner: planning.Planner) -> None:
     starts = set(event_starts(TS, BARRIER, dt=60, max_fragments=5).tolist())
     first = 0
     for limit in (1, 2, 7, 37, 3, 100, None, 5):
@@ -50,7 +51,7 @@ def test_reads_end_at_event_starts_within_their_limit(planner: source._Planner) 
     assert first < 1500  # the open event at the live end waits
 
 
-def test_the_open_event_goes_only_once_the_run_ended(planner: source._Planner) -> None:
+def test_the_open_event_goes_only_once_the_run_ended(planner: planning.Planner) -> None:
     starts = event_starts(TS, BARRIER, dt=60, max_fragments=5)
     last = int(starts[starts < 2000][-1])
     assert planner.end(last, 2000, False, None) == last  # nothing complete yet
@@ -69,11 +70,11 @@ def test_an_event_longer_than_the_limit_is_read_whole(
     def scan(options: Any, first: int, until: int) -> tuple[np.ndarray, np.ndarray]:
         return ts[first:until], barrier[first:until]
 
-    monkeypatch.setattr(source, "_scan_target", scan)
-    options = source._Options.parse(
+    monkeypatch.setattr(planning, "_scan_target", scan)
+    options = Options.parse(
         {"target": "unused:1", "dt": "5", "maxFragments": str(max_fragments)}
     )
-    planner = source._Planner(options)
+    planner = planning.Planner(options)
     first = 0
     for _ in range(4):
         end = planner.end(first, 100, False, 1)
@@ -84,10 +85,10 @@ def test_an_event_longer_than_the_limit_is_read_whole(
 
 def test_partitions_cover_the_range_in_order() -> None:
     starts = np.array([0, 3, 4, 10, 11, 12, 30, 31, 50], dtype=np.int64)
-    assert source.plan_partitions(starts, 0, 60, 3) == [(0, 30), (30, 50), (50, 60)]
-    assert source.plan_partitions(starts, 0, 60, 1) == [(0, 60)]
-    assert source.plan_partitions(starts, 5, 5, 2) == []
-    parts = source.plan_partitions(starts, 0, 60, 7)
+    assert planning.plan_partitions(starts, 0, 60, 3) == [(0, 30), (30, 50), (50, 60)]
+    assert planning.plan_partitions(starts, 0, 60, 1) == [(0, 60)]
+    assert planning.plan_partitions(starts, 5, 5, 2) == []
+    parts = planning.plan_partitions(starts, 0, 60, 7)
     assert parts[0][0] == 0 and parts[-1][1] == 60
     assert all(b == c for (_, b), (c, _) in itertools.pairwise(parts))
 
@@ -104,7 +105,7 @@ def test_partitions_cover_the_range_in_order() -> None:
 )
 def test_bad_options_name_the_option(options: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        source._Options.parse(options)
+        Options.parse(options)
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 64, 333, 5000])
@@ -116,9 +117,9 @@ def test_the_log_is_planned_one_chunk_at_a_time_as_from_all_its_starts(
     """The batch read of a log directory plans its partitions from one record batch at a time
     (bounded driver memory), and the plan is the one all the run's event starts give."""
     for glom in ({"dt": "60", "maxFragments": "5"}, {"dt": "400"}, {}):
-        options = source._Options.parse({"path": "/unused", **glom})
+        options = Options.parse({"path": "/unused", **glom})
         starts = first + options.starts(TS[first:until], BARRIER[first:until])
         chunks = ((at, TS[at : at + chunk], BARRIER[at : at + chunk])
                   for at in range(0, 2000, chunk))
-        planned = source.plan_log(chunks, first, until, parts, options.starts)
-        assert planned == source.plan_partitions(starts, first, until, parts)
+        planned = planning.plan_log(chunks, first, until, parts, options.starts)
+        assert planned == planning.plan_partitions(starts, first, until, parts)

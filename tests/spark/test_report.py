@@ -1,4 +1,4 @@
-"""The report's histograms that help choose dt (orderer/spark/coincidence.py, report.py): the
+"""The report's histograms that help choose dt (orderer/spark/output/coincidence.py, report.py): the
 spectrum of timestamp differences within events per (first source, source) and the coincidence
 matrix, with exact bin contents for a small hand-made set of events, counted on the executors
 and summed by Spark (PySpark local mode); the plots' titles and barrier markers; the pickled
@@ -19,15 +19,16 @@ import pytest
 from matplotlib.figure import Figure
 
 from orderer.job_config import JobConfig
-from orderer.spark import coincidence, job
-from orderer.spark.coincidence import (
+from orderer.spark.driver import job
+from orderer.spark.output import coincidence
+from orderer.spark.output.coincidence import (
     SPECTRUM_BINS,
     pair_partials,
     spectrum_axis,
     to_histograms,
 )
-from orderer.spark.report import REPORT_FILES, building, spectrum_curves, write_report
-from orderer.spark.summary import SUMMARY_SCHEMA, summarize
+from orderer.spark.output.report import REPORT_FILES, building, spectrum_curves, write_report
+from orderer.spark.output.summary import SUMMARY_SCHEMA, summarize
 from tests.spark.logdata import write_ordered_log
 from tests.spark.oracle import random_stream
 
@@ -189,7 +190,7 @@ def test_the_report_titles_markers_curves_and_pickles(
     # the spectrum's curves: the largest pairs by name, the rest summed past SPECTRUM_CURVES
     curves = dict(spectrum_curves(summary))
     assert next(iter(curves)) == "1 -> 2" and curves["3 -> 2"].sum() == 2
-    monkeypatch.setattr("orderer.spark.report.SPECTRUM_CURVES", 2)
+    monkeypatch.setattr("orderer.spark.output.report.SPECTRUM_CURVES", 2)
     assert [name for name, _ in spectrum_curves(summary)] == ["1 -> 2", "3 -> 2", "3 other pairs"]
 
     # the histograms as data: they unpickle to what was plotted, axes named

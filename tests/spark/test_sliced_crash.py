@@ -31,8 +31,8 @@ from orderer.errors import ServiceUnavailable
 from orderer.job_config import JobConfig
 from orderer.replay.sliced_logs import replay_orderers
 from orderer.replay.unit_plan import UnitPlanner, UnitStart, unit_rows
-from orderer.spark import job as spark_job
-from orderer.spark.sliced_reads import LiveHeads, OrderersAt, check_targets
+from orderer.spark.driver import job as spark_job
+from orderer.spark.source.sliced_reads import LiveHeads, OrderersAt, check_targets
 from tests.e2e.conftest import REPO, ServerProcess, environment, evb_command, orderers_of_one_run
 from tests.spark.oracle import events_of
 

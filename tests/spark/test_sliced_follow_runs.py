@@ -5,7 +5,7 @@ going on from run 7's. The job builds run 7, goes on, and builds run 8 once it h
 every orderer, each run into its own output; each run's events are what ``evb replay`` of the
 three orderers' own arrival logs builds of that run's rows of the merged stream alone (none
 spans two runs), its rows numbered on from the run before. And the N orderers' run tables seen
-as one (:func:`orderer.spark.runs.orderers_table`)."""
+as one (:func:`orderer.spark.driver.runs.orderers_table`)."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from orderer.errors import ConfigError
 from orderer.job_config import JobConfig
 from orderer.replay.sliced_logs import replay_orderers
 from orderer.replay.unit_plan import UnitPlanner, UnitStart, unit_rows
-from orderer.spark import job, runs
-from orderer.spark.sliced_reads import OrderersAt, RunHeads, check_targets
+from orderer.spark.driver import job, runs
+from orderer.spark.source.sliced_reads import OrderersAt, RunHeads, check_targets
 from tests.e2e.conftest import ServerProcess, orderers_of_one_run
 from tests.spark.oracle import events_of
 

@@ -7,8 +7,8 @@ the three orderers' own arrival logs builds (``orderer.replay.sliced_logs``, the
 merge and building); a query restarted from its checkpoint builds the same; at the end every
 orderer holds the job's commit of its whole output. For a run with nothing late and no barrier
 across a slice boundary the events are one orderer's. Without Spark: the driver's planning and
-the executors' reads (``orderer.replay.unit_plan`` over ``orderer.spark.sliced_reads``) give the
-replay's merged stream, live and from the logs; orderers given in another order, or one missing,
+the executors' reads (``orderer.replay.unit_plan`` over ``orderer.spark.source.sliced_reads``) give
+the replay's merged stream, live and from the logs; orderers given in another order, or one missing,
 are refused before Spark starts."""
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from orderer.replay.simulate import replay
 from orderer.replay.sliced_logs import ReplayedRun, replay_orderers
 from orderer.replay.synthetic import Stall, SyntheticRun, generate_records
 from orderer.replay.unit_plan import UnitPlanner, UnitStart, unit_rows
-from orderer.spark import job
-from orderer.spark.nscldaq import ring_items
-from orderer.spark.sliced_reads import LiveHeads, LogHeads, OrderersAt, check_targets
+from orderer.spark.driver import job
+from orderer.spark.output.nscldaq import ring_items
+from orderer.spark.source.sliced_reads import LiveHeads, LogHeads, OrderersAt, check_targets
 from tests.e2e.conftest import ServerProcess, environment, evb_command
 from tests.spark.conftest import DT
 from tests.spark.oracle import Event, events_of, fragments_of, glom

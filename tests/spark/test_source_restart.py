@@ -14,7 +14,8 @@ import numpy as np
 
 from orderer.batch import FragmentBatch
 from orderer.client import SourceClient, get_stats
-from orderer.spark.source import _Options, _stats
+from orderer.spark.source.options import Options
+from orderer.spark.source.planning import target_end
 from tests.e2e.conftest import ServerProcess
 
 
@@ -28,7 +29,7 @@ def test_latest_offset_waits_for_a_killed_orderer(tmp_path: Path) -> None:
             ts = np.arange(1, 2001, dtype=np.uint64)
             client.send_fragments(FragmentBatch.from_arrays(1, ts))
             client.wait_acked(30)
-        options = _Options.parse({"target": server.target, "reconnectTimeout": "60"})
+        options = Options.parse({"target": server.target, "reconnectTimeout": "60"})
         failures: list[BaseException] = []
         answers = [0]
         stop = threading.Event()
@@ -36,7 +37,7 @@ def test_latest_offset_waits_for_a_killed_orderer(tmp_path: Path) -> None:
         def ask() -> None:
             try:
                 while not stop.is_set():
-                    _stats(options)
+                    target_end(options)
                     answers[0] += 1
             except BaseException as error:  # for the test to see
                 failures.append(error)
@@ -58,7 +59,7 @@ def test_latest_offset_waits_for_a_killed_orderer(tmp_path: Path) -> None:
             for asker in askers:
                 asker.join(120)
         assert not failures, failures
-        assert _stats(options) == (get_stats(server.target).next_offset, False)
+        assert target_end(options) == (get_stats(server.target).next_offset, False)
     finally:
         if server.alive():
             server.stop()

@@ -22,9 +22,9 @@ from orderer.building.glom import glom_batches
 from orderer.client import end_run, get_stats
 from orderer.job_config import JobConfig, OutputFormat
 from orderer.replay.synthetic import SyntheticRun
-from orderer.spark import batch, checks, job
-from orderer.spark.glom import EVENT_SPARK_SCHEMA, glom_options
-from orderer.spark.layout import run_name
+from orderer.spark.driver import batch, checks, job
+from orderer.spark.output.layout import run_name
+from orderer.spark.source.glom import EVENT_SPARK_SCHEMA, glom_options
 from tests.e2e.conftest import ServerProcess
 from tests.spark.conftest import DT, RUN, SERVE_FLAGS, FinishedRun, source_rows
 from tests.spark.oracle import events_of, fragments_of, glom
@@ -245,10 +245,10 @@ def test_spark_job_help_and_bad_arguments(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_the_sparkapplication_runs_this_job_with_arguments_it_accepts() -> None:
-    """The operator's SparkApplication names ``local:///opt/evb/orderer/spark/job.py``;
+    """The operator's SparkApplication names ``local:///opt/evb/orderer/spark/driver/job.py``;
     Dockerfile.spark links /opt/evb/orderer to the installed ``orderer`` package (COPY orderer/,
-    ``orderer.spark`` a listed package); the arguments the operator builds parse, and the output
-    formats are the CRD's."""
+    ``orderer.spark.driver`` a package the build finds); the arguments the operator builds parse,
+    and the output formats are the CRD's."""
     import tomllib
 
     from evb_operator import constants, crd, validation
@@ -256,11 +256,14 @@ def test_the_sparkapplication_runs_this_job_with_arguments_it_accepts() -> None:
 
     repo = Path(__file__).resolve().parents[2]
     relative = constants.SPARK_JOB_FILE.removeprefix("local:///opt/evb/")
-    assert (repo / relative).is_file() and relative == "orderer/spark/job.py"
+    assert (repo / relative).is_file() and relative == "orderer/spark/driver/job.py"
     dockerfile = (repo / "Dockerfile.spark").read_text()
     assert "COPY orderer/ orderer/" in dockerfile and "/opt/evb/orderer" in dockerfile
     packages = tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert "orderer.spark" in packages["packages"]
+    from setuptools import find_packages
+
+    found = find_packages(str(repo), include=packages["packages"]["find"]["include"])
+    assert "orderer.spark.driver" in found  # the main file's package, in the wheel
     spark_spec = {"dt": 250, "timestampPolicy": "average",
                   "output": {"path": "s3a://bucket/run", "format": "json"}}
     typed = validation.validate({"spark": spark_spec}).spark

@@ -18,8 +18,9 @@ import pytest
 from orderer.building.config import GlomConfig
 from orderer.building.glom import build_events
 from orderer.job_config import JobConfig
-from orderer.spark import job
-from orderer.spark.stages import stage_directory, stage_job_group
+from orderer.spark.driver import job
+from orderer.spark.stages.runner import stage_job_group
+from orderer.spark.stages.sink import stage_directory
 from orderer.stages.api import EVENTS, Order, Stage
 from orderer.stages.load import load_stages
 from tests.spark.conftest import DT, FinishedRun
@@ -199,7 +200,7 @@ def test_a_failing_stage_names_itself_the_events_and_the_line_and_commits_nothin
     ]
     with pytest.raises(Exception) as failure:  # Spark's own wrapping of the stage's error
         job.run(spark, JobConfig.from_argv(flags))
-    from orderer.spark.stages import stage_failure
+    from orderer.spark.stages.runner import stage_failure
 
     line = stage_failure(str(failure.value))
     assert line is not None
@@ -264,9 +265,9 @@ def test_a_run_resumes_only_with_the_stages_it_began_with(spark: Any, tmp_path: 
     none, or stages where there were none) are refused naming --stages; the same stages with
     their code changed resume."""
     from orderer.errors import ConfigError
-    from orderer.spark.checks import glom_config, stages_plan
-    from orderer.spark.layout import Layout
-    from orderer.spark.resume import building, check_resumed_building
+    from orderer.spark.driver.checks import glom_config, stages_plan
+    from orderer.spark.driver.resume import building, check_resumed_building
+    from orderer.spark.output.layout import Layout
 
     def record(*stages: str) -> tuple[Layout, dict[str, str]]:
         flags = ["--target", "h:1", "--dt", "5", "--output", str(tmp_path), "--run", "r", *stages]
@@ -329,13 +330,13 @@ def test_a_declared_histogram_counts_the_stages_results_in_the_summary_and_the_r
 def test_stage_histograms_bin_as_boost_histogram_does_nulls_left_out_nan_in_the_overflow(
     spark: Any,
 ) -> None:
-    """The bin index is computed by Spark (orderer/spark/stage_histograms.py), not by
+    """The bin index is computed by Spark (orderer/spark/stages/stage_histograms.py), not by
     boost-histogram: the counts equal boost-histogram's own fill of the same values, at the
     edges, just below them, at ``high`` (the overflow), for infinities and NaN; nulls are not
     counted."""
     import boost_histogram as bh
 
-    from orderer.spark.stage_histograms import fill
+    from orderer.spark.stages.stage_histograms import fill
     from orderer.stages import Histogram
 
     rng = np.random.default_rng(7)

@@ -1,8 +1,8 @@
-"""The run summary (orderer/spark/summary.py) in PySpark local mode: computed by Spark aggregations,
-it equals a plain computation over every fragment (what the job did on the driver before), for a
-run with late fragments, barriers and several files; and the job's driver collects nothing that
-grows with the run (Spark's ``spark.driver.maxResultSize`` set to 1 MiB, a run whose fragment
-columns alone are several MiB)."""
+"""The run summary (orderer/spark/output/summary.py) in PySpark local mode: computed by Spark
+aggregations, it equals a plain computation over every fragment (what the job did on the driver
+before), for a run with late fragments, barriers and several files; and the job's driver collects
+nothing that grows with the run (Spark's ``spark.driver.maxResultSize`` set to 1 MiB, a run whose
+fragment columns alone are several MiB)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import pytest
 from orderer.building.config import GlomConfig
 from orderer.building.glom import glom_batches
 from orderer.job_config import JobConfig
-from orderer.spark import job
-from orderer.spark.summary import RATE_BINS, SUMMARY_SCHEMA, summarize
+from orderer.spark.driver import job
+from orderer.spark.output.summary import RATE_BINS, SUMMARY_SCHEMA, summarize
 from tests.spark.logdata import write_ordered_log
 from tests.spark.oracle import random_stream
 

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from orderer.building.glom import EVENT_SCHEMA
 from orderer.errors import ConfigError, StageError
-from orderer.spark.job import main
+from orderer.spark.driver.job import main
 from orderer.stages import (
     Histogram,
     Order,
@@ -290,7 +290,7 @@ def test_a_failure_names_the_stage_and_the_users_line() -> None:
     message = str(failed.value)
     assert message.startswith("stage broken failed: ValueError: no way to add these")
     assert "test_aggregation.py" in message and "raise ValueError" in message
-    from orderer.spark.stages import stage_failure
+    from orderer.spark.stages.runner import stage_failure
 
     assert stage_failure(message) == message  # one line for the job, raised on the driver
 

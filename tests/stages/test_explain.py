@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orderer.spark.job import main
+from orderer.spark.driver.job import main
 
 STAGES = Path(__file__).parents[1] / "spark" / "stages_module.py"
 JOB = ["--target", "localhost:1", "--output", "out", "--dt", "100"]

@@ -101,15 +101,16 @@ BUILDING_FIELDS = (
     "followRuns", "stages",
 )
 """How the Spark job builds a run's events, under ``spec.spark``: the job records them at the
-run's start and refuses to resume its checkpoint with others (``orderer/spark/job.py``,
+run's start and refuses to resume its checkpoint with others (``orderer/spark/driver/job.py``,
 ``BUILDING_FLAGS``; a test holds the two together)."""
 
 
 BUILDING_PRESENCE = ("ui",)
 """Under ``spec.spark``, fields that are part of how a run is built by being set at all, whatever
 their value: with a live page (``ui``) the job keeps the page's running totals in the run's
-checkpoint from its start, records so (``liveTotals``, ``orderer/spark/resume.py``) and refuses to
-resume without the page, or with it where the run began without; the page's port may change."""
+checkpoint from its start, records so (``liveTotals``, ``orderer/spark/driver/resume.py``) and
+refuses to resume without the page, or with it where the run began without; the page's port may
+change."""
 
 
 def _get(obj: Mapping[str, Any], dotted: str) -> Any:

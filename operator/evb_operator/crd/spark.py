@@ -2,8 +2,8 @@
 events, its size, where the events go and its live page (:mod:`evb_operator.crd.live`).
 
 Apart from :mod:`evb_operator.crd.definition` because it is the largest section and changes
-with the job (``orderer/spark/job.py``), not with the orderer. The fields marked "Building" say
-how a run's events are built: the CRD's rule over them (``crd.BUILDING_FIELDS``) stays with the
+with the job (``orderer/spark/driver/job.py``), not with the orderer. The fields marked "Building"
+say how a run's events are built: the CRD's rule over them (``crd.BUILDING_FIELDS``) stays with the
 other rules. Every description is its field's text (:mod:`evb_operator.crd.texts`): the job's
 flag's, for a field that becomes one, else the typed spec's
 (:class:`~evb_operator.typed_spec.Spark` and its parts).

@@ -11,7 +11,7 @@ lastTransitionTime, observedGeneration), so ``kubectl wait --for=condition=Ready
 
 The printer columns give their unit where a value has one (seconds, an offset in the ordered
 log, fragments); those of priority 1 show with ``kubectl get -o wide`` only. Each names a field
-of the status schema (``tests/operator/test_crd.py`` checks it).
+of the status schema (``tests/operator/crd/test_crd.py`` checks it).
 """
 
 from __future__ import annotations

@@ -119,7 +119,7 @@ BORROWED: Mapping[str, Borrowed] = MappingProxyType(
 )
 """Spec path (properties joined by dots, a list's items left out: ``upstreams.target``) ->
 the setting whose text describes it. The fields of the typed spec that hold them say so in their
-docstrings ("Described by ``JobConfig.dt``."); ``tests/operator/test_spec_texts.py`` holds the
+docstrings ("Described by ``JobConfig.dt``."); ``tests/operator/crd/test_spec_texts.py`` holds the
 two together."""
 
 JOB_FLAGS: Mapping[str, str] = MappingProxyType(

@@ -63,7 +63,7 @@ def stages_volume(stages: Stages) -> tuple[dict[str, Any], dict[str, Any]]:
     """The volume and the driver's mount of ``spec.spark.stages``: the ConfigMap's key alone,
     read-only, at :data:`~evb_operator.constants.STAGES_DIR`. The driver alone: it loads the
     module and plans the stages; the executors get the stages' functions pickled by value
-    (``orderer.spark.stages``), never the file. The kubelet mounts it (no API call of the
+    (``orderer.spark.stages.runner``), never the file. The kubelet mounts it (no API call of the
     operator or the driver): a missing ConfigMap or key keeps the driver pod from starting
     (``FailedMount``)."""
     key = stages.key
@@ -81,8 +81,8 @@ def stages_volume(stages: Stages) -> tuple[dict[str, Any], dict[str, Any]]:
 def spark_job_config(
     name: str, namespace: str, spark: Spark, *, target: str | None = None
 ) -> JobConfig:
-    """The Spark job's configuration (``orderer/spark/job.py``): where to read, how to build, how
-    to cut micro-batches, where to write; the SparkApplication's arguments are its
+    """The Spark job's configuration (``orderer/spark/driver/job.py``): where to read, how to build,
+    how to cut micro-batches, where to write; the SparkApplication's arguments are its
     :meth:`~orderer.job_config.JobConfig.to_argv`. Every field of ``spec.spark`` that the job
     reads is a field here (``spark``: the valid spec's section, its defaults filled in). The
     security files are left to the pods' ``EVB_TLS_*``/``EVB_TOKEN_FILE`` variables

@@ -30,7 +30,7 @@ import boost_histogram as bh
 import numpy as np
 
 from orderer.spark.live.totals import RunTotals
-from orderer.spark.stage_histograms import cells, file_name, shaped
+from orderer.spark.stages.stage_histograms import cells, file_name, shaped
 from orderer.stages.api import Histogram, Histogram2D
 from orderer.stages.plan import Plan
 

@@ -5,7 +5,7 @@ costs. The events' counts (the run summary's event shapes, the fragments per sou
 earliest and latest timestamps, the partial counts of the spectrum and the coincidence matrix)
 are made where the data source builds the events and come to the driver with the job that
 writes them (:mod:`orderer.spark.live.partials`); here they are summed (pyarrow).
-A stage's declared histograms are counted by :func:`orderer.spark.stage_histograms.fill`, the
+A stage's declared histograms are counted by :func:`orderer.spark.stages.stage_histograms.fill`, the
 end of run's binning, over the stage's results of the micro-batch (a Spark job per stage that
 declares histograms).
 """
@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from orderer.spark.coincidence import COINCIDENCE, SPECTRUM
 from orderer.spark.live.partials import SHAPE, SOURCE, TIME, decoded
-from orderer.spark.stage_histograms import fill
+from orderer.spark.output.coincidence import COINCIDENCE, SPECTRUM
+from orderer.spark.stages.stage_histograms import fill
 from orderer.stages.api import Order
 from orderer.stages.plan import Plan
 

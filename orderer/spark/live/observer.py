@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from orderer.spark.files import Directory
 from orderer.spark.live.board import Board
 from orderer.spark.live.counts import count_batch
 from orderer.spark.live.partials import collect, gathered
 from orderer.spark.live.totals import RunTotals
+from orderer.spark.output.files import Directory
 from orderer.stages.plan import Plan
 
 __all__ = ["LiveRun"]
@@ -26,7 +26,7 @@ _PREFIX, _SUFFIX = "totals-", ".json"
 
 
 class LiveRun:
-    """A run's running totals (a :class:`~orderer.spark.stages.BatchObserver`); ``directory``
+    """A run's running totals (a :class:`~orderer.spark.stages.sink.BatchObserver`); ``directory``
     None: a batch job (one micro-batch, nothing kept)."""
 
     def __init__(

@@ -18,9 +18,9 @@ longer than about 8 KB waits some 40 ms for a delayed TCP acknowledgement (measu
 5 KB, 42-47 ms for 6 KB to 80 KB), and bytes are decoded one by one in Python; each piece is
 one short answer (:func:`gathered`).
 
-The counting is the end of run's (:func:`orderer.spark.coincidence.counted` and
-:func:`~orderer.spark.coincidence.pair_rows`); :mod:`orderer.spark.live.counts` sums the parts
-on the driver.
+The counting is the end of run's (:func:`orderer.spark.output.coincidence.counted` and
+:func:`~orderer.spark.output.coincidence.pair_rows`); :mod:`orderer.spark.live.counts` sums the
+parts on the driver.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from orderer.spark.coincidence import counted, pair_rows, rows_batch, spectrum_axis
+from orderer.spark.output.coincidence import counted, pair_rows, rows_batch, spectrum_axis
 
 __all__ = [
     "COLUMN",

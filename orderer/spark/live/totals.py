@@ -22,8 +22,8 @@ import boost_histogram as bh
 import numpy as np
 import pyarrow as pa
 
-from orderer.spark.coincidence import spectrum_axis, to_histograms
 from orderer.spark.live.counts import BatchCounts
+from orderer.spark.output.coincidence import spectrum_axis, to_histograms
 
 __all__ = ["RunTotals", "StageTotals"]
 
