@@ -206,3 +206,23 @@ def test_operator_directory_is_not_an_importable_package() -> None:
     import operator
 
     assert hasattr(operator, "itemgetter")
+
+
+MOST_LINES = 600
+"""A product module's most lines: one job a module, readable in one sitting (issue 41)."""
+
+
+def test_no_product_module_is_longer_than_a_module_with_one_job() -> None:
+    sources = [
+        path
+        for top in (REPO / "orderer", REPO / "operator" / "evb_operator")
+        for pattern in ("*.py", "*.pyx")
+        for path in top.rglob(pattern)
+        if "_proto" not in path.parts
+    ]
+    long = {
+        str(path.relative_to(REPO)): n
+        for path in sources
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MOST_LINES
+    }
+    assert sources and not long, f"modules over {MOST_LINES} lines (split by concern): {long}"

@@ -7,7 +7,8 @@ means the orderer service could not be reached. A user's mistake never ends in a
 The modules: :mod:`~orderer.cli.parser` (the subcommands and their flags),
 :mod:`~orderer.cli.arguments` (the help format, the ordering and client flags),
 :mod:`~orderer.cli.config_file` (``evb serve --config``), :mod:`~orderer.cli.commands` (what each
-command calls); the flags' value types and the flags the operator writes too are
+command calls), :mod:`~orderer.cli.field_tables` (the README's tables of the configuration
+fields); the flags' value types and the flags the operator writes too are
 :mod:`orderer.flags`'. The console script ``evb`` is :func:`main`; ``python -m orderer.cli``
 runs it too.
 """

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from orderer.cli.parser import build_parser, field_tables
+from orderer.cli.field_tables import field_tables
+from orderer.cli.parser import build_parser
 from orderer.config import (
     FlowControl,
     OrdererConfig,
@@ -214,7 +215,7 @@ def _readme_table(name: str) -> str | None:
 
 @pytest.mark.parametrize("name", ["ordering", "serve", "forward", "spark-job"])
 def test_the_readme_tables_are_the_fields_texts(name: str) -> None:
-    """README.md holds each table as :func:`~orderer.cli.parser.field_tables` renders it from
+    """README.md holds each table as :func:`~orderer.cli.field_tables.field_tables` renders it from
     the fields' texts; on a difference the fresh table is printed, to paste between the
     table's markers."""
     fresh = field_tables()[name]

@@ -3,12 +3,12 @@ fields' texts (:mod:`evb_operator.crd.texts`): the same words as ``kubectl expla
 
 README.md holds each table between ``<!-- fields: NAME -->`` and ``<!-- end fields -->``, as it
 holds the tables of the orderer's parameters and the commands' flags
-(:func:`orderer.cli.parser.field_tables`); ``tests/operator/crd/test_spec_texts.py`` fails when they
-differ from :func:`spec_tables` and prints the fresh ones. A row is a field: its path in its
-section, its default (the CRD's; ``(required)``, or ``unset`` when it has none), the values the
-CRD accepts (an enumeration, bounds), for the Spark job the flag of ``evb spark-job`` it becomes
-(:data:`~evb_operator.crd.texts.JOB_FLAGS`), and its text; an object's fields follow it
-(``driver.cores``).
+(:func:`orderer.cli.field_tables.field_tables`); ``tests/operator/crd/test_spec_texts.py``
+fails when they differ from :func:`spec_tables` and prints the fresh ones. A row is a field:
+its path in its section, its default (the CRD's; ``(required)``, or ``unset`` when it has
+none), the values the CRD accepts (an enumeration, bounds), for the Spark job the flag of ``evb
+spark-job`` it becomes (:data:`~evb_operator.crd.texts.JOB_FLAGS`), and its text; an object's
+fields follow it (``driver.cores``).
 """
 
 from __future__ import annotations
