@@ -101,3 +101,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_TERMINATED
     except KeyboardInterrupt:
         return 130
+    except RuntimeError as error:
+        # an interrupt raised while threading's Condition.wait had released its lock (a
+        # blocking gRPC read): leaving the wait, the lock it never took back fails to be
+        # released ("cannot release un-acquired lock"), and that error replaces the interrupt
+        interrupt = error.__context__
+        if isinstance(interrupt, Terminated):
+            return EXIT_TERMINATED
+        if isinstance(interrupt, KeyboardInterrupt):
+            return 130
+        raise

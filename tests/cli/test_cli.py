@@ -281,3 +281,36 @@ def test_output_piped_into_a_reader_that_stops_early_ends_quietly(tmp_path: Path
     stderr = process.stderr.read().decode()
     assert process.wait(timeout=60) == 141, stderr
     assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
+
+
+@pytest.mark.parametrize(
+    ("interrupt", "status"), [("Terminated", 128 + 15), ("KeyboardInterrupt", 130), (None, None)]
+)
+def test_an_interrupt_that_lands_inside_a_lock_wait_ends_as_the_interrupt(
+    monkeypatch: pytest.MonkeyPatch, interrupt: str | None, status: int | None
+) -> None:
+    """SIGTERM (or Ctrl-C) raised while ``threading.Condition.wait`` had released its lock
+    (``evb tail --follow`` in a blocking gRPC read) surfaces as a RuntimeError ("cannot release
+    un-acquired lock") with the interrupt as its context: still the interrupt's exit status, no
+    traceback; any other RuntimeError is not hidden."""
+    import orderer.cli as cli
+    from orderer.cli.signals import Terminated
+
+    raised = {"Terminated": Terminated, "KeyboardInterrupt": KeyboardInterrupt}
+
+    def handler(args: argparse.Namespace) -> int:
+        try:
+            if interrupt is not None:
+                raise raised[interrupt]
+            raise ValueError("unrelated")
+        except (KeyboardInterrupt, ValueError):
+            raise RuntimeError("cannot release un-acquired lock") from None
+
+    parser = argparse.ArgumentParser()
+    parser.set_defaults(handler=handler, command="tail")
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    if status is None:
+        with pytest.raises(RuntimeError):
+            cli.main([])
+    else:
+        assert cli.main([]) == status
