@@ -126,3 +126,15 @@ def test_totals_survive_their_checkpoint_file_and_read_the_older_rows_too() -> N
     older = json.loads(totals.to_json())
     older["pairs"] = [[*key, n] for key, n in sorted(totals.pairs.items())]
     assert RunTotals.from_json(json.dumps(older)) == totals
+
+
+def test_the_live_counts_option_is_true_or_false_and_names_itself_otherwise() -> None:
+    from orderer.errors import ConfigError
+    from orderer.spark.source.options import Options
+
+    base = {"target": "127.0.0.1:1", "output": "events", "dt": "100"}
+    assert Options.parse({**base, "liveCounts": "true"}).schema.endswith(partials.SPARK_COLUMN)
+    assert partials.COLUMN not in Options.parse({**base, "liveCounts": "false"}).schema
+    assert partials.COLUMN not in Options.parse(base).schema
+    with pytest.raises(ConfigError, match="liveCounts"):
+        Options.parse({**base, "liveCounts": "yes please"})
