@@ -31,7 +31,7 @@ from orderer.stages.api import Order, Stage
 from orderer.stages.load import load_stages
 from orderer.stages.plan import Plan, plan
 from tests.spark.conftest import DT, FinishedRun
-from tests.spark.killed_job import kill_after, manifests
+from tests.spark.stage_oracles import aggregations
 
 STAGES = Path(__file__).with_name("aggregation_stages.py")
 AGGREGATIONS = ("dead_time", "multiplicities")
@@ -56,23 +56,7 @@ def events(finished_run: FinishedRun) -> pa.Table:
 def expected(events: pa.Table) -> dict[str, pa.Table]:
     """The oracle: each stage over its whole input at once, in stream order (an order-sensitive
     one per key, from its initial state; an aggregation one accumulation, finished)."""
-    stages = _by_name()
-    hits = stages["source_hits"].function(events).sort_by("offset")
-    conversions = []
-    for source in sorted(set(hits["source"].to_pylist())):
-        mine = hits.filter(pc.equal(hits["source"], source))
-        conversions.append(stages["conversions"].function(mine, None)[0])
-    converted = pa.concat_tables(conversions)
-    return {
-        "conversions": converted.sort_by("offset"),
-        "dead_time": _finished(stages["dead_time"], converted),
-        "multiplicities": _finished(stages["multiplicities"], events),
-    }
-
-
-def _finished(stage: Stage, table: pa.Table) -> pa.Table:
-    assert stage.finish is not None
-    return stage.finish(stage.function(table, stage.initial())).cast(stage.schema)
+    return aggregations(events, _by_name())
 
 
 def _written(output: Path, run: str, name: str) -> pa.Table:
@@ -172,30 +156,6 @@ def test_a_micro_batch_run_again_after_a_restart_is_counted_once(
         assert _sorted(_written(tmp_path / "out", "r", name)).equals(_sorted(expected[name]))
     converted = _written(tmp_path / "out", "r", "conversions")
     assert _sorted(converted).equals(_sorted(expected["conversions"]))  # nothing doubled
-
-
-@pytest.mark.slow
-def test_a_killed_job_resumes_with_its_accumulators_counting_each_batch_once(
-    spark: Any, finished_run: FinishedRun, expected: dict[str, pa.Table], tmp_path: Path
-) -> None:
-    """``evb spark-job`` killed (SIGKILL, the driver and its JVM) after two micro-batches, then
-    run again on its checkpoint: the accumulators go on from the last batch marked done, and
-    the finished tables are the oracle's, nothing lost or doubled."""
-    checkpoint = tmp_path / "checkpoint"
-    flags = [
-        "--target", finished_run.target, "--dt", str(DT), "--output", str(tmp_path / "out"),
-        "--run", "r", "--partitions", "3", "--consumer", "aggregations-killed",
-        "--max-fragments-per-trigger", "300", "--checkpoint", str(checkpoint),
-        "--stages", str(STAGES), "--quiet",
-    ]  # fmt: skip
-    done = kill_after(flags, checkpoint, tmp_path / "killed.log")
-    assert 2 <= done < 4, (tmp_path / "killed.log").read_text()  # killed mid-way
-    result = job.run(spark, JobConfig.from_argv(flags))
-    assert result.batches > 0 and manifests(checkpoint) > done  # resumed: the batches after
-    for name in AGGREGATIONS:
-        assert len(_batches(tmp_path / "out", "r", name)) == 1, name
-        written = _written(tmp_path / "out", "r", name)
-        assert _sorted(written).equals(_sorted(expected[name])), name
 
 
 def test_the_live_page_gets_each_aggregations_finished_table_after_a_micro_batch(

@@ -26,7 +26,6 @@ from orderer.spark.stages.sink import stage_directory
 from orderer.stages.load import load_stages
 from orderer.stages.plan import plan
 from tests.spark.conftest import DT, FinishedRun
-from tests.spark.killed_job import kill_after
 
 STAGES = Path(__file__).with_name("stages_module.py")
 AGGREGATIONS = Path(__file__).with_name("aggregation_stages.py")
@@ -148,45 +147,6 @@ def test_running_totals_equal_the_events_built_so_far_and_the_summary_at_the_end
     page2d = json.loads(board.histogram("r", "stage_gaps_source_gap") or b"null")
     assert page2d["dimensions"] == 2 and page2d["outside"] == entry["outside"]
     assert page2d["counts"] == expected2d[1:-1, 1:-1].astype(int).tolist()
-
-
-def test_a_killed_job_resumes_its_totals_from_the_checkpoint(
-    spark: Any, finished_run: FinishedRun, tmp_path: Path
-) -> None:
-    """``evb spark-job --ui`` killed (SIGKILL) after two micro-batches, then run again on the
-    same checkpoint: the page starts from the killed job's totals, not from zero, and ends with
-    every event counted once (what the summary counts). Its stages are aggregations: their
-    results after each micro-batch are the finished table of the run so far, which the totals
-    take as it is (adding them would count every micro-batch again)."""
-    checkpoint = tmp_path / "checkpoint"
-    flags = [
-        "--target", finished_run.target, "--dt", str(DT), "--output", str(tmp_path / "out"),
-        "--run", "r", "--partitions", "2", "--consumer", "live-killed",
-        "--max-fragments-per-trigger", "300", "--checkpoint", str(checkpoint),
-        "--stages", str(AGGREGATIONS), "--ui", "127.0.0.1:0", "--quiet",
-    ]  # fmt: skip
-    killed_at = kill_after(flags, checkpoint, tmp_path / "killed.log")
-    assert 2 <= killed_at < 4, (tmp_path / "killed.log").read_text()
-    stages = plan(load_stages(AGGREGATIONS), EVENT_SCHEMA)
-    board = RecordingBoard(stages)
-    result = job.run(spark, JobConfig.from_argv(flags), stages, board)
-    first, last = board.published[0], board.published[-1]
-    assert first.batch >= killed_at - 1 and first.fragment_count > 0  # the killed job's totals
-    # then each batch once, in order (from the killed job's last one if it was not marked done)
-    later = [t.batch for t in board.published[1:]]
-    assert later == list(range(later[0], later[0] + len(later))) and later[0] <= first.batch + 1
-    summary = result.summary
-    assert last.fragment_count == summary["fragments"] == finished_run.fragments.num_rows
-    assert {str(m): n for m, n in last.multiplicity.items()} == summary["multiplicity"]["histogram"]
-    assert last.events == summary["events"] and last.late_fragments == summary["late"]["fragments"]
-    entry = summary["stages"]["multiplicities"]
-    assert last.stages["multiplicities"].rows == entry["rows"] < 20
-    counts = entry["histograms"]["multiplicity"]["counts"]
-    assert last.stages["multiplicities"].histograms["multiplicity"].tolist() == counts
-    assert {n: s.rows for n, s in last.stages.items()} == {
-        n: e["rows"] for n, e in summary["stages"].items()
-    }
-
 
 
 def test_a_run_resumes_only_as_it_began_with_or_without_the_live_page(

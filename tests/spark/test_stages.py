@@ -21,49 +21,11 @@ from orderer.job_config import JobConfig
 from orderer.spark.driver import job
 from orderer.spark.stages.runner import stage_job_group
 from orderer.spark.stages.sink import stage_directory
-from orderer.stages.api import EVENTS, Order, Stage
 from orderer.stages.load import load_stages
 from tests.spark.conftest import DT, FinishedRun
-from tests.spark.killed_job import kill_after, manifests
+from tests.spark.stage_oracles import sequential, written
 
 STAGES = Path(__file__).with_name("stages_module.py")
-
-
-def sequential(events: pa.Table, stages: tuple[Stage, ...]) -> dict[str, list[tuple[Any, ...]]]:
-    """The oracle: each stage over its whole input at once, in stream order; an order-sensitive
-    one called per key, over that key's rows in their order, from its initial state."""
-    tables: dict[str, pa.Table] = {EVENTS: events}
-    order = {EVENTS: "event"}
-    pending = list(stages)
-    while pending:
-        stage = next(s for s in pending if s.reads in tables)
-        pending.remove(stage)
-        source = tables[stage.reads]
-        sequenced = stage.order is Order.SEQUENCER
-        order[stage.name] = stage.order_by[0] if sequenced else order[stage.reads]
-        if stage.order is not Order.SENSITIVE:
-            tables[stage.name] = stage.function(source)
-            continue
-        source = source.sort_by(order[stage.reads])
-        keys = [None] if stage.key is None else sorted(set(source.column(stage.key).to_pylist()))
-        parts = []
-        for key in keys:
-            rows = source if key is None else source.filter(pc.equal(source.column(stage.key), key))
-            out, _ = stage.function(rows, stage.initial())
-            parts.append(out)
-        tables[stage.name] = pa.concat_tables(parts)
-    return {s.name: _rows(tables[s.name], s) for s in stages}
-
-
-def _rows(table: pa.Table, stage: Stage) -> list[tuple[Any, ...]]:
-    columns = [table.column(name).to_pylist() for name in stage.schema.names]
-    return sorted(zip(*columns, strict=True))
-
-
-def written(output: Path, run: str, stages: tuple[Stage, ...]) -> dict[str, list[tuple[Any, ...]]]:
-    return {
-        s.name: _rows(pq.read_table(stage_directory(str(output), s.name, run)), s) for s in stages
-    }
 
 
 @pytest.fixture(scope="module")
@@ -141,31 +103,6 @@ def test_stages_of_a_finished_run_read_at_once_equal_a_sequential_run(
         "--run", "r", "--partitions", "3",
     )
     assert written(tmp_path, "r", load_stages(STAGES)) == expected
-
-
-def test_a_killed_job_resumes_from_its_checkpoint_losing_and_doubling_nothing(
-    spark: Any,
-    finished_run: FinishedRun,
-    expected: dict[str, list[tuple[Any, ...]]],
-    tmp_path: Path,
-) -> None:
-    """``evb spark-job`` killed (SIGKILL, the driver and its JVM) after two micro-batches of
-    the run's four or five, then run again on the same checkpoint: the rest is built from the
-    states the killed job left, and every stage's results are whole, nothing doubled. The
-    rerun is the job in the tests' session (``job.run``, what ``evb spark-job`` runs once its
-    JVM is up): what it resumes from is all on disk, the killed process's."""
-    checkpoint = tmp_path / "checkpoint"
-    flags = [
-        "--target", finished_run.target, "--dt", str(DT), "--output", str(tmp_path / "out"),
-        "--run", "r", "--partitions", "3", "--consumer", "stages-killed",
-        "--max-fragments-per-trigger", "300", "--checkpoint", str(checkpoint),
-    ]
-    done = kill_after([*flags, "--stages", str(STAGES), "--quiet"], checkpoint,
-                      tmp_path / "killed.log")  # fmt: skip
-    assert 2 <= done < 4, (tmp_path / "killed.log").read_text()  # killed mid-way
-    result = _run(spark, *flags)  # the rest back to back
-    assert result.batches > 0 and manifests(checkpoint) > done  # resumed: the batches after
-    assert written(tmp_path / "out", "r", load_stages(STAGES)) == expected
 
 
 FAILING = '''
