@@ -9,9 +9,14 @@ alternating (with, without, with, ...), each with its own output and consumer, `
 micro-batches (``--max-fragments-per-trigger``). Printed per way: the best time per fragment
 of the whole job, and of its micro-batches alone (the sum of Spark's own ``triggerExecution``
 of each, from the query's progress: the job's start and its end-of-run summary left out, which
-the totals do not touch and whose noise is as large as what is measured); then the ratios, and
-the time spent inside the totals' observer per micro-batch (taking the counts the data source
-made, the checkpoint's totals file, the board's rendering).
+the totals do not touch and whose noise is as large as what is measured), and the CPU time the
+job's processes used (this driver, its JVM, the Python workers, the orderer serving the reads);
+then the ratios, best of each way and median of the pairs (each job with ``--ui`` against the
+job without it run next to it), and the time spent inside the totals' observer per micro-batch
+(taking the counts the data source made, the checkpoint's totals file).
+
+Why CPU time too: this host is a shared VM whose wall-clock time varies by 10-20 % between
+identical jobs, more than what is measured; the CPU the job's processes use varies much less.
 
 Why the whole job too: the issue's goal is the job's time per fragment, and with ``--ui`` the
 events are written by the stages' sink (``foreachBatch``) instead of Spark's file sink: that
@@ -21,9 +26,11 @@ difference is a part of what ``--ui`` costs.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -100,7 +107,32 @@ class _Progress:
         return sum(t for run, t in self.by_run.items() if run not in before)
 
 
-def _job(spark: Any, target: str, out: Path, n: int, micro_batches: int, ui: bool) -> float:
+def cpu_seconds() -> float:
+    """CPU time (user and system) of this process and of every process below it, the exited
+    ones their parents waited for included (``/proc``: Linux)."""
+    below: dict[int, list[int]] = collections.defaultdict(list)
+    used: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        fields = text[text.rindex(")") + 2 :].split()  # after the command's name
+        below[int(fields[1])].append(int(entry))
+        used[int(entry)] = sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
+    total, pending = 0, [os.getpid()]
+    while pending:
+        pid = pending.pop()
+        total += used.get(pid, 0)
+        pending += below.get(pid, [])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _job(
+    spark: Any, target: str, out: Path, n: int, micro_batches: int, ui: bool
+) -> tuple[float, float]:
     flags = [
         "--target", target, "--dt", str(DT), "--output", str(out), "--run", "bench",
         "--consumer", out.name, "--max-fragments-per-trigger", str(-(-n // micro_batches)),
@@ -108,9 +140,9 @@ def _job(spark: Any, target: str, out: Path, n: int, micro_batches: int, ui: boo
     ]  # fmt: skip
     if ui:
         flags += ["--ui", "127.0.0.1:0"]
-    started = time.monotonic()
+    started, cpu = time.monotonic(), cpu_seconds()
     job.run(spark, JobConfig.from_argv(flags), None, Board() if ui else None)
-    return time.monotonic() - started
+    return time.monotonic() - started, cpu_seconds() - cpu
 
 
 def run(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
@@ -122,29 +154,38 @@ def run(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
           f"{args.payload_bytes}-byte payloads")
     server, n = _make_data(work, args.fragments, args.payload_bytes)
     times: dict[str, list[float]] = {"without": [], "with": []}
+    cpu: dict[str, list[float]] = {"without": [], "with": []}
     batches: dict[str, list[float]] = {"without": [], "with": []}
     progress = _Progress(spark)
     observed = _Timed()
     try:
-        _job(spark, server.target, work / "warm", n, args.micro_batches, True)  # not counted
+        for way in ("with", "without"):  # not counted: the first job of either way is slower
+            _job(spark, server.target, work / f"warm-{way}", n, args.micro_batches, way == "with")
         with observed:
             observed.seconds, observed.calls = 0.0, 0
             for k in range(args.repeats):
                 for way in ("with", "without") if k % 2 == 0 else ("without", "with"):
                     before = set(progress.by_run)
-                    seconds = _job(spark, server.target, work / f"{way}-{k}", n,
-                                   args.micro_batches, way == "with")  # fmt: skip
+                    seconds, used = _job(spark, server.target, work / f"{way}-{k}", n,
+                                         args.micro_batches, way == "with")  # fmt: skip
                     times[way].append(seconds)
+                    cpu[way].append(used)
                     batches[way].append(progress.since(before))
                     print(f"  job {way:<7} --ui: {seconds:7.2f} s "
                           f"({seconds / n * 1e6:.2f} µs per fragment), its micro-batches "
-                          f"{batches[way][-1]:.2f} s")
+                          f"{batches[way][-1]:.2f} s, CPU {used:.2f} s")
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
     best = {way: min(values) for way, values in times.items()}
     fastest = {way: min(values) for way, values in batches.items()}
     per_batch = observed.seconds / max(observed.calls, 1)
+
+    def paired(values: dict[str, list[float]]) -> float:
+        pairs = zip(values["with"], values["without"], strict=True)
+        return statistics.median(w / o for w, o in pairs)
+
+    least_cpu = {way: min(values) for way, values in cpu.items()}
     share = observed.seconds / sum(times["with"])
     figures = {
         "fragments": n,
@@ -155,6 +196,11 @@ def run(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
         "ratio_with_over_without": round(best["with"] / best["without"], 3),
         "micro_batch_seconds": {way: [round(s, 3) for s in v] for way, v in batches.items()},
         "micro_batch_ratio": round(fastest["with"] / fastest["without"], 3),
+        "micro_batch_paired_ratio": round(paired(batches), 3),
+        "paired_ratio": round(paired(times), 3),
+        "cpu_seconds": {way: [round(s, 2) for s in values] for way, values in cpu.items()},
+        "cpu_ratio": round(least_cpu["with"] / least_cpu["without"], 3),
+        "cpu_paired_ratio": round(paired(cpu), 3),
         "totals_seconds_per_micro_batch": round(per_batch, 3),
         "totals_share_of_job": round(share, 4),
     }
@@ -163,6 +209,12 @@ def run(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
           f"{per_batch * 1e3:.0f} ms per micro-batch, {share * 100:.1f} % of the job's time")
     print(f"micro-batches alone: without --ui {fastest['without']:.2f} s, with --ui "
           f"{fastest['with']:.2f} s: {(fastest['with'] / fastest['without'] - 1) * 100:+.1f} %")
+    print(f"CPU of the job's processes: without --ui {least_cpu['without']:.2f} s, with --ui "
+          f"{least_cpu['with']:.2f} s: {(figures['cpu_ratio'] - 1) * 100:+.1f} %")
+    print(f"median of the pairs (with / without, run side by side): the job "
+          f"{(figures['paired_ratio'] - 1) * 100:+.1f} %, its micro-batches "
+          f"{(figures['micro_batch_paired_ratio'] - 1) * 100:+.1f} %, its CPU "
+          f"{(figures['cpu_paired_ratio'] - 1) * 100:+.1f} %")
     return figures
 
 

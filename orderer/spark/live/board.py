@@ -1,9 +1,12 @@
-"""What the live page serves, rendered once per micro-batch on the driver.
+"""What the live page serves: the runs' totals as published after each micro-batch, rendered
+when the page asks for them.
 
-Why rendered at publication: the page's server answers from its own thread while the job's
-thread adds micro-batches; each publication renders the run's documents (its index and every
-histogram, as JSON bytes) on the job's thread and swaps them in under a lock, so a request never
-waits for Spark, never sees half a micro-batch and costs the job nothing.
+Why rendered on request and not at publication: rendering every histogram as JSON takes the
+driver milliseconds per micro-batch, on the job's own thread, whether anyone looks or not. A
+publication keeps a copy of the run's totals (dictionaries of counts, copied in well under a
+millisecond), and the first request after it renders the run's documents (its index and every
+histogram, as JSON bytes) once, under the lock the job's thread publishes under: a request never
+waits for Spark, never sees half a micro-batch, and a page nobody opens costs the job nothing.
 
 The documents (the page's JavaScript reads them, and so can a script):
 
@@ -74,9 +77,13 @@ def _one_d(
 
 @dataclass
 class _RunView:
-    index: bytes
-    histograms: dict[str, bytes]
+    totals: RunTotals
+    """A copy of the run's totals as of its last publication."""
     history: deque[tuple[float, int, int]] = field(default_factory=lambda: deque(maxlen=600))
+    """(publication time, fragments, events) of the last publications, for the rates."""
+    index: bytes | None = None
+    """The rendered documents (None: not rendered since the last publication)."""
+    histograms: dict[str, bytes] = field(default_factory=dict)
 
 
 class Board:
@@ -99,29 +106,32 @@ class Board:
     def index(self, run: str) -> bytes | None:
         with self._lock:
             view = self._runs.get(run)
-            return None if view is None else view.index
+            return None if view is None else self._rendered(view).index
 
     def histogram(self, run: str, name: str) -> bytes | None:
         with self._lock:
             view = self._runs.get(run)
-            return None if view is None else view.histograms.get(name)
+            return None if view is None else self._rendered(view).histograms.get(name)
+
+    def _rendered(self, view: _RunView) -> _RunView:
+        """``view`` with its documents rendered (the caller holds the lock)."""
+        if view.index is None:
+            histograms = self._histograms(view.totals)
+            view.index = _dump(self._index(view.totals, view.history, histograms))
+            view.histograms = {name: _dump(document) for name, document in histograms.items()}
+        return view
 
     # ------------------------------------------------------------------ publishing (job thread)
 
     def publish(self, totals: RunTotals) -> None:
-        """The run's documents as of its totals' micro-batch."""
+        """The run's totals as of their micro-batch (copied: the caller goes on adding to
+        them); rendered when next asked for."""
+        copy = totals.copy()
         with self._lock:
-            history = self._runs[totals.run].history if totals.run in self._runs else deque(
-                maxlen=600
-            )
-        now = self._clock()
-        history.append((now, totals.fragment_count, totals.events))
-        histograms = self._histograms(totals)
-        index = self._index(totals, history, histograms)
-        with self._lock:
-            self._runs[totals.run] = _RunView(_dump(index), {
-                name: _dump(document) for name, document in histograms.items()
-            }, history)  # fmt: skip
+            view = self._runs.get(copy.run)
+            history = view.history if view is not None else deque(maxlen=600)
+            history.append((self._clock(), copy.fragment_count, copy.events))
+            self._runs[copy.run] = _RunView(copy, history)
             self._render_runs()
 
     def ended(self, run: str) -> None:
@@ -130,9 +140,7 @@ class Board:
             self._ended.add(run)
             view = self._runs.get(run)
             if view is not None:
-                index = json.loads(view.index)
-                index["state"] = "ended"
-                view.index = _dump(index)
+                view.index = None  # rendered again, saying so
             self._render_runs()
 
     def _render_runs(self) -> None:

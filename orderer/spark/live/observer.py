@@ -15,7 +15,7 @@ from typing import Any
 
 from orderer.spark.live.board import Board
 from orderer.spark.live.counts import count_batch
-from orderer.spark.live.partials import collect, gathered
+from orderer.spark.live.partials import collect, gathered, gathering
 from orderer.spark.live.totals import RunTotals
 from orderer.spark.output.files import Directory
 from orderer.stages.plan import Plan
@@ -46,6 +46,9 @@ class LiveRun:
         self._last: RunTotals | None = None
         self._watched: tuple[int, Any] | None = None
         """The micro-batch being written, and the observation of its events' counts."""
+        self._gathering: Any = None
+        """What gathers the counts (:func:`~orderer.spark.live.partials.gathering`), made at the
+        first micro-batch."""
 
     def start(self) -> None:
         """Publish what the checkpoint holds (a resumed query), or an empty run."""
@@ -60,7 +63,9 @@ class LiveRun:
     def watch(self, batch_id: int, events: Any) -> Any:
         """``events`` (the data source's, with ``liveCounts``) without their counts' column,
         which the job that writes them gathers (:func:`~orderer.spark.live.partials.collect`)."""
-        events, observation = collect(events, f"evb-live-{self._run}-{batch_id}")
+        if self._gathering is None:
+            self._gathering = gathering()
+        events, observation = collect(events, f"evb-live-{self._run}-{batch_id}", self._gathering)
         self._watched = (batch_id, observation)
         return events
 

@@ -45,6 +45,7 @@ __all__ = [
     "collect",
     "decoded",
     "gathered",
+    "gathering",
     "with_counts",
 ]
 
@@ -175,15 +176,23 @@ def decoded(blobs: list[bytes]) -> pa.Table:
     return summed(pa.concat_tables(tables))
 
 
-def collect(events: Any, name: str) -> tuple[Any, Any]:
-    """``events`` without :data:`COLUMN`, observed so that the first action over them (the
-    events' write) gathers its pieces; and the :class:`pyspark.sql.Observation` to read them
-    from (:func:`gathered`) once that action ran."""
-    from pyspark.sql import Observation
+def gathering() -> Any:
+    """The column expression :func:`collect` observes (made once per run and given to it on
+    every micro-batch: each of its three py4j calls costs the driver a millisecond or more)."""
     from pyspark.sql import functions as F
 
+    return F.flatten(F.collect_list(COLUMN)).alias("counts")
+
+
+def collect(events: Any, name: str, expression: Any = None) -> tuple[Any, Any]:
+    """``events`` without :data:`COLUMN`, observed so that the first action over them (the
+    events' write) gathers its pieces; and the :class:`pyspark.sql.Observation` to read them
+    from (:func:`gathered`) once that action ran. ``expression``: :func:`gathering`'s, if
+    already made."""
+    from pyspark.sql import Observation
+
     observation = Observation(name)
-    observed = events.observe(observation, F.flatten(F.collect_list(COLUMN)).alias("counts"))
+    observed = events.observe(observation, gathering() if expression is None else expression)
     return observed.drop(COLUMN), observation
 
 

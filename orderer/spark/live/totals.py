@@ -85,6 +85,22 @@ class RunTotals:
         self.batch = batch_id
         self.batches += 1
 
+    def copy(self) -> RunTotals:
+        """A copy that later :meth:`add` calls do not change (the arrays are shared: ``add``
+        replaces them, never writes into them)."""
+        return RunTotals(
+            self.run,
+            self.dt,
+            self.batch,
+            self.batches,
+            dict(self.shapes),
+            dict(self.fragments),
+            dict(self.pairs),
+            self.first_timestamp,
+            self.last_timestamp,
+            {n: StageTotals(s.rows, dict(s.histograms)) for n, s in self.stages.items()},
+        )
+
     # ------------------------------------------------------------------ as the summary says
 
     @property
