@@ -107,6 +107,24 @@ def test_the_page_serves_its_files_and_the_boards_documents(page: LivePage) -> N
     assert json.loads(_get(page, "/api/runs/run%207")[2])["state"] == "ended"
 
 
+def test_the_board_shows_the_totals_as_published_not_as_added_to_since() -> None:
+    """A publication keeps the totals as they are: the job goes on adding the next micro-batch
+    into the same object, and a page asking meanwhile still gets the published micro-batch,
+    rendered once (the same bytes until the next publication)."""
+    board = Board(plan(load_stages(STAGES), EVENT_SCHEMA))
+    totals = RunTotals("r", dt=3)
+    totals.add(0, _counts(1))
+    board.publish(totals)
+    totals.add(1, _counts(2))  # not published yet
+    index = board.index("r")
+    assert index is not None and board.index("r") is index  # rendered once
+    assert json.loads(index)["batch"] == 0 and json.loads(index)["events"] == 11
+    gap = json.loads(board.histogram("r", "stage_gaps_gap") or b"null")
+    assert (gap["batch"], gap["underflow"], gap["counts"][4]) == (0, 1, 2)
+    board.publish(totals)
+    assert json.loads(board.index("r") or b"null")["events"] == 33
+
+
 @pytest.mark.parametrize(
     "path",
     ["/nothing", "/static/../page.py", "/static/page.py", "/api/runs/x",
