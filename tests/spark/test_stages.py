@@ -295,3 +295,24 @@ def test_stage_histograms_bin_as_boost_histogram_does_nulls_left_out_nan_in_the_
         assert got.tolist() == boost.view(flow=True).tolist()
         assert got.sum() == data.size  # the null row left out
     assert counted[0][-1] >= spec.bins + 3  # high itself, the edges above it, inf and NaN
+
+
+def test_several_tables_rows_and_histograms_are_counted_in_one_job(spark: Any) -> None:
+    """``fill_many`` (the live page's count of every stage after each micro-batch, and the end
+    of run's): each table's rows (null values too) and each of its histograms as ``fill``
+    counts them alone, a table without histograms and an empty one included."""
+    from orderer.spark.stages.stage_histograms import fill, fill_many
+    from orderer.stages import Histogram, Histogram2D
+
+    one = Histogram("x", 4, 0, 8)
+    two = Histogram2D(Histogram("x", 2, 0, 8), Histogram("y", 3, 0, 3))
+    frame = spark.createDataFrame(
+        [(1.0, 0), (3.0, 2), (9.0, 1), (None, 1), (-1.0, None)], "x double, y long"
+    )
+    empty = frame.where("x > 100")
+    got = fill_many([(frame, [one, two]), (frame.select("y"), []), (empty, [one])])
+    assert [rows for rows, _ in got] == [5, 5, 0]
+    alone = fill(frame, [one, two])
+    assert [c.tolist() for c in got[0][1]] == [c.tolist() for c in alone]
+    assert got[0][1][0].tolist() == [1, 1, 1, 0, 0, 1] and got[1][1] == []
+    assert got[2][1][0].tolist() == [0] * 6

@@ -5,9 +5,9 @@ costs. The events' counts (the run summary's event shapes, the fragments per sou
 earliest and latest timestamps, the partial counts of the spectrum and the coincidence matrix)
 are made where the data source builds the events and come to the driver with the job that
 writes them (:mod:`orderer.spark.live.partials`); here they are summed (pyarrow).
-A stage's declared histograms are counted by :func:`orderer.spark.stages.stage_histograms.fill`, the
-end of run's binning, over the stage's results of the micro-batch (a Spark job per stage that
-declares histograms).
+The stages' rows and declared histograms are counted by
+:func:`orderer.spark.stages.stage_histograms.fill_many`, the end of run's binning, over the
+stages' results of the micro-batch (one Spark job for every stage).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 
 from orderer.spark.live.partials import SHAPE, SOURCE, TIME, decoded
 from orderer.spark.output.coincidence import COINCIDENCE, SPECTRUM
-from orderer.spark.stages.stage_histograms import fill
+from orderer.spark.stages.stage_histograms import fill_many
 from orderer.stages.api import Order
 from orderer.stages.plan import Plan
 
@@ -71,13 +71,12 @@ def count_batch(blobs: list[bytes], results: Mapping[str, Any], plan: Plan | Non
     times = np.flatnonzero(kind == TIME)
     first = int(table.column("min").to_numpy()[times].min()) if times.size else None
     last = int(table.column("max").to_numpy()[times].max()) if times.size else None
+    planned = [step.stage for step in plan.stages] if plan is not None else []
+    filled = fill_many([(results[stage.name], stage.histograms) for stage in planned])
     stages: dict[str, StageCounts] = {}
-    for step in plan.stages if plan is not None else ():
-        stage = step.stage
-        result = results[stage.name]
-        counts = fill(result, stage.histograms) if stage.histograms else []
+    for stage, (rows, counts) in zip(planned, filled, strict=True):
         stages[stage.name] = StageCounts(
-            int(result.count()),
+            rows,
             {h.key: c for h, c in zip(stage.histograms, counts, strict=True)},
             replaces=stage.order is Order.AGGREGATION,
         )

@@ -22,6 +22,6 @@ Why the stages' histograms are here and not with the report (:mod:`orderer.spark
 are filled from the stages' results where the sink wrote them, and the summary only keeps them.
 The package is above the output (the sink writes the events with its writers, the histograms go
 into its summary) and below the live page, which counts each micro-batch's stage results with
-:func:`~orderer.spark.stages.stage_histograms.fill` and is told of each batch through
+:func:`~orderer.spark.stages.stage_histograms.fill_many` and is told of each batch through
 :class:`~orderer.spark.stages.sink.BatchObserver` without being imported.
 """

@@ -11,7 +11,7 @@ executors (:func:`bin_index`, boost-histogram's regular axis: ``floor((x - low) 
 * bins)``, below ``low`` the underflow, at or above ``high`` and NaN the overflow, nulls left
 out; a 2D one's cell from its two indexes), the rows are counted by (histogram, cell), and only
 those counts, ``bins + 2`` rows at most per histogram (``(x bins + 2) (y bins + 2)`` for a 2D
-one), reach the driver: one aggregation per stage, for all its histograms.
+one), reach the driver: one aggregation for every stage's histograms (:func:`fill_many`).
 
 What the driver makes of them: a ``boost_histogram.Histogram`` per declared histogram (Int64
 storage, its regular axis named after the column, its ``metadata`` the run, the stage, the column
@@ -43,6 +43,7 @@ __all__ = [
     "cells",
     "file_name",
     "fill",
+    "fill_many",
     "shaped",
     "summary_entry",
 ]
@@ -95,25 +96,52 @@ def fill(results: Any, histograms: Sequence[Histogram | Histogram2D]) -> list[np
     """The counts of each histogram over ``results`` (a DataFrame with their columns), the flows
     included (``bins + 2`` integers, the underflow first and the overflow last; a 2D one's in its
     shape, :func:`shaped`). One Spark aggregation for them all; the counts alone are collected."""
+    return fill_many([(results, histograms)])[0][1]
+
+
+def fill_many(
+    tables: Sequence[tuple[Any, Sequence[Histogram | Histogram2D]]],
+) -> list[tuple[int, list[np.ndarray]]]:
+    """The rows of each of ``tables`` (DataFrames, each with its histograms' columns) and the
+    counts of each of its histograms, as :func:`fill` counts them, in ONE Spark job for them all.
+
+    Why one job: a Spark job has a fixed price (a tenth of a second and more in local mode),
+    and the live page counts every stage's results after every micro-batch: a count and a fill
+    per stage were two jobs per stage per micro-batch. Every row adds a cell of its own
+    (histogram -1), so its table's rows are counted in the same pass."""
+    from functools import reduce
+
     from pyspark.sql import functions as F
 
-    indexed = F.array(
-        *(
-            F.struct(F.lit(k).alias("histogram"), _cell(h).alias("cell"))
+    if not tables:
+        return []
+    parts = []
+    for t, (results, histograms) in enumerate(tables):
+        marks = [F.struct(F.lit(-1).alias("histogram"), F.lit(0).cast("long").alias("cell"))]
+        marks += [
+            F.struct(F.lit(k).alias("histogram"), _cell(h).cast("long").alias("cell"))
             for k, h in enumerate(histograms)
-        )
-    )
+        ]
+        parts.append(results.select(F.lit(t).alias("table"), F.inline(F.array(*marks))))
     counted = (
-        results.select(F.inline(indexed))
+        reduce(lambda a, b: a.unionAll(b), parts)
         .where(F.col("cell").isNotNull())
-        .groupBy("histogram", "cell")
+        .groupBy("table", "histogram", "cell")
         .count()
         .collect()
     )
-    out = [np.zeros(cells(h), np.int64) for h in histograms]
+    rows = [0] * len(tables)
+    out = [[np.zeros(cells(h), np.int64) for h in histograms] for _, histograms in tables]
     for row in counted:
-        out[int(row["histogram"])][int(row["cell"])] = int(row["count"])
-    return [shaped(h, flat) for h, flat in zip(histograms, out, strict=True)]
+        t, k = int(row["table"]), int(row["histogram"])
+        if k < 0:
+            rows[t] = int(row["count"])
+        else:
+            out[t][k][int(row["cell"])] = int(row["count"])
+    return [
+        (rows[t], [shaped(h, flat) for h, flat in zip(histograms, out[t], strict=True)])
+        for t, (_, histograms) in enumerate(tables)
+    ]
 
 
 def _column(name: str) -> Any:
@@ -237,14 +265,20 @@ def add_stage_histograms(
         "timestamp_policy": glom.get("timestamp_policy"),
         "tick_rate": summary.data.get("tick_rate"),
     }
+    drawing = [step.stage for step in plan.stages if step.stage.histograms]
+    written = {
+        stage.name: stage_directory(output, stage.name, run)
+        for stage in drawing
+        if files.exists(spark, stage_directory(output, stage.name, run))
+    }
+    filled = fill_many(
+        [(spark.read.parquet(written[s.name]), s.histograms) for s in drawing if s.name in written]
+    )  # one Spark job for every stage
+    found = dict(zip([s.name for s in drawing if s.name in written], filled, strict=True))
     taken: set[str] = set()
-    for step in plan.stages:
-        stage = step.stage
-        if not stage.histograms:
-            continue
-        directory = stage_directory(output, stage.name, run)
-        if files.exists(spark, directory):
-            counts = fill(spark.read.parquet(directory), stage.histograms)
+    for stage in drawing:
+        if stage.name in found:
+            counts = found[stage.name][1]
         else:  # no results at all: empty histograms
             counts = [shaped(h, np.zeros(cells(h), np.int64)) for h in stage.histograms]
         entries: dict[str, Any] = {}
