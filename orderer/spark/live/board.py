@@ -1,12 +1,12 @@
 """What the live page serves: the runs' totals as published after each micro-batch, rendered
 when the page asks for them.
 
-Why rendered on request and not at publication: rendering every histogram as JSON takes the
-driver milliseconds per micro-batch, on the job's own thread, whether anyone looks or not. A
-publication keeps a copy of the run's totals (dictionaries of counts, copied in well under a
-millisecond), and the first request after it renders the run's documents (its index and every
-histogram, as JSON bytes) once, under the lock the job's thread publishes under: a request never
-waits for Spark, never sees half a micro-batch, and a page nobody opens costs the job nothing.
+Why rendered on request and not at publication: rendering every histogram as JSON is work on
+the job's own thread after every micro-batch, whether anyone looks or not. A publication keeps
+a copy of the run's totals (dictionaries of counts: a copy is far cheaper than a rendering),
+and the first request after it renders the run's documents (its index and every histogram, as
+JSON bytes) once, under the lock the job's thread publishes under: a request never waits for
+Spark, never sees half a micro-batch, and a page nobody opens costs the job nothing.
 
 The documents (the page's JavaScript reads them, and so can a script):
 

@@ -178,7 +178,7 @@ def decoded(blobs: list[bytes]) -> pa.Table:
 
 def gathering() -> Any:
     """The column expression :func:`collect` observes (made once per run and given to it on
-    every micro-batch: each of its three py4j calls costs the driver a millisecond or more)."""
+    every micro-batch: it is three py4j calls, paid on the driver between micro-batches)."""
     from pyspark.sql import functions as F
 
     return F.flatten(F.collect_list(COLUMN)).alias("counts")

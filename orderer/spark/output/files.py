@@ -55,8 +55,8 @@ def exists(spark: Any, uri: str) -> bool:
 
 def remove(spark: Any, uri: str) -> None:
     """Remove a directory (or file) with everything in it, local or at a Hadoop URI (a local
-    one without the JVM: four py4j calls cost milliseconds, paid by the stages sink on every
-    micro-batch)."""
+    one without the JVM: the stages sink removes one on every micro-batch, and four py4j calls
+    cost more than the removal)."""
     where = local(uri)
     if where is None:
         system, path = filesystem(spark, uri)

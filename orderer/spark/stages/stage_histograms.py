@@ -105,10 +105,10 @@ def fill_many(
     """The rows of each of ``tables`` (DataFrames, each with its histograms' columns) and the
     counts of each of its histograms, as :func:`fill` counts them, in ONE Spark job for them all.
 
-    Why one job: a Spark job has a fixed price (a tenth of a second and more in local mode),
-    and the live page counts every stage's results after every micro-batch: a count and a fill
-    per stage were two jobs per stage per micro-batch. Every row adds a cell of its own
-    (histogram -1), so its table's rows are counted in the same pass."""
+    Why one job: a Spark job has a fixed price whatever it counts, and the live page counts
+    every stage's results after every micro-batch: a count and a fill per stage were two jobs
+    per stage per micro-batch (the README's benchmarks say what that cost). Every row adds a
+    cell of its own (histogram -1), so its table's rows are counted in the same pass."""
     from functools import reduce
 
     from pyspark.sql import functions as F
@@ -266,19 +266,14 @@ def add_stage_histograms(
         "tick_rate": summary.data.get("tick_rate"),
     }
     drawing = [step.stage for step in plan.stages if step.stage.histograms]
-    written = {
-        stage.name: stage_directory(output, stage.name, run)
-        for stage in drawing
-        if files.exists(spark, stage_directory(output, stage.name, run))
-    }
-    filled = fill_many(
-        [(spark.read.parquet(written[s.name]), s.histograms) for s in drawing if s.name in written]
-    )  # one Spark job for every stage
-    found = dict(zip([s.name for s in drawing if s.name in written], filled, strict=True))
+    directories = {stage.name: stage_directory(output, stage.name, run) for stage in drawing}
+    written = [s for s in drawing if files.exists(spark, directories[s.name])]
+    filled = fill_many([(spark.read.parquet(directories[s.name]), s.histograms) for s in written])
+    found = {stage.name: counts for stage, (_, counts) in zip(written, filled, strict=True)}
     taken: set[str] = set()
     for stage in drawing:
         if stage.name in found:
-            counts = found[stage.name][1]
+            counts = found[stage.name]
         else:  # no results at all: empty histograms
             counts = [shaped(h, np.zeros(cells(h), np.int64)) for h in stage.histograms]
         entries: dict[str, Any] = {}
