@@ -63,11 +63,22 @@ class KubernetesAPI(kmock.KubernetesEmulator):
     """KMock's emulator plus what a real API server adds by itself: ``metadata.uid``,
     ``creationTimestamp``, ``generation`` (1, then one more for each write of the spec), a new
     ``resourceVersion`` on every write, a name from ``generateName`` (kopf names its Events that
-    way), and 422 for a JSON patch whose ``test`` fails."""
+    way), and 422 for a JSON patch whose ``test`` fails.
+
+    And one thing for the tests' timing: a creation can be held (:meth:`hold`), as a slow API
+    server would keep it, so that a test can change the spec while the operator is in the middle
+    of handling the object."""
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         self._versions = itertools.count(1)
+        self._holds: dict[tuple[Any, str], Hold] = {}
+
+    def hold(self, resource: str, name: str) -> Hold:
+        """Keep the next creation of ``resource`` ``name`` waiting until its hold is released."""
+        hold = Hold()
+        self._holds[(kmock.resource(resource), name)] = hold
+        return hold
 
     async def _handle(self, request: kmock.Request) -> Any:
         data = request.data
@@ -78,6 +89,10 @@ class KubernetesAPI(kmock.KubernetesEmulator):
         elif request.resource is not None and isinstance(data, dict):
             if request.action == kmock.action.CREATE:
                 meta = data.setdefault("metadata", {})
+                hold = self._holds.pop((request.resource, meta.get("name", "")), None)
+                if hold is not None:
+                    hold.arrived.set()
+                    await hold.released.wait()
                 if not meta.get("name") and meta.get("generateName"):
                     meta["name"] = meta["generateName"] + uuid.uuid4().hex[:8]
                 meta["uid"] = str(uuid.uuid4())
@@ -98,6 +113,15 @@ class KubernetesAPI(kmock.KubernetesEmulator):
             # a failed ``test`` (kopf's optimistic concurrency on resourceVersion): 422, as the
             # API server answers, not KMock's 500, so that kopf retries from a fresh object
             raise kmock.KubernetesError(status=422, reason="Invalid", message=str(error)) from None
+
+
+class Hold:
+    """A creation the emulator keeps waiting: ``arrived`` when the operator asked for it; it goes
+    on once ``released``."""
+
+    def __init__(self) -> None:
+        self.arrived = asyncio.Event()
+        self.released = asyncio.Event()
 
 
 def _resources(api: KubernetesAPI) -> None:
@@ -240,8 +264,12 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[KubernetesAPI, Operator
             yield api, operator
         finally:
             operator.stop()
-            if sys.exc_info()[0] is not None:
-                print(operator.text()[-20000:])
+            # captured: pytest shows it under the test's failure ("Captured stdout teardown"),
+            # the one place the operator's side of a timeout can be read (an async fixture
+            # does not see the test's exception, so it cannot print on failure alone); without
+            # gRPC's debug lines (``--verbose`` turns them on: one every 50 ms)
+            lines = operator.text().splitlines()
+            print("\n".join(line for line in lines if "cygrpc" not in line)[-20000:])
 
 
 def _verb(method: str, path: str, query: str) -> str:

@@ -9,11 +9,21 @@ decorators over the modules of their concerns, the order would be that in which 
 happen to be imported. Each handler's id (its function's name, and the field) is what kopf keeps
 its progress under, in the EventBuilder's annotations: the names stay.
 
+Every handler an event calls for runs in **one** handling cycle, on that event's body (kopf's
+``all_at_once`` lifecycle; its default runs one handler per cycle, each on the body of its own
+cycle). One cycle per handler let a change that came in between be folded into the event being
+handled: ``reconcile`` created the children from the spec as it was, the field handlers that
+follow were then handed the changed spec as a creation (which is theirs to skip), and kopf
+recorded the changed spec as handled, so the change reached no child. In one cycle, a change
+that comes in meanwhile is the next event, handled as a change.
+
 Imported by :mod:`evb_operator.handlers`, so that ``kopf run -m evb_operator.handlers``
 registers them all.
 """
 
 from __future__ import annotations
+
+import logging
 
 import kopf
 
@@ -37,6 +47,15 @@ from evb_operator.handlers.timer import STATS_INTERVAL, refresh_status
 from orderer.config import LIVE_PARAMETERS, camel_case
 
 __all__: list[str] = []
+
+# kopf warns whenever the default is replaced (it always has one): said once, here, instead
+_lifecycles_log = logging.getLogger(kopf.lifecycles.__name__)
+_level = _lifecycles_log.level
+_lifecycles_log.setLevel(logging.ERROR)
+try:
+    kopf.set_default_lifecycle(kopf.lifecycles.all_at_once)
+finally:
+    _lifecycles_log.setLevel(_level)
 
 # ----------------------------------------------------------------------------- activities
 
