@@ -13,6 +13,12 @@ import os
 # preexec_fn), which gRPC's fork support can kill before its exec or hang (grpc/grpc#43055); the
 # processes the tests start inherit it.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+# Every JVM the tests start (the shared SparkSession's, each ``evb spark-job``'s and demo's: the
+# spark-submit launcher adds SPARK_SUBMIT_OPTS to the driver's command line) compiles with C1
+# alone and collects with one thread: the tests' jobs are seconds long on small inputs, where
+# C2's compilations and G1's threads cost more CPU on two cores than they ever win back (the
+# suite is CPU-bound). Nothing the JVM computes changes; a user's jobs keep the JVM's defaults.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 from pathlib import Path
 

@@ -97,7 +97,6 @@ from orderer.spark.source.glom import glom_options
 from orderer.spark.source.sliced_reads import several
 from orderer.spark.stages.order_check import CHECK_FRAGMENTS, check_order, report
 from orderer.spark.stages.runner import stage_failure
-from orderer.spark.stages.sink import stage_results
 from orderer.stages.plan import Plan
 
 __all__ = ["JobResult", "check_stages_order", "create_session", "follow_runs", "main", "run"]
@@ -215,7 +214,7 @@ def _finish(
     """The run's summary (with ``extra``) and report, from its events as written."""
     from orderer.spark.output.report import write_report
     from orderer.spark.output.summary import SUMMARY_SCHEMA, summarize
-    from orderer.spark.stages.stage_histograms import add_stage_histograms
+    from orderer.spark.stages.stage_histograms import add_stage_results
 
     if not files.exists(spark, layout.events):  # no fragment: an empty run all the same
         files.make_directory(spark, layout.events)
@@ -238,8 +237,7 @@ def _finish(
     summary.data["micro_batches"] = batches
     summary.data["events_path"] = layout.events
     if plan is not None:
-        summary.data["stages"] = stage_results(spark, plan, config.output.rstrip("/"), layout.run)
-        add_stage_histograms(spark, plan, config.output.rstrip("/"), summary)
+        add_stage_results(spark, plan, config.output.rstrip("/"), summary)
     summary.data.update(extra or {})
 
     local = files.local(layout.run_dir)

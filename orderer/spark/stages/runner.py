@@ -51,6 +51,7 @@ from orderer.stages.steps import (
 __all__ = [
     "register_stage_modules",
     "run_plan",
+    "spark_schema",
     "stage_failure",
     "stage_job_group",
 ]
@@ -131,7 +132,7 @@ def run_plan(
                 GLOBAL: _aggregate(step, source, states.get(step.stage.name, {}))
             }
             finished = finish(step, states[step.stage.name][GLOBAL])
-            schema = _spark_schema(step.stage.schema)
+            schema = spark_schema(step.stage.schema)
             result = spark.createDataFrame(finished, schema=schema).persist()
         else:
             result = _insensitive(step, source).persist()
@@ -168,7 +169,7 @@ def stage_job_group(stage: str) -> str:
 
 def _insensitive(step: StagePlan, source: Any) -> Any:
     """An order-insensitive stage or a sequencer: one mapInArrow where its input is."""
-    return source.mapInArrow(_insensitive_task(step), _spark_schema(step.stage.schema))
+    return source.mapInArrow(_insensitive_task(step), spark_schema(step.stage.schema))
 
 
 def _aggregate(step: StagePlan, source: Any, running: Mapping[Hashable, Any]) -> Any:
@@ -191,7 +192,7 @@ def _sensitive(step: StagePlan, source: Any, partitions: int, known: Any, carrie
     shuffled = (
         source.repartition(1) if stage.key is None else source.repartition(partitions, stage.key)
     )
-    return shuffled.mapInArrow(_sensitive_task(step, known, carried), _spark_schema(stage.schema))
+    return shuffled.mapInArrow(_sensitive_task(step, known, carried), spark_schema(stage.schema))
 
 
 # ---------------------------------------------------------------- on the executors
@@ -253,7 +254,8 @@ def _sensitive_task(step: StagePlan, known: Any, carried: Any) -> Any:
     return task
 
 
-def _spark_schema(schema: pa.Schema) -> Any:
+def spark_schema(schema: pa.Schema) -> Any:
+    """A stage's declared schema as Spark's: what its results are made and read with."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return from_arrow_schema(schema)

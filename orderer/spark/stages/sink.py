@@ -3,7 +3,7 @@ streamed run with ``--stages``; the batch job calls it once, as batch 0): each m
 events written as the job writes them, then the user's analysis stages (:mod:`orderer.stages`)
 run over them (:func:`~orderer.spark.stages.runner.run_plan`) and their results written, once
 per micro-batch, exactly once across restarts; and where a run's stage results live
-(:func:`stage_directory`, :func:`stage_results`).
+(:func:`stage_directory`).
 
 State: an order-sensitive stage's states by key come back to the driver from each micro-batch
 (:mod:`orderer.spark.stages.runner` says how), and the driver writes all of it into the query's
@@ -53,7 +53,6 @@ __all__ = [
     "StagesSink",
     "remove_stage_results",
     "stage_directory",
-    "stage_results",
 ]
 
 
@@ -69,17 +68,6 @@ def remove_stage_results(spark: Any, plan: Plan, output: str, run: str) -> None:
     """What an earlier job of the same run left of the stages (a new run replaces it)."""
     for step in plan.stages:
         files.remove(spark, stage_directory(output, step.stage.name, run))
-
-
-def stage_results(spark: Any, plan: Plan, output: str, run: str) -> dict[str, dict[str, Any]]:
-    """Per stage of a finished run: where its results are and how many rows they hold (the
-    run's summary)."""
-    out: dict[str, dict[str, Any]] = {}
-    for step in plan.stages:
-        directory = stage_directory(output, step.stage.name, run)
-        rows = spark.read.parquet(directory).count() if files.exists(spark, directory) else 0
-        out[step.stage.name] = {"class": step.stage.order.value, "rows": rows, "path": directory}
-    return out
 
 
 class BatchObserver(Protocol):

@@ -33,12 +33,13 @@ import numpy as np
 
 from orderer.spark.output import files
 from orderer.spark.output.summary import RunSummary
+from orderer.spark.stages.runner import spark_schema
 from orderer.spark.stages.sink import stage_directory
 from orderer.stages.api import Histogram, Histogram2D, Stage
 from orderer.stages.plan import Plan
 
 __all__ = [
-    "add_stage_histograms",
+    "add_stage_results",
     "bin_index",
     "cells",
     "file_name",
@@ -250,13 +251,15 @@ def summary_entry(
     }
 
 
-def add_stage_histograms(
-    spark: Any, plan: Plan, output: str, summary: RunSummary
-) -> None:
-    """Every declared histogram of the plan's stages, filled from the run's results: into
-    ``summary.data["stages"][STAGE]["histograms"]`` (by column; :func:`stage_results
-    <orderer.spark.stages.sink.stage_results>` made the stages' entries) and
-    ``summary.stage_histograms`` (by file name)."""
+def add_stage_results(spark: Any, plan: Plan, output: str, summary: RunSummary) -> None:
+    """Every stage of the plan in the run's summary: where its results are, how many rows they
+    hold and, for a stage that declares histograms, those filled from them, into
+    ``summary.data["stages"][STAGE]`` (its histograms by column) and ``summary.stage_histograms``
+    (by file name).
+
+    One Spark job for all of it (:func:`fill_many` counts each table's rows with its
+    histograms), each stage's results read with its declared schema (no job to infer it): a
+    count per stage and a schema per read were three jobs a stage at the end of every run."""
     run = summary.data["run"]
     glom = summary.data.get("glom") or {}
     metadata = {
@@ -265,20 +268,29 @@ def add_stage_histograms(
         "timestamp_policy": glom.get("timestamp_policy"),
         "tick_rate": summary.data.get("tick_rate"),
     }
-    drawing = [step.stage for step in plan.stages if step.stage.histograms]
-    directories = {stage.name: stage_directory(output, stage.name, run) for stage in drawing}
-    written = [s for s in drawing if files.exists(spark, directories[s.name])]
-    filled = fill_many([(spark.read.parquet(directories[s.name]), s.histograms) for s in written])
-    found = {stage.name: counts for stage, (_, counts) in zip(written, filled, strict=True)}
+    stages = [step.stage for step in plan.stages]
+    directories = {stage.name: stage_directory(output, stage.name, run) for stage in stages}
+    written = [s for s in stages if files.exists(spark, directories[s.name])]
+    filled = fill_many(
+        [
+            (spark.read.schema(spark_schema(s.schema)).parquet(directories[s.name]), s.histograms)
+            for s in written
+        ]
+    )
+    found = dict(zip([stage.name for stage in written], filled, strict=True))
+    entries = summary.data.setdefault("stages", {})
     taken: set[str] = set()
-    for stage in drawing:
-        if stage.name in found:
-            counts = found[stage.name]
-        else:  # no results at all: empty histograms
+    for stage in stages:
+        rows, counts = found.get(stage.name, (0, None))
+        entry = {"class": stage.order.value, "rows": rows, "path": directories[stage.name]}
+        entries[stage.name] = entry
+        if not stage.histograms:
+            continue
+        if counts is None:  # no results at all: empty histograms
             counts = [shaped(h, np.zeros(cells(h), np.int64)) for h in stage.histograms]
-        entries: dict[str, Any] = {}
+        drawn: dict[str, Any] = {}
         for histogram, counted in zip(stage.histograms, counts, strict=True):
             name = file_name(stage.name, histogram.key, taken)
-            entries[histogram.key] = summary_entry(histogram, counted, name)
+            drawn[histogram.key] = summary_entry(histogram, counted, name)
             summary.stage_histograms[name] = _histogram(stage, histogram, counted, metadata)
-        summary.data.setdefault("stages", {}).setdefault(stage.name, {})["histograms"] = entries
+        entry["histograms"] = drawn
