@@ -282,7 +282,11 @@ def add_stage_results(spark: Any, plan: Plan, output: str, summary: RunSummary) 
     taken: set[str] = set()
     for stage in stages:
         rows, counts = found.get(stage.name, (0, None))
-        entry = {"class": stage.order.value, "rows": rows, "path": directories[stage.name]}
+        entry: dict[str, Any] = {
+            "class": stage.order.value,
+            "rows": rows,
+            "path": directories[stage.name],
+        }
         entries[stage.name] = entry
         if not stage.histograms:
             continue
