@@ -14,6 +14,7 @@ import pytest
 from orderer.building.config import GlomConfig
 from orderer.building.glom import glom_batches
 from orderer.spark.live import partials
+from orderer.spark.output import event_counts
 from orderer.spark.output.coincidence import rows_batch, spectrum_axis
 
 
@@ -93,13 +94,13 @@ def test_gathered_counts_equal_a_count_of_all_events(partitions: int, public: bo
         observation._jo = _Handle(_Row(pieces))
     got = partials.decoded(partials.gathered(observation))
     axis = spectrum_axis(50_000)
-    parts = [row for batch in events for row in partials.batch_rows(batch, axis)]
-    expected = partials.summed(pa.Table.from_batches([rows_batch(parts)]))
+    parts = [row for batch in events for row in event_counts.batch_rows(batch, axis)]
+    expected = event_counts.summed(pa.Table.from_batches([rows_batch(parts)]))
     keys = [(k, "ascending") for k in ("kind", "a", "b", "c")]
     got, expected = got.sort_by(keys), expected.sort_by(keys)
     for column in ("kind", "a", "b", "c"):
         assert got.column(column).equals(expected.column(column))
-    time = got.column("kind").to_numpy() == partials.TIME
+    time = got.column("kind").to_numpy() == event_counts.TIME
     sums = [t.column("sum").to_numpy()[~time] for t in (got, expected)]
     assert np.array_equal(*sums)  # counts: summed; the timestamps: their min and max
     for column in ("min", "max"):

@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from orderer.spark.live.partials import SHAPE, SOURCE, TIME, decoded
+from orderer.spark.live.partials import decoded
 from orderer.spark.output.coincidence import COINCIDENCE, SPECTRUM
+from orderer.spark.output.event_counts import SHAPE, SOURCE, TIME
 from orderer.spark.stages.stage_histograms import fill_many
 from orderer.stages.api import Order
 from orderer.stages.plan import Plan

@@ -18,9 +18,8 @@ longer than about 8 KB waits some 40 ms for a delayed TCP acknowledgement (measu
 5 KB, 42-47 ms for 6 KB to 80 KB), and bytes are decoded one by one in Python; each piece is
 one short answer (:func:`gathered`).
 
-The counting is the end of run's (:func:`orderer.spark.output.coincidence.counted` and
-:func:`~orderer.spark.output.coincidence.pair_rows`); :mod:`orderer.spark.live.counts` sums the
-parts on the driver.
+The counting is the end of run's (:func:`orderer.spark.output.event_counts.batch_rows`);
+:mod:`orderer.spark.live.counts` sums the parts on the driver.
 """
 
 from __future__ import annotations
@@ -29,19 +28,16 @@ import base64
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from orderer.spark.output.coincidence import counted, pair_rows, rows_batch, spectrum_axis
+from orderer.spark.output.coincidence import rows_batch, spectrum_axis
+from orderer.spark.output.event_counts import batch_rows, summed
 
 __all__ = [
     "COLUMN",
     "OPTION",
-    "SHAPE",
-    "SOURCE",
     "SPARK_COLUMN",
-    "TIME",
     "collect",
     "decoded",
     "gathered",
@@ -60,44 +56,6 @@ PIECE = 4000
 """Characters of one piece of a partition's counts (one py4j answer each, under 8 KB)."""
 _FIRST = "#"
 """The mark of a partition's first piece (not a base64 character)."""
-
-SHAPE, SOURCE, TIME = 2, 3, 4
-"""Kinds beside the spectrum's and the matrix's: (multiplicity, barrier type, late or not) ->
-rows; (source, late or not) -> fragments; the timestamps (their min and max)."""
-
-_KEYS = ["kind", "a", "b", "c"]
-
-
-def batch_rows(batch: pa.RecordBatch, axis: Any) -> list[tuple[np.ndarray, ...]]:
-    """The partial rows ``kind, a, b, c, value`` of one Arrow batch of events."""
-    multiplicity = batch.column("multiplicity").to_numpy(zero_copy_only=False)
-    barrier = batch.column("barrier").to_numpy(zero_copy_only=False).astype(np.int64)
-    late = batch.column("late").to_numpy(zero_copy_only=False) > 0
-    parts = [counted(SHAPE, multiplicity.astype(np.int64), barrier, late)]
-    lists = batch.column("fragments")
-    flat = pc.list_flatten(lists)
-    if len(flat):
-        source = flat.field("source").to_numpy(zero_copy_only=False).astype(np.int64)
-        flagged = flat.field("late").to_numpy(zero_copy_only=False).astype(np.int64)
-        parts.append(counted(SOURCE, source, flagged, np.zeros_like(source)))
-        ts = flat.field("timestamp").to_numpy(zero_copy_only=False).astype(np.int64)
-        edge = np.array([ts.min(), ts.max()], np.int64)
-        zero = np.zeros(2, np.int64)
-        parts.append((np.full(2, TIME, np.int64), zero, zero, zero, edge))
-    parts += pair_rows(pc.filter(lists, pa.array(barrier == 0)), axis)
-    return parts
-
-
-def summed(table: pa.Table) -> pa.Table:
-    """Rows ``kind, a, b, c, sum, min, max`` of partial rows (``value``) or of summed ones."""
-    if "value" in table.column_names:
-        out = table.group_by(_KEYS).aggregate(
-            [("value", "sum"), ("value", "min"), ("value", "max")]
-        )
-        return out.rename_columns({"value_sum": "sum", "value_min": "min", "value_max": "max"})
-    out = table.group_by(_KEYS).aggregate([("sum", "sum"), ("min", "min"), ("max", "max")])
-    return out.rename_columns({"sum_sum": "sum", "min_min": "min", "max_max": "max"})
-
 
 def with_counts(batches: Iterator[pa.RecordBatch], dt: int | None) -> Iterator[pa.RecordBatch]:
     """``batches`` (a partition's events) with :data:`COLUMN` added: the partition's counts in

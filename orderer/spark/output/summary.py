@@ -6,12 +6,18 @@ Why from the events and not counted along the way: the events in the sink are th
 micro-batches were retried.
 
 Why Spark aggregations: a run has tens of millions of fragments, and the driver has a gigabyte
-(the EventBuilder's default). Everything that grows with the run is reduced on the executors
-(``groupBy``/``agg``, and one ``mapInArrow`` pass that bins the rates and takes the maxima the
-lateness needs), and only what is small reaches the driver: one row per source, per
-multiplicity, per (source, rate bin) and per barrier, and the late fragments themselves (offset
+(the EventBuilder's default). Everything that grows with the run is reduced on the executors,
+and only what is small reaches the driver: a few rows per source, per multiplicity, per
+(source, rate bin), per source pair and per barrier, and the late fragments themselves (offset
 and timestamp, 16 bytes each: the report plots their lateness one by one; a run's late fragments
 are the exceptions, not the bulk). The driver's memory is then flat in the number of fragments.
+
+Why two passes (two Spark jobs): the first (:func:`_counts_of`: the live page's counting,
+:mod:`orderer.spark.output.event_counts`, with the ranges of each source, the barrier rows and
+the late fragments) gives what the second needs, the run's first and last timestamps (the rate
+bins' edges) and the late fragments' offsets (the segments); the second bins the rates and
+takes the maxima the lateness needs. A Spark job has a fixed price whatever it counts: each
+quantity in a job of its own was four jobs, about twice the time at the end of a short run.
 
 Lateness of a late fragment = the high-water mark when it was emitted minus its timestamp; the
 high-water mark is the largest timestamp of the on-time fragments before it in offset order.
@@ -39,7 +45,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from orderer.spark.output.coincidence import pair_histograms
+from orderer.spark.output.coincidence import (
+    COINCIDENCE,
+    SPECTRUM,
+    rows_batch,
+    spectrum_axis,
+    to_histograms,
+)
+from orderer.spark.output.event_counts import SHAPE, SOURCE, batch_rows
 
 __all__ = ["RATE_BINS", "SUMMARY_SCHEMA", "RunSummary", "summarize"]
 
@@ -54,6 +67,11 @@ RATE_BINS = 60
 """Bins of the rates-over-time series."""
 
 _INT64_MIN = np.iinfo(np.int64).min
+_COUNTS_SCHEMA = "kind int, a long, b long, c long, value long"
+_SOURCE_TIME, _SOURCE_OFFSET, _BARRIER, _LATE = 10, 11, 12, 13
+"""Kinds of the first pass's rows beside :mod:`orderer.spark.output.event_counts`' (the live
+page's): (source) -> its timestamps' and its offsets' min and max; (offset, source, type) -> a
+barrier row's timestamp; (offset, timestamp) -> a late fragment."""
 _PARTIALS_SCHEMA = "kind int, a long, b long, value long"
 _RATE, _SEGMENT = 0, 1
 """Kinds of the executors' partial results: (source, bin) -> fragments; (segment) -> the largest
@@ -84,72 +102,66 @@ def summarize(events: Any, *, run: str, tick_rate: float, glom: dict[str, Any]) 
     :data:`SUMMARY_SCHEMA`), computed by Spark; small results only are collected."""
     from pyspark.sql import functions as F
 
-    # 1. event rows by (multiplicity, barrier type, late or not): the histogram and the counts;
-    # a barrier row is a group of its own (its offset, source and timestamp are in the key)
-    barrier = F.col("barrier") != 0
-    shapes = (
-        events.groupBy(
-            "multiplicity",
-            "barrier",
-            (F.col("late") > 0).alias("has_late"),
-            F.when(barrier, F.col("event")).alias("offset"),
-            F.when(barrier, F.col("fragments")[0]["source"]).alias("source"),
-            F.when(barrier, F.col("fragments")[0]["timestamp"]).alias("timestamp"),
-        )
-        .count()
-        .collect()
+    # 1. one pass over the events: their shapes, the fragments by source, the barrier rows, the
+    # late fragments, the spectrum and the coincidences, as partial rows summed by Spark
+    axis = spectrum_axis(glom.get("dt"))
+    counts = (
+        events.mapInArrow(_counts_of(axis), _COUNTS_SCHEMA)
+        .groupBy("kind", "a", "b", "c")
+        .agg(F.sum("value").alias("sum"), F.min("value").alias("min"), F.max("value").alias("max"))
+        .toArrow()
     )
+    kind = counts.column("kind").to_numpy()
+    a, b, c = (counts.column(k).to_numpy() for k in ("a", "b", "c"))
+    total, low, high = (counts.column(k).to_numpy() for k in ("sum", "min", "max"))
+
     histogram: dict[int, int] = {}
-    for row in shapes:
-        if row["barrier"] == 0:
-            multiplicity = int(row["multiplicity"])
-            histogram[multiplicity] = histogram.get(multiplicity, 0) + int(row["count"])
+    shapes = kind == SHAPE
+    for multiplicity, barrier_type, count in zip(a[shapes], b[shapes], total[shapes], strict=True):
+        if barrier_type == 0:
+            histogram[int(multiplicity)] = histogram.get(int(multiplicity), 0) + int(count)
     ordinary_events = sum(histogram.values())
+    events_with_late = int(total[shapes & (c == 1)].sum())
+    mine = kind == _BARRIER
     barriers = sorted(
         (
-            {
-                "offset": int(row["offset"]),
-                "source": int(row["source"]),
-                "type": int(row["barrier"]),
-                "timestamp": int(row["timestamp"]),
-            }
-            for row in shapes
-            if row["barrier"] != 0
+            {"offset": int(at), "source": int(source), "type": int(type_), "timestamp": int(ts)}
+            for at, source, type_, ts in zip(a[mine], b[mine], c[mine], high[mine], strict=True)
         ),
         key=lambda entry: entry["offset"],
     )
 
-    # 2. fragments by source: counts, ranges, and the late fragments themselves
-    fragments = events.select(F.inline("fragments"))
-    by_source = (
-        fragments.groupBy("source")
-        .agg(
-            F.count(F.lit(1)).alias("fragments"),
-            F.count(F.when(F.col("late"), 1)).alias("late"),
-            F.min("timestamp").alias("first_ts"),
-            F.max("timestamp").alias("last_ts"),
-            F.min("offset").alias("first_offset"),
-            F.max("offset").alias("last_offset"),
-            F.collect_list(F.when(F.col("late"), F.struct("offset", "timestamp"))).alias("lates"),
+    # per source: fragments and late ones, the range of timestamps and offsets
+    sources = np.unique(a[kind == SOURCE])
+    per_source = []
+    for source in sources:
+        of = a == source
+        flagged = of & (kind == SOURCE)
+        ts_of, offsets_of = of & (kind == _SOURCE_TIME), of & (kind == _SOURCE_OFFSET)
+        per_source.append(
+            {
+                "source": int(source),
+                "fragments": int(total[flagged].sum()),
+                "late": int(total[flagged & (b == 1)].sum()),
+                "first_ts": int(low[ts_of].min()),
+                "last_ts": int(high[ts_of].max()),
+                "first_offset": int(low[offsets_of].min()),
+                "last_offset": int(high[offsets_of].max()),
+            }
         )
-        .toArrow()
-        .sort_by("source")
-    )
-    per_source = by_source.drop(["lates"]).to_pylist()
     n = sum(row["fragments"] for row in per_source)
     first_ts = min((row["first_ts"] for row in per_source), default=0)
     last_ts = max((row["last_ts"] for row in per_source), default=0)
     duration = (last_ts - first_ts) / tick_rate
     edges = np.linspace(0.0, max(duration, 1.0 / tick_rate), RATE_BINS + 1)
     width = float(edges[1] - edges[0])
-    late = pa.Table.from_arrays(
-        [pc.list_flatten(by_source.column("lates")).combine_chunks()], names=["late"]
-    ).flatten()
-    late = late.sort_by("late.offset")
-    late_offsets = late.column("late.offset").to_numpy().astype(np.int64, copy=False)
-    late_ts = late.column("late.timestamp").to_numpy().astype(np.int64, copy=False)
+    lates = kind == _LATE
+    order = np.argsort(a[lates], kind="stable")
+    late_offsets = a[lates][order].astype(np.int64, copy=False)
+    late_ts = b[lates][order].astype(np.int64, copy=False)
+    fragments = events.select(F.inline("fragments"))
 
-    # 3. rates binned and the high-water marks in front of the late fragments, on the executors
+    # 2. rates binned and the high-water marks in front of the late fragments, on the executors
     spark = events.sparkSession
     shared = spark.sparkContext.broadcast(late_offsets)
     try:
@@ -181,15 +193,19 @@ def summarize(events: Any, *, run: str, tick_rate: float, glom: dict[str, Any]) 
     before = np.maximum.accumulate(segment_max)[:-1]  # high-water mark before each late one
     lateness = (before - late_ts).astype(np.float64) / tick_rate
 
-    # 4. the spectrum of differences within events and the coincidence matrix, on the executors
+    # the spectrum of differences within events and the coincidence matrix
     metadata = {
         "run": run,
         "dt": glom.get("dt"),
         "timestamp_policy": glom.get("timestamp_policy"),
         "tick_rate": tick_rate,
     }
-    spectrum, coincidences = pair_histograms(
-        events, [int(row["source"]) for row in per_source], glom.get("dt"), metadata
+    pairs = pc.is_in(counts.column("kind"), pa.array([SPECTRUM, COINCIDENCE], pa.int32()))
+    spectrum, coincidences = to_histograms(
+        counts.filter(pairs).rename_columns(["kind", "a", "b", "c", "value", "min", "max"]),
+        [row["source"] for row in per_source],
+        axis,
+        metadata,
     )
 
     data = {
@@ -219,7 +235,7 @@ def summarize(events: Any, *, run: str, tick_rate: float, glom: dict[str, Any]) 
         },
         "late": {
             "fragments": int(late_offsets.size),
-            "events_with_late": sum(int(row["count"]) for row in shapes if row["has_late"]),
+            "events_with_late": events_with_late,
             "max_lateness_seconds": float(lateness.max()) if lateness.size else 0.0,
             "mean_lateness_seconds": float(lateness.mean()) if lateness.size else 0.0,
         },
@@ -231,6 +247,60 @@ def summarize(events: Any, *, run: str, tick_rate: float, glom: dict[str, Any]) 
         },
     }
     return RunSummary(data, edges, rates, lateness, first_ts, spectrum, coincidences)
+
+
+def _counts_of(axis: bh.axis.Regular) -> Any:
+    """The executors' first pass over the events (batches of :data:`SUMMARY_SCHEMA`'s columns):
+    the live page's counts (:func:`~orderer.spark.output.event_counts.batch_rows`) and what the
+    summary adds to them, the range of each source's timestamps and offsets, the barrier rows
+    and the late fragments, as partial rows ``kind, a, b, c, value``."""
+
+    def partials(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            parts = batch_rows(batch, axis)
+            lists = batch.column("fragments")
+            barrier = batch.column("barrier").to_numpy(zero_copy_only=False).astype(np.int64)
+            rows = np.flatnonzero(barrier != 0)
+            if rows.size:
+                first = pc.list_element(lists.take(pa.array(rows)), 0)
+                event = batch.column("event").to_numpy(zero_copy_only=False).astype(np.int64)
+                parts.append(
+                    (
+                        np.full(rows.size, _BARRIER, np.int64),
+                        event[rows],
+                        first.field("source").to_numpy(zero_copy_only=False).astype(np.int64),
+                        barrier[rows],
+                        first.field("timestamp").to_numpy(zero_copy_only=False).astype(np.int64),
+                    )
+                )
+            flat = pc.list_flatten(lists)
+            if len(flat):
+                source = flat.field("source").to_numpy(zero_copy_only=False).astype(np.int64)
+                ts = flat.field("timestamp").to_numpy(zero_copy_only=False).astype(np.int64)
+                offset = flat.field("offset").to_numpy(zero_copy_only=False).astype(np.int64)
+                late = flat.field("late").to_numpy(zero_copy_only=False).astype(np.bool_)
+                parts += _ranges(_SOURCE_TIME, source, ts) + _ranges(_SOURCE_OFFSET, source, offset)
+                if late.any():
+                    zero = np.zeros(int(late.sum()), np.int64)
+                    parts.append((zero + _LATE, offset[late], ts[late], zero, zero + 1))
+            yield rows_batch(parts)
+
+    return partials
+
+
+def _ranges(kind: int, source: np.ndarray, values: np.ndarray) -> list[tuple[np.ndarray, ...]]:
+    """Rows ``kind, source, 0, 0, value`` of each source's smallest and largest ``values``."""
+    order = np.argsort(source, kind="stable")
+    ordered = source[order]
+    starts = np.flatnonzero(np.diff(ordered, prepend=ordered[0] - 1))
+    ids = ordered[starts]
+    zero = np.zeros(ids.size, np.int64)
+    return [
+        (zero + kind, ids, zero, zero, np.minimum.reduceat(values[order], starts)),
+        (zero + kind, ids, zero, zero, np.maximum.reduceat(values[order], starts)),
+    ]
 
 
 def _partials_of(
