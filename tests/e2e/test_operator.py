@@ -240,7 +240,13 @@ class Operator:
                 cwd=log.parent,
             )
 
-    def stop(self) -> None:
+    async def stop(self) -> None:
+        """SIGTERM, and wait for the exit off the event loop: the emulator answers on that loop,
+        and the operator's threads finish their calls to it before its process can exit (waited
+        for on the loop, a call in flight held the exit until the kill, 20 s later)."""
+        await asyncio.to_thread(self._stop)
+
+    def _stop(self) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -263,7 +269,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[KubernetesAPI, Operator
         try:
             yield api, operator
         finally:
-            operator.stop()
+            await operator.stop()
             # captured: pytest shows it under the test's failure ("Captured stdout teardown"),
             # the one place the operator's side of a timeout can be read (an async fixture
             # does not see the test's exception, so it cannot print on failure alone); without

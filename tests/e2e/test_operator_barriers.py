@@ -63,7 +63,7 @@ async def test_an_incomplete_barrier_is_one_event_naming_the_missing_source(
         assert barriers["incomplete"] == 1
 
         # a new operator, with the status as its only memory, does not report it again
-        operator.stop()
+        await operator.stop()
         again = e2e.Operator(tmp_path / "kubeconfig", tmp_path / "kopf-2.log")
         try:
             await e2e.until(
@@ -72,7 +72,7 @@ async def test_an_incomplete_barrier_is_one_event_naming_the_missing_source(
             )
             assert len(e2e._events(api, NAME, "IncompleteBarrier")) == 1, again.text()[-5000:]
         finally:
-            again.stop()
+            await again.stop()
     finally:
         orderer.stop()
 

@@ -11,8 +11,8 @@ import asyncio
 import socket
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +60,8 @@ async def _status(port: int) -> int | None:
     return await asyncio.to_thread(_health, port)
 
 
-@contextmanager
-def _operator(server: str, tmp_path: Path) -> Iterator[tuple[Operator, int]]:
+@asynccontextmanager
+async def _operator(server: str, tmp_path: Path) -> AsyncIterator[tuple[Operator, int]]:
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(yaml.safe_dump(api_config(server)))
     port = _free_port()
@@ -71,7 +71,7 @@ def _operator(server: str, tmp_path: Path) -> Iterator[tuple[Operator, int]]:
     try:
         yield operator, port
     finally:
-        operator.stop()
+        await operator.stop()
 
 
 async def _stays_unready(operator: Operator, port: int) -> None:
@@ -100,7 +100,7 @@ async def _unready(port: int) -> bool:
 async def test_readiness_follows_whether_the_api_accepts_the_credentials(tmp_path: Path) -> None:
     async with RefusingAPI() as api, kmock.Server(api) as server:
         _resources(api)
-        with _operator(str(server.url), tmp_path) as (operator, port):
+        async with _operator(str(server.url), tmp_path) as (operator, port):
             await _stays_unready(operator, port)
             assert "refuses the operator's credentials" in operator.text()
             api.refusing = False
@@ -112,5 +112,5 @@ async def test_readiness_follows_whether_the_api_accepts_the_credentials(tmp_pat
 
 @pytest.mark.asyncio
 async def test_no_api_server_is_not_ready(tmp_path: Path) -> None:
-    with _operator(f"http://127.0.0.1:{_free_port()}", tmp_path) as (operator, port):
+    async with _operator(f"http://127.0.0.1:{_free_port()}", tmp_path) as (operator, port):
         await _stays_unready(operator, port)
