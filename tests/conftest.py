@@ -47,6 +47,20 @@ def repo() -> Path:
     return REPO
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Every JVM the tests start maps Spark's classes from one archive
+    (:mod:`tests.jvm_classes`: why, and how it can never change a result), made here once per
+    PySpark and JDK into pytest's cache. By the main process alone, before pytest-xdist starts
+    its workers: they inherit the environment."""
+    if hasattr(config, "workerinput") or getattr(config, "cache", None) is None:
+        return
+    from tests.jvm_classes import QUIET, archive
+
+    made = archive(config.cache.mkdir("evb-class-archive"), os.environ["SPARK_SUBMIT_OPTS"])
+    if made is not None:
+        os.environ["SPARK_SUBMIT_OPTS"] += f" -XX:SharedArchiveFile={made} {QUIET}"
+
+
 _LONG = ("spark", "bench")
 """Test directories whose files start JVMs or whole pipelines: tens of seconds to minutes a file."""
 
