@@ -131,22 +131,25 @@ def summarize(events: Any, *, run: str, tick_rate: float, glom: dict[str, Any]) 
         key=lambda entry: entry["offset"],
     )
 
-    # per source: fragments and late ones, the range of timestamps and offsets
-    sources = np.unique(a[kind == SOURCE])
+    # per source: fragments and late ones, the range of timestamps and offsets (the rows of
+    # these kinds only: the late fragments' rows are as many as they are)
+    of_sources = np.isin(kind, [SOURCE, _SOURCE_TIME, _SOURCE_OFFSET])
+    kind_s, source_s, late_s = kind[of_sources], a[of_sources], b[of_sources]
+    total_s, low_s, high_s = total[of_sources], low[of_sources], high[of_sources]
     per_source = []
-    for source in sources:
-        of = a == source
-        flagged = of & (kind == SOURCE)
-        ts_of, offsets_of = of & (kind == _SOURCE_TIME), of & (kind == _SOURCE_OFFSET)
+    for source in np.unique(source_s[kind_s == SOURCE]):
+        of = source_s == source
+        flagged = of & (kind_s == SOURCE)
+        ts_of, offsets_of = of & (kind_s == _SOURCE_TIME), of & (kind_s == _SOURCE_OFFSET)
         per_source.append(
             {
                 "source": int(source),
-                "fragments": int(total[flagged].sum()),
-                "late": int(total[flagged & (b == 1)].sum()),
-                "first_ts": int(low[ts_of].min()),
-                "last_ts": int(high[ts_of].max()),
-                "first_offset": int(low[offsets_of].min()),
-                "last_offset": int(high[offsets_of].max()),
+                "fragments": int(total_s[flagged].sum()),
+                "late": int(total_s[flagged & (late_s == 1)].sum()),
+                "first_ts": int(low_s[ts_of].min()),
+                "last_ts": int(high_s[ts_of].max()),
+                "first_offset": int(low_s[offsets_of].min()),
+                "last_offset": int(high_s[offsets_of].max()),
             }
         )
     n = sum(row["fragments"] for row in per_source)
