@@ -12,7 +12,7 @@ TOOLS   := .venv-tools
 CHECKOV := $(TOOLS)/bin/checkov
 export OPENBLAS_NUM_THREADS ?= 1
 
-.PHONY: demo test lint bench soak clean manifests images system constraints
+.PHONY: demo test lint class-archive bench soak clean manifests images system constraints
 
 $(STAMP): pyproject.toml setup.py constraints.txt $(wildcard orderer/_core/*.pyx orderer/_core/*.pxd orderer/_core/*.h proto/evb/v1/*.proto)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,12 +37,22 @@ $(CHECKOV):
 	$(TOOLS)/bin/python -m pip install --quiet 'checkov>=3.2'
 
 # tests/system needs podman, runc, debootstrap and Prometheus (root installs them): `make system`.
-# Two workers, a test file each (pytest-xdist): the Spark and end-to-end tests wait on processes
-# of their own, so two files at once use the two cores better than one after the other. The files
-# go out in the order tests/conftest.py sorts them (the long ones first), not by their number of
-# tests, so that the short files even out the end.
-test: $(STAMP) $(CHECKOV) lint
-	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests --ignore=tests/system --durations=25
+# The two environments are installed side by side (pip waits on the disk and the network half the
+# time), then lint runs beside the class archive of the tests' JVMs (tests/jvm_classes.py: a JVM
+# on one core). Three workers, a test file each (pytest-xdist): the Spark and end-to-end tests
+# wait on processes of their own (a Spark test file alone keeps the two cores about half busy),
+# so three files at once keep the two cores busy where two files left a fifth of them idle. The
+# files go out in the order tests/conftest.py sorts them (the long ones first), not by their
+# number of tests, so that the short files even out the end.
+test:
+	@$(MAKE) --no-print-directory -j2 $(STAMP) $(CHECKOV)
+	@$(MAKE) --no-print-directory -j2 lint class-archive
+	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder tests --ignore=tests/system --durations=25
+
+# The class-data sharing archive every JVM of the tests maps Spark's classes from (made once per
+# PySpark and JDK into pytest's cache; pytest makes it itself when it is missing).
+class-archive: $(STAMP)
+	$(PY) -m tests.jvm_classes --make
 
 # Both images, built with podman (tools/images/build.sh): evb:0.1.0 and evb-spark:0.1.0. Base
 # images that cannot be pulled are replaced by stand-ins made from Debian packages (README.md,

@@ -13,17 +13,20 @@ import os
 # preexec_fn), which gRPC's fork support can kill before its exec or hang (grpc/grpc#43055); the
 # processes the tests start inherit it.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
-# Every JVM the tests start (the shared SparkSession's, each ``evb spark-job``'s and demo's: the
-# spark-submit launcher adds SPARK_SUBMIT_OPTS to the driver's command line) compiles with C1
-# alone and collects with one thread: the tests' jobs are seconds long on small inputs, where
-# C2's compilations and G1's threads cost more CPU on two cores than they ever win back (the
-# suite is CPU-bound). Nothing the JVM computes changes; a user's jobs keep the JVM's defaults.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
+
+from tests.jvm_classes import CACHE, JVM_OPTIONS
+
+# Every JVM the tests start (the shared SparkSession's, each ``evb spark-job``'s and demo's: the
+# spark-submit launcher adds SPARK_SUBMIT_OPTS to the driver's command line) compiles with C1
+# alone and collects with one thread: the tests' jobs are seconds long on small inputs, where
+# C2's compilations and G1's threads cost more CPU on two cores than they ever win back (the
+# suite is CPU-bound). Nothing the JVM computes changes; a user's jobs keep the JVM's defaults.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", JVM_OPTIONS)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -56,7 +59,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     from tests.jvm_classes import QUIET, archive
 
-    made = archive(config.cache.mkdir("evb-class-archive"), os.environ["SPARK_SUBMIT_OPTS"])
+    made = archive(config.cache.mkdir(CACHE.name), os.environ["SPARK_SUBMIT_OPTS"])
     if made is not None:
         os.environ["SPARK_SUBMIT_OPTS"] += f" -XX:SharedArchiveFile={made} {QUIET}"
 

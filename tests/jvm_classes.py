@@ -14,7 +14,8 @@ dumps the classes it loaded at its exit (``-XX:ArchiveClassesAtExit``, JDK 13 an
 pytest's cache, named after the PySpark version and the ``java`` found on the path. A JVM that
 cannot use the archive (another JDK, another classpath) ignores it, silently (``-Xshare:auto``,
 and the CDS warnings turned off): the archive can only make the tests faster, never change them.
-Run as a module, this file is that workload.
+Run as a module, this file is that workload; with ``--make`` it makes the archive where
+pytest's cache keeps it (``make test`` makes it beside lint, before pytest starts).
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+CACHE = REPO / ".pytest_cache" / "d" / "evb-class-archive"
+"""Where pytest's cache keeps it (``config.cache.mkdir("evb-class-archive")``)."""
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""What every JVM of the tests runs with (``tests/conftest.py`` says why), unless
+``SPARK_SUBMIT_OPTS`` is set."""
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 """No CDS warning on stdout when a JVM cannot use the archive (the tests read commands' output)."""
 TIMEOUT = 180.0
@@ -94,4 +100,8 @@ def _workload() -> None:
 
 
 if __name__ == "__main__":
-    _workload()
+    if sys.argv[1:] == ["--make"]:  # ``make class-archive``: beside lint, before pytest
+        made = archive(CACHE, os.environ.get("SPARK_SUBMIT_OPTS", JVM_OPTIONS))
+        print(f"class archive: {made or 'not made (the tests run without it)'}")
+    else:
+        _workload()

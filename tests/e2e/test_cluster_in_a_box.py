@@ -9,8 +9,7 @@ the results of an analysis stage (``spec.spark.stages``: a ConfigMap's Python fi
 driver mounts, the job's ``--stages``) a sequential run of it over those events; a
 ``buildWindow`` patch of the EventBuilder reaches the orderer (through the operator's
 Configure); ``state: Ended`` ends the run and the job exits 0; deleting the EventBuilder
-deletes the children. Plaintext, and mutual TLS with a bearer token (Secrets made from
-tests/certs.py).
+deletes the children. Mutual TLS with a bearer token (Secrets made from tests/certs.py).
 
 The operator cannot resolve the Service's name either: it reaches the orderer through the
 ``evb.io/endpoint-override`` annotation, set to the loopback port chosen for the pod's gRPC
@@ -113,12 +112,15 @@ async def _tls_secrets(api: KubernetesAPI, tmp_path: Path) -> ChannelSecurity:
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("tls", [False, True], ids=["plaintext", "mutual-tls-token"])
 async def test_the_generated_objects_run_as_a_cluster_would_run_them(
-    cluster: tuple[KubernetesAPI, Operator], tmp_path: Path, tls: bool
+    cluster: tuple[KubernetesAPI, Operator], tmp_path: Path
 ) -> None:
+    """One run with everything the objects carry: mutual TLS, a bearer token and the user's
+    stages. The plaintext objects run for real as containers in ``make system``
+    (tests/system/test_images.py); a second run here would cost half a minute of the suite's
+    two cores for the one difference, the absent Secrets."""
     api, _ = cluster
-    security = await _tls_secrets(api, tmp_path) if tls else ChannelSecurity()
+    security = await _tls_secrets(api, tmp_path)
     # the job writes file:///events to the volume claim the operator mounts there (its root
     # filesystem is read-only, and /tmp is an emptyDir that goes with the pod)
     output = tmp_path / "driver-pod" / "events"
@@ -132,23 +134,21 @@ async def test_the_generated_objects_run_as_a_cluster_would_run_them(
             "executors": {"instances": 1, "cores": 2},
             "triggerInterval": 0.5,
             "sparkConf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"},
+            "stages": {"configMap": "box-analysis", "key": STAGES_KEY},
         },
+        "tls": {"secretName": "box-tls", "mutual": True, "clientSecretName": "box-client"},
+        "auth": {"tokenSecretRef": {"name": "box-token", "key": "daq"}},
     }
-    if tls:
-        spec["tls"] = {"secretName": "box-tls", "mutual": True, "clientSecretName": "box-client"}
-        spec["auth"] = {"tokenSecretRef": {"name": "box-token", "key": "daq"}}
-    else:  # the stages once: they add seconds to every micro-batch
-        await _create(
-            api,
-            f"/api/v1/namespaces/{NAMESPACE}/configmaps",
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": "box-analysis", "namespace": NAMESPACE},
-                "data": {STAGES_KEY: STAGES_MODULE},
-            },
-        )
-        spec["spark"]["stages"] = {"configMap": "box-analysis", "key": STAGES_KEY}
+    await _create(
+        api,
+        f"/api/v1/namespaces/{NAMESPACE}/configmaps",
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "box-analysis", "namespace": NAMESPACE},
+            "data": {STAGES_KEY: STAGES_MODULE},
+        },
+    )
     grpc_port = kubelet.free_port()
     endpoint = f"127.0.0.1:{grpc_port}"
     await _create(
@@ -254,8 +254,7 @@ async def _run(
     assert sum(e.multiplicity == 2 for e in expected) == 2 * PAIRS
     summary = json.loads((output / "runs" / "run" / "summary.json").read_text())
     assert summary["fragments"] == emitted
-    if "--stages" in args:
-        _check_stages(output, expected, args)
+    _check_stages(output, expected, args)
 
     # delete -> the children go, the finalizer is released; the kubelet then stops the pod
     response = await api.delete(f"{EVB}/namespaces/{NAMESPACE}/eventbuilders/{NAME}")
