@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 settings.register_profile("evb", deadline=None)
 settings.load_profile("evb")
-"""No per-example deadline: ``make test`` runs two workers on two cores, where one example can
+"""No per-example deadline: ``make test`` runs three workers on two cores, where one example can
 wait for the CPU far longer than Hypothesis' 200 ms (a deadline failed once there on an example
 that takes 11 ms alone). A property that must be fast says so with its own ``@settings``."""
 EXAMPLES = REPO / "tests" / "data" / "ordering-examples"
@@ -70,9 +70,9 @@ _LONG = ("spark", "bench")
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The long files first (those of :data:`_LONG` and those holding a ``slow`` test), each
-    file's tests in their order: ``make test``'s two workers take a file at a time, and with
+    file's tests in their order: ``make test``'s three workers take a file at a time, and with
     the long ones handed out first the many short files even out the end, instead of one worker
-    running the last long file alone while the other waits."""
+    running the last long file alone while the others wait."""
     root = REPO / "tests"
     slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
 
