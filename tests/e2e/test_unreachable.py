@@ -1,4 +1,4 @@
-"""Every client command of the real ``evb`` CLI against an orderer it cannot use: nothing
+"""The client commands of the real ``evb`` CLI against an orderer they cannot use: nothing
 listening, a name that does not resolve, TLS on one end only, a CA that did not sign the
 server's certificate, a client certificate of another CA or none, a wrong or a missing bearer
 token. Each ends with exit status 3 and one line on stderr that names the address and the cause,
@@ -38,6 +38,13 @@ COMMANDS = {
     "source": ["dead", "1"],
     "consumers": [],
 }
+CALLS = ("send", "tail", "stats", "end-run")
+"""One command of each kind of call (a client stream, a server stream, a unary call) and one of
+the run's control (which asks for the run's orderers first, with its own channel options): the
+cause of a refused connection or handshake is named by one function for every command
+(:mod:`orderer.wire`), and each of the seven reaches it (the default connect timeout's test runs
+them all); the seven again for each of nine causes cost the suite a quarter of a minute of its
+two cores."""
 
 
 @dataclass(frozen=True)
@@ -134,8 +141,7 @@ def _run_all(
 
 def _check(address: str, extra: list[str], words: str, timeout: float, within: str = "") -> None:
     commands = {
-        command: [command, "--target", address, *extra, *more]
-        for command, more in COMMANDS.items()
+        command: [command, "--target", address, *extra, *COMMANDS[command]] for command in CALLS
     }
     for command, (status, err, _seconds) in _run_all(commands, timeout).items():
         lines = err.splitlines()
@@ -179,7 +185,7 @@ def test_no_server_is_named_with_the_cause(address: str, words: str) -> None:
 LONG_CONNECT_TIMEOUT = 60.0
 """A connect timeout that a refused handshake must not wait for."""
 AT_ONCE = 20.0
-"""Seconds seven ``evb`` processes started at once on two busy cores may take to say that the
+"""Seconds the ``evb`` processes started at once on two busy cores may take to say that the
 handshake was refused (a refusal itself takes milliseconds)."""
 
 
