@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from tests.jvm_classes import CACHE, JVM_OPTIONS
+from tests.jvm_classes import CACHE, JVM_OPTIONS, QUIET, archive
 
 # Every JVM the tests start (the shared SparkSession's, each ``evb spark-job``'s and demo's: the
 # spark-submit launcher adds SPARK_SUBMIT_OPTS to the driver's command line) compiles with C1
@@ -53,13 +53,11 @@ def repo() -> Path:
 def pytest_configure(config: pytest.Config) -> None:
     """Every JVM the tests start maps Spark's classes from one archive
     (:mod:`tests.jvm_classes`: why, and how it can never change a result), made here once per
-    PySpark and JDK into pytest's cache. By the main process alone, before pytest-xdist starts
-    its workers: they inherit the environment."""
+    PySpark and JDK into pytest's cache (where ``make class-archive`` makes it too). By the main
+    process alone, before pytest-xdist starts its workers: they inherit the environment."""
     if hasattr(config, "workerinput") or getattr(config, "cache", None) is None:
         return
-    from tests.jvm_classes import QUIET, archive
-
-    made = archive(config.cache.mkdir(CACHE.name), os.environ["SPARK_SUBMIT_OPTS"])
+    made = archive(CACHE, os.environ["SPARK_SUBMIT_OPTS"])
     if made is not None:
         os.environ["SPARK_SUBMIT_OPTS"] += f" -XX:SharedArchiveFile={made} {QUIET}"
 
