@@ -92,7 +92,13 @@ async def watch(
     targets: Sequence[str], *, interval: float = 1.0, **connection: Any
 ) -> list[Released]:
     """Release rounds every ``interval`` seconds until every orderer's run has ended; what was
-    released. An orderer that does not answer skips the round (logged), never the command."""
+    released. An orderer that does not answer skips the round (logged), never the command.
+    Says first that it watches, and what: a release that is not running yet releases
+    nothing, and whoever starts it (a shift, a script) can see that it is."""
+    log.info(
+        "watching %d orderer(s) for silent sources every %g s: %s",
+        len(targets), interval, ", ".join(targets),
+    )
     released: list[Released] = []
     while True:
         try:

@@ -96,13 +96,18 @@ def late_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlicedRun]:
         targets = ",".join(s.target for s in servers)
         release = subprocess.Popen(
             evb_command("release", "--target", targets, "--interval", "0.1"),
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=environment(),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment(),
         )  # fmt: skip
+        # watching before the run starts: source 5's second of silence is its only chance
+        # (a Python process can take longer than that to start on two busy cores)
+        assert release.stderr is not None
+        started = release.stderr.readline()
+        assert "watching 3 orderer(s) for silent sources" in started, started
         send_synthetic(targets, LATE, speed=1.0, progress=False)
         for server in servers:
             end_run(server.target)
-        released, _ = release.communicate(timeout=60)  # it ends once every run has ended
-        assert json.loads(released)["released"], "the backlog's source was not released"
+        released, log = release.communicate(timeout=60)  # it ends once every run has ended
+        assert json.loads(released)["released"], f"the backlog's source was not released\n{log}"
         oracle = replay_orderers([s.data_dir for s in servers], GlomConfig(DT))
         yield SlicedRun(servers, oracle)
     finally:
