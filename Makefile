@@ -14,10 +14,14 @@ export OPENBLAS_NUM_THREADS ?= 1
 
 .PHONY: demo test lint class-archive bench soak clean manifests images system constraints
 
+# The installs go through uv (from PyPI, into each environment): it fetches and unpacks the
+# packages in parallel, where pip takes each in turn (a fresh clone's install: about 25 s against
+# pip's 60 to 75 s). The same requirements, constraints and editable build as pip's.
+UV_VERSION := uv>=0.9
 $(STAMP): pyproject.toml setup.py constraints.txt $(wildcard orderer/_core/*.pyx orderer/_core/*.pxd orderer/_core/*.h proto/evb/v1/*.proto)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --constraint constraints.txt --editable '.[test,operator,spark]'
+	$(PY) -m pip install --quiet '$(UV_VERSION)'
+	$(VENV)/bin/uv pip install --quiet --python $(PY) --constraint constraints.txt --editable '.[test,operator,spark]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -33,8 +37,8 @@ lint: $(STAMP)
 
 $(CHECKOV):
 	test -x $(TOOLS)/bin/python || $(PYTHON) -m venv $(TOOLS)
-	$(TOOLS)/bin/python -m pip install --quiet --upgrade pip
-	$(TOOLS)/bin/python -m pip install --quiet 'checkov>=3.2'
+	$(TOOLS)/bin/python -m pip install --quiet '$(UV_VERSION)'
+	$(TOOLS)/bin/uv pip install --quiet --python $(TOOLS)/bin/python 'checkov>=3.2'
 
 # tests/system needs podman, runc, debootstrap and Prometheus (root installs them): `make system`.
 # The two environments are installed side by side (pip waits on the disk and the network half the
