@@ -51,8 +51,8 @@ $(CHECKOV):
 	$(TOOLS)/bin/$(UV_INSTALL) --python $(TOOLS)/bin/python 'checkov>=3.2'
 
 # tests/system needs podman, runc, debootstrap and Prometheus (root installs them): `make system`.
-# The two environments are installed side by side (pip waits on the disk and the network half the
-# time), then lint runs beside the class archive of the tests' JVMs (tests/jvm_classes.py: a JVM
+# The two environments are installed side by side (each install waits on the network and the
+# disk part of its time), then lint runs beside the class archive of the tests' JVMs (tests/jvm_classes.py: a JVM
 # on one core). Three workers, a test file each (pytest-xdist): the Spark and end-to-end tests
 # wait on processes of their own (a Spark test file alone keeps the two cores about half busy),
 # so three files at once keep the two cores busy where two files left a fifth of them idle. The
