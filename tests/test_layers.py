@@ -6,6 +6,7 @@ core's ``.pyx``/``.pxd`` files, and ``operator/`` not being a package.
 
 from __future__ import annotations
 
+import ast
 import configparser
 import os
 import re
@@ -226,3 +227,20 @@ def test_no_product_module_is_longer_than_a_module_with_one_job() -> None:
         if (n := len(path.read_text(encoding="utf-8").splitlines())) > MOST_LINES
     }
     assert sources and not long, f"modules over {MOST_LINES} lines (split by concern): {long}"
+
+
+def test_every_product_package_opens_with_its_map() -> None:
+    """Each package's ``__init__.py`` says what the package holds (issue 41): a newcomer opens
+    it first."""
+    packages = [
+        path
+        for top in (REPO / "orderer", REPO / "operator" / "evb_operator")
+        for path in top.rglob("__init__.py")
+        if "_proto" not in path.parts
+    ]
+    unmapped = [
+        str(path.relative_to(REPO))
+        for path in packages
+        if not (ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or "").strip()
+    ]
+    assert packages and not unmapped, f"packages without a map in __init__.py: {unmapped}"
