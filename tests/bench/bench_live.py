@@ -69,7 +69,7 @@ class _Timed:
                 timed.seconds += time.monotonic() - started
                 timed.calls += 1
 
-        observer.LiveRun.__call__ = call  # type: ignore[method-assign]
+        observer.LiveRun.__call__ = call  # type: ignore[method-assign,assignment]
         return self
 
     def __exit__(self, *exc: object) -> None:

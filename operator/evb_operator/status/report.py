@@ -364,6 +364,10 @@ def _with_spark_and_ready(
         }
         if state.get("errorMessage"):
             new["spark"]["errorMessage"] = state["errorMessage"]
+        elif (previous.get("spark") or {}).get("errorMessage") is not None:
+            # the job was resubmitted (its state has no error now): None, which the status
+            # patch (a merge patch) takes as removing the old message
+            new["spark"]["errorMessage"] = None
         if spark_state in SPARK_DONE and phase != RunPhase.PENDING:
             phase = SPARK_DONE[spark_state]
         if spark_state in SPARK_DONE and previous.get("spark", {}).get("state") != spark_state:

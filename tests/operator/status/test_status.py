@@ -160,6 +160,23 @@ def test_the_run_ends_and_spark_finishes() -> None:
     assert [(n.type, n.reason) for n in notices] == [("Warning", "SparkFailed")]
 
 
+def test_a_resubmitted_spark_job_loses_its_old_error_message() -> None:
+    """The Spark operator resubmits a failed job (restartPolicy OnFailure) with a new state and
+    no error: the status patch removes the old message (None in a merge patch), once."""
+    app: dict[str, Any] = {
+        "metadata": {"name": "r-spark"},
+        "status": {"applicationState": {"state": "FAILED", "errorMessage": "driver OOM"}},
+    }
+    failed, _ = _observe({}, _stats(), spark=app)
+    assert failed["spark"]["errorMessage"] == "driver OOM"
+    app["status"]["applicationState"] = {"state": "RUNNING"}
+    running, _ = _observe(failed, _stats(), spark=app)
+    assert running["spark"] == {"name": "r-spark", "state": "RUNNING", "errorMessage": None}
+    patched = {**running, "spark": {"name": "r-spark", "state": "RUNNING"}}  # as stored
+    again, _ = _observe(patched, _stats(), spark=app)
+    assert again["spark"] == {"name": "r-spark", "state": "RUNNING"}
+
+
 def test_an_invalid_spec_status_names_the_field() -> None:
     new = status.invalid({}, field="spec.buildWindow", message="must be > 0", generation=3, now=NOW)
     assert new["phase"] == "Invalid"
