@@ -39,7 +39,9 @@ def generate_grpc_stubs() -> None:
             raise SystemExit(f"protoc failed on {proto}")
     for directory in [out_root, *(p for p in out_root.rglob("*") if p.is_dir())]:
         (directory / "__init__.py").touch()
-    for generated in out_root.rglob("*_pb2*.py*"):
+    # the stubs and their types only: not the bytecode caches (__pycache__/*_pb2*.pyc) that an
+    # earlier build's stubs left where Python writes them
+    for generated in [*out_root.rglob("*_pb2*.py"), *out_root.rglob("*_pb2*.pyi")]:
         text = generated.read_text()
         fixed = re.sub(r"^from evb\.", "from orderer._proto.evb.", text, flags=re.M)
         if fixed != text:

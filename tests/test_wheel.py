@@ -75,6 +75,11 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Built:
             shutil.copytree(source, tree / name, ignore=NOT_COPIED)
         else:
             shutil.copy2(source, tree / name)
+    # a checkout built before holds its stubs' bytecode caches, which are not text: the build
+    # leaves them alone (it once read every file named *_pb2*.py*)
+    stale = tree / "orderer" / "_proto" / "evb" / "v1" / "__pycache__"
+    stale.mkdir(parents=True)
+    (stale / "orderer_pb2.cpython-311.pyc").write_bytes(bytes([0xA7, 0x0D, 0x0D, 0x0A, 0xFF]))
     out = tmp_path_factory.mktemp("wheel")
     done = subprocess.run(
         [
