@@ -28,6 +28,7 @@ UV_INSTALL  = uv pip install --quiet --compile-bytecode --native-tls
 # server's 270 ms start), and every pytest worker would rewrite the asserts of every test module
 # again (pytest keeps them only in the bytecode cache).
 unexport PYTHONDONTWRITEBYTECODE
+
 $(STAMP): pyproject.toml setup.py constraints.txt $(wildcard orderer/_core/*.pyx orderer/_core/*.pxd orderer/_core/*.h proto/evb/v1/*.proto)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet '$(UV_VERSION)'
@@ -52,12 +53,12 @@ $(CHECKOV):
 
 # tests/system needs podman, runc, debootstrap and Prometheus (root installs them): `make system`.
 # The two environments are installed side by side (each install waits on the network and the
-# disk part of its time), then lint runs beside the class archive of the tests' JVMs (tests/jvm_classes.py: a JVM
-# on one core). Three workers, a test file each (pytest-xdist): the Spark and end-to-end tests
-# wait on processes of their own (a Spark test file alone keeps the two cores about half busy),
-# so three files at once keep the two cores busy where two files left a fifth of them idle. The
-# files go out in the order tests/conftest.py sorts them (the long ones first), not by their
-# number of tests, so that the short files even out the end.
+# disk part of its time), then lint runs beside the class archive of the tests' JVMs
+# (tests/jvm_classes.py: a JVM on one core). Three workers, a test file each (pytest-xdist): the
+# Spark and end-to-end tests wait on processes of their own (a Spark test file alone keeps the
+# two cores about half busy), so three files at once keep the two cores busy where two files left
+# a fifth of them idle. The files go out in the order tests/conftest.py sorts them (the long ones
+# first), not by their number of tests, so that the short files even out the end.
 test:
 	@$(MAKE) --no-print-directory -j2 $(STAMP) $(CHECKOV)
 	@$(MAKE) --no-print-directory -j2 lint class-archive
